@@ -1,0 +1,56 @@
+"""headgate-django: durable jobs, workflows and workflow-as-code in your Django database.
+
+The names here are importable before Django's app registry is ready (so ``tasks.py``
+modules can use ``@task`` at import time); anything that touches the database is imported
+lazily inside the function that needs it.
+"""
+
+from headgate_django.control import Skip, Snooze
+from headgate_django.enqueue import enqueue
+from headgate_django.envelope import Envelope
+from headgate_django.exceptions import (
+    ConfigurationError,
+    DefinitionError,
+    DuplicateError,
+    HeadgateError,
+    IdConflictError,
+    LeaseLostError,
+    NondeterminismError,
+    NotFoundError,
+    QuarantinedError,
+    RevisionConflictError,
+)
+from headgate_django.registry import TaskDef, task
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # JobContext imports the store, which needs the app registry: load it on first use.
+    if name == "JobContext":
+        from headgate_django.context import JobContext
+
+        return JobContext
+    raise AttributeError(f"module 'headgate_django' has no attribute {name!r}")
+
+
+__all__ = [
+    "ConfigurationError",
+    "DefinitionError",
+    "DuplicateError",
+    "Envelope",
+    "HeadgateError",
+    "IdConflictError",
+    "JobContext",
+    "LeaseLostError",
+    "NondeterminismError",
+    "NotFoundError",
+    "QuarantinedError",
+    "RevisionConflictError",
+    "Skip",
+    "Snooze",
+    "TaskDef",
+    "__version__",
+    "enqueue",
+    "task",
+]

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class HeadgateConfig(AppConfig):
+    name = "headgate_django"
+    label = "headgate_django"
+    verbose_name = "Headgate"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from headgate_django import checks  # noqa: F401  (registers system checks)
+        from headgate_django.conf import headgate_settings
+
+        autodiscover_modules(*headgate_settings.AUTODISCOVER_MODULES)

@@ -1,0 +1,99 @@
+"""The ``HEADGATE`` settings dict, read through one table of defaults.
+
+Unknown keys are an error (a typo must not silently fall back to a default); values are
+re-read when a test changes settings. Cross-field rules are system checks (``checks.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+
+from headgate_django.exceptions import ConfigurationError
+
+DEFAULTS: dict[str, Any] = {
+    # Leases: how long a claim lives without renewal, and how often workers renew.
+    "LEASE_TTL": timedelta(seconds=30),
+    "RENEW_INTERVAL": None,  # None: LEASE_TTL / 3
+    # Crashes (expired leases) before a fingerprint is quarantined.
+    "CRASH_LIMIT": 3,
+    "MAX_ATTEMPTS": 25,
+    # Backoff: min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt) + jitter in [0, BACKOFF_BASE).
+    "BACKOFF_BASE": timedelta(seconds=1),
+    "BACKOFF_CAP": timedelta(hours=1),
+    # Crash backoff: a reclaimed job goes to the back of its queue by this much.
+    "CRASH_BACKOFF": timedelta(seconds=1),
+    "RETENTION": timedelta(days=7),
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    "MAX_RESULT_BYTES": 32 * 1024 * 1024,
+    "MAX_BATCH": 1000,
+    # Worker loop.
+    "CLAIM_BATCH": 100,
+    "IDLE_BACKOFF_MIN": timedelta(milliseconds=50),
+    "IDLE_BACKOFF_MAX": timedelta(seconds=2),
+    "SHUTDOWN_TIMEOUT": timedelta(seconds=25),
+    "STATUS_INTERVAL": timedelta(seconds=5),
+    "DUTY_INTERVAL": timedelta(seconds=1),
+    "EVICT_BATCH": 1000,
+    "LISTEN_NOTIFY": True,
+    # Queues a worker serves when --queue is not given: None means every queue.
+    "QUEUES": None,
+    # Workflows.
+    "WORKFLOW_QUEUE": "headgate-workflow",
+    "COORDINATOR_POLL": timedelta(seconds=1),
+    "WORKFLOW_RETENTION": timedelta(days=7),
+    # Durable executions.
+    "DURABLE_RETENTION": timedelta(days=30),
+    # Modules named like this in each installed app are imported so @task runs.
+    "AUTODISCOVER_MODULES": ["tasks"],
+}
+
+
+class HeadgateSettings:
+    """Attribute access to ``settings.HEADGATE`` merged over :data:`DEFAULTS`."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] | None = None
+
+    def _load(self) -> dict[str, Any]:
+        user = getattr(django_settings, "HEADGATE", {}) or {}
+        if not isinstance(user, dict):
+            raise ConfigurationError("settings.HEADGATE must be a dict")
+        unknown = sorted(set(user) - set(DEFAULTS))
+        if unknown:
+            raise ConfigurationError(
+                f"Unknown HEADGATE setting(s): {', '.join(unknown)}. "
+                f"Known settings: {', '.join(sorted(DEFAULTS))}."
+            )
+        return {**DEFAULTS, **user}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._cache is None:
+            self._cache = self._load()
+        try:
+            return self._cache[name]
+        except KeyError:
+            raise AttributeError(f"No HEADGATE setting {name!r}") from None
+
+    @property
+    def renew_interval(self) -> timedelta:
+        return self.RENEW_INTERVAL or self.LEASE_TTL / 3
+
+    def reload(self) -> None:
+        self._cache = None
+
+
+headgate_settings = HeadgateSettings()
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "HEADGATE":
+        headgate_settings.reload()
+
+
+setting_changed.connect(_on_setting_changed)

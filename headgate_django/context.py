@@ -1,0 +1,155 @@
+"""``JobContext``: what a handler gets as its first argument.
+
+Everything it writes (steps, cursor, progress) is fenced by the attempt's lease, so once
+the lease is lost (reclaimed, cancelled, timed out) nothing the handler writes lands and
+``ctx.cancelled`` turns true.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from headgate_django.exceptions import DefinitionError, LeaseLostError
+from headgate_django.store.claim import ClaimedJob
+from headgate_django.store.fenced import (
+    LeaseRef,
+    job_save_checkpoint,
+    job_save_progress,
+    job_set_cursor,
+)
+
+T = TypeVar("T")
+_MAX_PROGRESS = 2**53 - 1
+
+
+class JobContext:
+    """The running attempt of one job."""
+
+    def __init__(self, claimed: ClaimedJob, *, worker_id: str = "", using: str = "default") -> None:
+        self._claimed = claimed
+        self._using = using
+        self._cancel = threading.Event()
+        self._checkpoint: dict[str, Any] = dict(claimed.checkpoint)
+        self._cursor_value = claimed.cursor
+        self.worker_id = worker_id
+
+    # -- identity ----------------------------------------------------------------------
+    @property
+    def job_id(self) -> str:
+        return self._claimed.ref.job_id
+
+    @property
+    def kind(self) -> str:
+        return self._claimed.kind
+
+    @property
+    def queue(self) -> str:
+        return self._claimed.queue
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first attempt; failures and crashes both count."""
+        return self._claimed.attempt + self._claimed.crash_attempt + 1
+
+    @property
+    def crash_attempt(self) -> int:
+        return self._claimed.crash_attempt
+
+    @property
+    def workflow_id(self) -> str | None:
+        return self._claimed.workflow_id
+
+    @property
+    def lease(self) -> LeaseRef:
+        return self._claimed.ref
+
+    # -- cancellation ------------------------------------------------------------------
+    @property
+    def cancelled(self) -> bool:
+        """True once the lease is lost or the job was cancelled: stop cooperatively."""
+        return self._cancel.is_set()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait_cancelled(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early if the attempt is cancelled."""
+        return self._cancel.wait(timeout)
+
+    def _fenced(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except LeaseLostError:
+            self._cancel.set()
+            raise
+
+    # -- resumable work ----------------------------------------------------------------
+    @property
+    def completed_steps(self) -> list[str]:
+        return list(self._checkpoint.get("completed_steps", []))
+
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` once across retries: a completed step is skipped and its result reused.
+
+        The checkpoint naming the step is written (fenced) before ``fn`` runs, so a crash
+        inside it is attributed to this step.
+        """
+        results = self._checkpoint.setdefault("step_results", {})
+        if name in self._checkpoint.get("completed_steps", []):
+            return results.get(name)  # type: ignore[no-any-return]
+        self._mark_in_progress(name)
+        value = fn()
+        self._mark_done(name, value)
+        return value
+
+    def step_cursor(self, name: str, fn: Callable[[bytes | None], T]) -> T:
+        """Like :meth:`step`, but ``fn(cursor)`` resumes from the last :meth:`set_cursor`."""
+        if name in self._checkpoint.get("completed_steps", []):
+            return self._checkpoint.get("step_results", {}).get(name)  # type: ignore[no-any-return]
+        resume = self._cursor_value if self._checkpoint.get("cursor_step") == name else None
+        self._checkpoint["cursor_step"] = name
+        self._mark_in_progress(name)
+        value = fn(resume)
+        self._cursor_value = None
+        self._checkpoint.pop("cursor_step", None)
+        self._mark_done(name, value, clear_cursor=True)
+        return value
+
+    def set_cursor(self, value: bytes) -> None:
+        """Save the position of the current cursor step (fenced)."""
+        if not isinstance(value, bytes):
+            raise DefinitionError("a cursor is bytes")
+        if "cursor_step" not in self._checkpoint:
+            raise DefinitionError("set_cursor() is only valid inside step_cursor()")
+        self._fenced(lambda: job_set_cursor(self.lease, value, self._checkpoint, using=self._using))
+        self._cursor_value = value
+
+    @property
+    def cursor(self) -> bytes | None:
+        return self._cursor_value
+
+    def set_progress(self, current: int, total: int, message: str = "") -> None:
+        if not (1 <= total <= _MAX_PROGRESS) or not (0 <= current <= total):
+            raise DefinitionError("progress needs 0 ≤ current ≤ total and 1 ≤ total ≤ 2**53-1")
+        progress = {"current": current, "total": total, "message": message[:512]}
+        self._fenced(lambda: job_save_progress(self.lease, progress, using=self._using))
+
+    def _mark_in_progress(self, name: str) -> None:
+        self._checkpoint["in_progress_step"] = name
+        self._fenced(lambda: job_save_checkpoint(self.lease, self._checkpoint, using=self._using))
+
+    def _mark_done(self, name: str, value: Any, *, clear_cursor: bool = False) -> None:
+        self._checkpoint.setdefault("completed_steps", []).append(name)
+        self._checkpoint["last_completed_step"] = name
+        self._checkpoint.pop("in_progress_step", None)
+        self._checkpoint.setdefault("step_results", {})[name] = value
+        if clear_cursor:
+            self._fenced(
+                lambda: job_set_cursor(self.lease, None, self._checkpoint, using=self._using)
+            )
+        else:
+            self._fenced(
+                lambda: job_save_checkpoint(self.lease, self._checkpoint, using=self._using)
+            )

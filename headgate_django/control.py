@@ -1,0 +1,26 @@
+"""Outcomes a handler chooses on purpose. They are not errors, so they do not derive from
+:class:`~headgate_django.exceptions.HeadgateError` and are never recorded as failures."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class Snooze(Exception):
+    """Run this job again after ``delay`` without consuming an attempt."""
+
+    def __init__(self, delay: timedelta | float) -> None:
+        if not isinstance(delay, timedelta):
+            delay = timedelta(seconds=delay)
+        if delay <= timedelta(0):
+            raise ValueError("Snooze needs a positive delay")
+        self.delay = delay
+        super().__init__(f"snooze for {delay}")
+
+
+class Skip(Exception):
+    """Stop this job for good: it is archived with ``reason`` and never retried."""
+
+    def __init__(self, reason: str = "skipped") -> None:
+        self.reason = reason
+        super().__init__(reason)

@@ -1,0 +1,35 @@
+"""``enqueue``: the one producer entry point for envelopes, lists and prepared batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from headgate_django.envelope import Envelope
+
+
+@runtime_checkable
+class Batch(Protocol):
+    """Anything that knows its envelopes: a prepared workflow, graft or bundle."""
+
+    @property
+    def envelopes(self) -> list[Envelope]: ...
+
+
+def enqueue(batch_or_envelopes: Envelope | Batch | Iterable[Envelope], using: str = "default") -> list[str]:
+    """Store jobs atomically and return their ids, in order.
+
+    Runs inside the caller's ``transaction.atomic()`` when there is one, so the jobs exist
+    exactly when the caller's own rows do: no job for a rolled-back order, and no order
+    whose job was lost between two commits.
+    """
+    from headgate_django.store import job_insert_many
+
+    items: Any = batch_or_envelopes
+    if isinstance(items, Envelope):
+        envelopes = [items]
+    elif isinstance(items, Batch):
+        envelopes = list(items.envelopes)
+    else:
+        envelopes = list(items)
+    return job_insert_many(envelopes, using=using)

@@ -1,0 +1,93 @@
+"""What one job will be before it is stored: the :class:`Envelope`.
+
+An envelope is a frozen value, so a workflow builder or a test can hold one, compare it,
+and ``dataclasses.replace(env, id=...)`` it without surprising anyone else holding it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from headgate_django.exceptions import PayloadError
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id() -> str:
+    """A ULID: 48 bits of milliseconds then 80 random bits, so ids sort by creation."""
+    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes: the same value always hashes the same."""
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode()
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"payload is not JSON-serialisable: {exc}") from exc
+
+
+def encode_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    return canonical_json({"args": list(args), "kwargs": kwargs})
+
+
+def decode_call(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
+    """Inverse of :func:`encode_call`; raises ``ValueError`` on anything else."""
+    data = json.loads(bytes(payload))
+    if not isinstance(data, dict) or set(data) != {"args", "kwargs"}:
+        raise ValueError("payload is not an {args, kwargs} object")
+    if not isinstance(data["args"], list) or not isinstance(data["kwargs"], dict):
+        raise ValueError("payload args must be a list and kwargs an object")
+    return data["args"], data["kwargs"]
+
+
+def fingerprint(kind: str, payload: bytes) -> str:
+    """Headgate's fingerprint: the crash-quarantine unit (kind and payload, not the job)."""
+    k = kind.encode()
+    digest = hashlib.sha256(
+        struct.pack("<I", len(k)) + k + struct.pack("<I", len(payload)) + bytes(payload)
+    )
+    return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One job, ready to be enqueued.
+
+    ``id`` is generated at enqueue time when left ``None``. ``scheduled_at`` (an absolute
+    instant) and ``delay`` (relative to the store clock) are mutually exclusive; so are
+    either of them and ``pending`` (a pending job waits for an explicit promotion).
+    """
+
+    kind: str
+    payload: bytes = b'{"args":[],"kwargs":{}}'
+    id: str | None = None
+    queue: str = "default"
+    priority: int = 0
+    schema_version: int = 1
+    max_attempts: int | None = None
+    retention: timedelta | None = None
+    timeout: timedelta | None = None
+    scheduled_at: datetime | None = None
+    delay: timedelta | None = None
+    pending: bool = False
+    unique_key: str | None = None
+    workflow_id: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.kind, self.payload)

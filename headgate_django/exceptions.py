@@ -1,0 +1,232 @@
+"""The exception tree of headgate-django.
+
+One root, :class:`HeadgateError`; each class's docstring is its default message, so
+``raise LeaseLostError()`` already says something useful. Exceptions that reach the HTTP
+API carry ``status_code`` and ``default_code``, and the API maps them in one place.
+
+Control flow is not an error: ``Snooze``, ``Skip`` and ``durable.Uncertain`` live in
+:mod:`headgate_django.control` and are raised by handlers on purpose.
+
+This module is pure (no Django import) so the kernel may use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HeadgateError(Exception):
+    """A headgate-django error."""
+
+    status_code = 500
+    default_code = "error"
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.message = message or (self.__doc__ or "").strip().splitlines()[0]
+        self.details = details
+        super().__init__(self.message)
+
+
+# -- configuration -------------------------------------------------------------------
+
+
+class ConfigurationError(HeadgateError):
+    """The HEADGATE settings are invalid."""
+
+    default_code = "configuration_error"
+
+
+# -- definition: bad input caught before anything is written ------------------------
+
+
+class DefinitionError(HeadgateError, ValueError):
+    """The definition is invalid."""
+
+    status_code = 422
+    default_code = "invalid_definition"
+
+    def __init__(self, message: str | None = None, *, node: str | None = None, **details: Any):
+        self.node = node
+        if node is not None:
+            details["node"] = node
+        super().__init__(message, **details)
+
+
+class InvalidKindError(DefinitionError):
+    """The job kind is not a valid name."""
+
+    default_code = "invalid_kind"
+
+
+class PayloadError(DefinitionError):
+    """The payload cannot be stored."""
+
+    default_code = "invalid_payload"
+
+
+class PayloadTooLargeError(PayloadError):
+    """The payload is larger than the configured limit."""
+
+    status_code = 413
+    default_code = "payload_too_large"
+
+
+class BatchError(DefinitionError):
+    """The batch is invalid."""
+
+    default_code = "invalid_batch"
+
+
+class GraphError(DefinitionError):
+    """The workflow graph is invalid."""
+
+    default_code = "invalid_graph"
+
+
+class CycleError(GraphError):
+    """The workflow graph has a cycle."""
+
+    default_code = "graph_cycle"
+
+
+class UnknownDependencyError(GraphError):
+    """A node depends on a node that is not declared."""
+
+    default_code = "unknown_dependency"
+
+
+class DuplicateNodeError(GraphError):
+    """Two nodes share a name."""
+
+    default_code = "duplicate_node"
+
+
+class GraphLimitError(GraphError):
+    """The workflow graph exceeds a documented limit."""
+
+    default_code = "graph_limit"
+
+
+class UnknownTaskError(DefinitionError):
+    """No task is registered under this kind."""
+
+    status_code = 404
+    default_code = "unknown_task"
+
+
+# -- store ---------------------------------------------------------------------------
+
+
+class StoreError(HeadgateError):
+    """The store refused the operation."""
+
+    default_code = "store_error"
+
+
+class LeaseLostError(StoreError):
+    """The lease on this job was lost: stop work immediately, nothing more will be written."""
+
+    status_code = 409
+    default_code = "lease_lost"
+
+
+class NotFoundError(StoreError):
+    """The requested object does not exist."""
+
+    status_code = 404
+    default_code = "not_found"
+
+
+class IdConflictError(StoreError):
+    """A job with this id already exists with different content."""
+
+    status_code = 409
+    default_code = "id_conflict"
+
+
+class DuplicateError(StoreError):
+    """A live job already holds this unique key."""
+
+    status_code = 409
+    default_code = "duplicate"
+
+    def __init__(self, message: str | None = None, *, existing_id: str, **details: Any):
+        self.existing_id = existing_id
+        super().__init__(message, existing_id=existing_id, **details)
+
+
+class RevisionConflictError(StoreError):
+    """The expected revision does not match the current one."""
+
+    status_code = 409
+    default_code = "revision_conflict"
+
+
+class QuarantinedError(StoreError):
+    """This job's fingerprint is quarantined after repeated crashes."""
+
+    status_code = 423
+    default_code = "quarantined"
+
+    def __init__(self, message: str | None = None, *, fingerprint: str, **details: Any):
+        self.fingerprint = fingerprint
+        super().__init__(message, fingerprint=fingerprint, **details)
+
+
+class InvalidTransitionError(StoreError):
+    """The job cannot make this transition from its current state."""
+
+    status_code = 409
+    default_code = "invalid_transition"
+
+
+# -- replay --------------------------------------------------------------------------
+
+
+class ReplayError(HeadgateError):
+    """Replaying the workflow failed."""
+
+    default_code = "replay_error"
+
+
+class NondeterminismError(ReplayError):
+    """The workflow code no longer matches its recorded history."""
+
+    status_code = 409
+    default_code = "nondeterminism"
+
+
+class HistoryCorruptError(NondeterminismError):
+    """The recorded history is malformed: no run of any workflow code could have written it.
+
+    A subclass of :class:`NondeterminismError` so the durable runtime treats both the same
+    way (back off, then suspend for an operator) instead of failing the execution.
+    """
+
+    default_code = "history_corrupt"
+
+
+class OperationFailedError(HeadgateError):
+    """The Operation failed.
+
+    Raised inside workflow code by ``Future.result()`` when the Operation's recorded outcome
+    is a failure; the workflow may catch it and carry on.
+    """
+
+    status_code = 422
+    default_code = "operation_failed"
+
+
+# -- conditions (CEL) ----------------------------------------------------------------
+
+
+class ConditionError(GraphError):
+    """The condition expression is invalid."""
+
+    default_code = "invalid_condition"
+
+
+class ConditionEvaluationError(ConditionError):
+    """The condition expression did not evaluate to a boolean."""
+
+    default_code = "condition_evaluation_failed"

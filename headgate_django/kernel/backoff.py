@@ -1,0 +1,22 @@
+"""Retry delays. Pure: the store adds the result to its own clock, never a worker's."""
+
+from __future__ import annotations
+
+import random
+
+#: Exponent cap so 2**attempt stays a small integer even at attempt 10,000.
+_MAX_EXPONENT = 20
+
+
+def retry_delay_ms(
+    attempt: int, *, base_ms: int, cap_ms: int, rng: random.Random | None = None
+) -> int:
+    """``min(cap, base * 2**attempt) + jitter``, jitter uniform in ``[0, base)``.
+
+    ``attempt`` counts failures so far (0 for the first retry). The jitter spreads a burst
+    of failures so they do not all come back in the same instant.
+    """
+    exponent = min(max(attempt, 0), _MAX_EXPONENT)
+    delay = min(cap_ms, base_ms * (2**exponent))
+    jitter = (rng or random).random() * base_ms
+    return int(delay + jitter)

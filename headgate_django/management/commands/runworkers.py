@@ -1,0 +1,74 @@
+"""``manage.py runworkers``: run job workers until SIGTERM/SIGINT (or, with --burst, idle)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Run headgate workers: claim jobs, run handlers, keep leases and duties."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue", action="append", dest="queues", metavar="QUEUE",
+            help="Serve this queue (repeatable). Default: every queue.",
+        )
+        parser.add_argument("--concurrency", type=int, default=10, help="Handler threads per process.")
+        parser.add_argument("--processes", type=int, default=1, help="Worker processes to start.")
+        parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
+        parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS")
+        parser.add_argument("--no-duties", action="store_true", help="Do not run maintenance duties.")
+        parser.add_argument("--worker-id", default=None)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["concurrency"] < 1 or options["processes"] < 1:
+            raise CommandError("--concurrency and --processes must be at least 1")
+        if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
+            raise CommandError("--lease-ttl must be positive")
+        if options["processes"] > 1:
+            from headgate_django.worker.supervisor import supervise
+
+            sys.exit(supervise(options["processes"], _child_args(sys.argv)))
+        from headgate_django.worker.runner import Worker
+
+        worker = Worker(
+            queues=options["queues"],
+            concurrency=options["concurrency"],
+            lease_ttl=timedelta(seconds=options["lease_ttl"]) if options["lease_ttl"] else None,
+            burst=options["burst"],
+            worker_id=options["worker_id"],
+            run_duties=not options["no_duties"],
+        )
+
+        def on_signal(signum: int, _frame: object) -> None:
+            if worker._stopping.is_set():
+                raise KeyboardInterrupt
+            self.stderr.write(f"received {signal.Signals(signum).name}: draining, then exiting")
+            worker.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        worker.run()
+
+
+def _child_args(argv: list[str]) -> list[str]:
+    """The command-line options after ``runworkers``, minus ``--processes``."""
+    rest = argv[argv.index("runworkers") + 1 :]
+    out: list[str] = []
+    skip = False
+    for arg in rest:
+        if skip:
+            skip = False
+            continue
+        if arg == "--processes":
+            skip = True
+            continue
+        if arg.startswith("--processes="):
+            continue
+        out.append(arg)
+    return out

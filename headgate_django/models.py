@@ -1,0 +1,168 @@
+"""Schema of the job queue. Rows are written only through :mod:`headgate_django.store`.
+
+Field names follow Headgate's job model so people who know it (and outside checks) find
+what they expect. Instants are store-clock values written by SQL, never by a worker.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import models
+from django.db.models import Q
+
+from headgate_django.kernel.states import EVICTABLE_STATES, LIVE_STATES, WAITING_STATES, State
+
+STATE_CHOICES = [(s.value, s.value) for s in State if s is not State.DELETED]
+_LIVE = sorted(s.value for s in LIVE_STATES)
+
+
+def _default_retention() -> timedelta:
+    return timedelta(days=7)
+
+
+class Job(models.Model):
+    """One unit of background work and its whole life: attempts, lease, result."""
+
+    id = models.CharField(primary_key=True, max_length=255)
+    kind = models.CharField(max_length=128)
+    queue = models.CharField(max_length=128, default="default")
+    priority = models.IntegerField(default=0, help_text="Higher runs first within a queue.")
+    schema_version = models.PositiveIntegerField(default=1)
+    payload = models.BinaryField(default=b"")
+    fingerprint = models.CharField(max_length=32)
+    state = models.CharField(max_length=16, choices=STATE_CHOICES, default=State.AVAILABLE.value)
+    attempt = models.PositiveIntegerField(default=0, help_text="Failed attempts so far.")
+    crash_attempt = models.PositiveIntegerField(default=0, help_text="Lost leases so far.")
+    max_attempts = models.PositiveIntegerField(default=25)
+    timeout = models.DurationField(null=True, blank=True, help_text="Per attempt.")
+    scheduled_at = models.DateTimeField()
+    lease_id = models.CharField(max_length=64, null=True, blank=True)
+    fence = models.BigIntegerField(default=0, help_text="Bumped on every entry into running.")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=255, blank=True, default="")
+    enqueued_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+    retention = models.DurationField(default=_default_retention)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="finalized_at + retention: when eviction may delete it."
+    )
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    unique_live = models.GeneratedField(
+        expression=models.Case(
+            models.When(state__in=_LIVE, then=models.F("unique_key")),
+            default=models.Value(None),
+            output_field=models.CharField(max_length=255, null=True),
+        ),
+        output_field=models.CharField(max_length=255, null=True),
+        db_persist=True,
+    )
+    errors = models.JSONField(default=list, blank=True, help_text="Newest 50 attempt errors.")
+    checkpoint = models.JSONField(default=dict, blank=True)
+    cursor = models.BinaryField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    progress = models.JSONField(null=True, blank=True)
+    workflow_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+
+    class Meta:
+        db_table = "headgate_job"
+        ordering = ["-enqueued_at"]
+        permissions = [
+            ("view_job_payload", "Can view job payloads"),
+            ("operate", "Can operate jobs, queues and workflows"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["unique_live"], name="headgate_job_unique_live"),
+            models.CheckConstraint(
+                condition=(Q(state=State.RUNNING.value) & Q(lease_id__isnull=False))
+                | (~Q(state=State.RUNNING.value) & Q(lease_id__isnull=True)),
+                name="headgate_job_running_has_lease",
+            ),
+        ]
+        # Partial indexes where the database has them (PostgreSQL, SQLite); migration
+        # 0002 adds plain equivalents on MySQL/MariaDB, which has no partial indexes.
+        indexes = [
+            models.Index(
+                fields=["queue", "-priority", "scheduled_at", "id"],
+                condition=Q(state=State.AVAILABLE.value),
+                name="headgate_job_claim",
+            ),
+            models.Index(
+                fields=["scheduled_at"],
+                condition=Q(state__in=[State.SCHEDULED.value, State.RETRYABLE.value]),
+                name="headgate_job_due",
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(state=State.RUNNING.value),
+                name="headgate_job_lease",
+            ),
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(state__in=sorted(s.value for s in EVICTABLE_STATES)),
+                name="headgate_job_evict",
+            ),
+            models.Index(
+                fields=["fingerprint"],
+                condition=Q(state__in=sorted(s.value for s in WAITING_STATES)),
+                name="headgate_job_fp_waiting",
+            ),
+            models.Index(fields=["state", "queue"], name="headgate_job_state_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.state})"
+
+
+class Quarantine(models.Model):
+    """A fingerprint (kind + payload) whose jobs crashed workers too often."""
+
+    fingerprint = models.CharField(primary_key=True, max_length=32)
+    kind = models.CharField(max_length=128)
+    crash_count = models.PositiveIntegerField(default=0)
+    quarantined_at = models.DateTimeField()
+    sample_payload = models.BinaryField(default=b"")
+    sample_job_id = models.CharField(max_length=255, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "headgate_quarantine"
+        ordering = ["-quarantined_at"]
+        verbose_name_plural = "quarantine"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.fingerprint}"
+
+
+class DutyLease(models.Model):
+    """Who runs a singleton maintenance duty right now (promote, reclaim, evict, …)."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    holder = models.CharField(max_length=255, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fence = models.BigIntegerField(default=0)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = "headgate_duty"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueState(models.Model):
+    """Operator switches per queue. A paused queue is skipped by every claim."""
+
+    name = models.CharField(primary_key=True, max_length=128)
+    paused = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "headgate_queue_state"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

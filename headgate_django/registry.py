@@ -1,0 +1,157 @@
+"""``@task``: turn a function into a job kind, validated when the module is imported.
+
+A bad definition (invalid kind, duplicate kind, impossible limits) fails at import, not in
+a worker hours later.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from headgate_django.envelope import Envelope, encode_call
+from headgate_django.exceptions import DefinitionError, UnknownTaskError
+from headgate_django.kernel.names import validate_kind, validate_queue
+
+#: ``upcaster(stored_version, args, kwargs) -> (args, kwargs)`` for the current version.
+Upcaster = Callable[[int, list[Any], dict[str, Any]], tuple[list[Any], dict[str, Any]]]
+
+_REGISTRY: dict[str, TaskDef] = {}
+
+
+@dataclass(frozen=True, eq=False)
+class TaskDef:
+    """A registered job kind. Calling it runs the function directly (handy in tests)."""
+
+    fn: Callable[..., Any]
+    kind: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None
+    retention: timedelta | None = None
+    schema_version: int = 1
+    timeout: timedelta | None = None
+    upcaster: Upcaster | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def envelope(self, *args: Any, **kwargs: Any) -> Envelope:
+        """The job this call would be, not yet enqueued (what ``Workflow.add`` takes)."""
+        return Envelope(
+            kind=self.kind,
+            payload=encode_call(args, kwargs),
+            queue=self.queue,
+            priority=self.priority,
+            schema_version=self.schema_version,
+            max_attempts=self.max_attempts,
+            retention=self.retention,
+            timeout=self.timeout,
+        )
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> str:
+        """Enqueue one job now (joining the caller's transaction) and return its id."""
+        from headgate_django.enqueue import enqueue
+
+        return enqueue(self.envelope(*args, **kwargs))[0]
+
+    def enqueue_at(self, when: datetime | timedelta, *args: Any, **kwargs: Any) -> str:
+        """Enqueue to run at an instant, or after a delay measured on the store clock."""
+        from headgate_django.enqueue import enqueue
+
+        env = self.envelope(*args, **kwargs)
+        if isinstance(when, timedelta):
+            env = replace(env, delay=when)
+        else:
+            env = replace(env, scheduled_at=when)
+        return enqueue(env)[0]
+
+
+def _validate(definition: TaskDef) -> None:
+    validate_kind(definition.kind)
+    validate_queue(definition.queue)
+    if definition.max_attempts is not None and definition.max_attempts < 1:
+        raise DefinitionError(f"{definition.kind}: max_attempts must be at least 1")
+    if definition.retention is not None and definition.retention < timedelta(0):
+        raise DefinitionError(f"{definition.kind}: retention cannot be negative")
+    if definition.timeout is not None and definition.timeout <= timedelta(0):
+        raise DefinitionError(f"{definition.kind}: timeout must be positive")
+    if definition.schema_version < 1:
+        raise DefinitionError(f"{definition.kind}: schema_version must be at least 1")
+    params = list(inspect.signature(definition.fn).parameters.values())
+    if not params or params[0].kind not in (
+        params[0].POSITIONAL_ONLY,
+        params[0].POSITIONAL_OR_KEYWORD,
+    ):
+        raise DefinitionError(
+            f"{definition.kind}: a task handler takes the job context as its first argument"
+        )
+
+
+def register(definition: TaskDef) -> TaskDef:
+    _validate(definition)
+    existing = _REGISTRY.get(definition.kind)
+    if existing is not None and _origin(existing.fn) != _origin(definition.fn):
+        raise DefinitionError(
+            f"job kind {definition.kind!r} is already registered by {_origin(existing.fn)}"
+        )
+    _REGISTRY[definition.kind] = definition
+    return definition
+
+
+def _origin(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def task(
+    fn: Callable[..., Any] | None = None,
+    *,
+    kind: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    max_attempts: int | None = None,
+    retention: timedelta | None = None,
+    schema_version: int = 1,
+    timeout: timedelta | None = None,
+    upcaster: Upcaster | None = None,
+) -> Any:
+    """Register a job handler. ``kind`` defaults to the function's dotted path."""
+
+    def decorate(func: Callable[..., Any]) -> TaskDef:
+        return register(
+            TaskDef(
+                fn=func,
+                kind=kind or _origin(func),
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                retention=retention,
+                schema_version=schema_version,
+                timeout=timeout,
+                upcaster=upcaster,
+            )
+        )
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def get_task(kind: str) -> TaskDef:
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise UnknownTaskError(f"no task is registered for kind {kind!r}") from None
+
+
+def find_task(kind: str) -> TaskDef | None:
+    return _REGISTRY.get(kind)
+
+
+def registered_kinds() -> list[str]:
+    return sorted(_REGISTRY)

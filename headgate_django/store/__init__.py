@@ -1,0 +1,75 @@
+"""The only code that talks to the database.
+
+Entity-first verbs, one per state change (``job_insert_many``, ``job_claim``,
+``job_complete_many``, ``job_renew_leases``, ``job_reclaim_expired`` …). Every write a
+worker makes is fenced on ``(id, lease_id, fence, state='running')``; every deciding
+instant comes from the database clock. Vendor differences live in :mod:`.vendor`.
+"""
+
+from headgate_django.store.claim import ClaimedJob, job_claim
+from headgate_django.store.duties import duty_acquire, duty_release
+from headgate_django.store.fenced import (
+    LeaseRef,
+    job_complete_many,
+    job_mark_undecodable,
+    job_release_many,
+    job_renew_leases,
+    job_retry,
+    job_save_checkpoint,
+    job_save_progress,
+    job_save_result,
+    job_set_cursor,
+    job_skip,
+    job_snooze,
+)
+from headgate_django.store.insert import job_insert_many
+from headgate_django.store.maintenance import (
+    job_evict_retained,
+    job_promote_due,
+    job_reclaim_expired,
+    unknown_kinds_waiting,
+)
+from headgate_django.store.operator import (
+    job_cancel,
+    job_delete,
+    job_operator_retry,
+    job_promote,
+    job_replace_payload,
+    job_reschedule,
+    quarantine_release,
+    queue_set_paused,
+)
+from headgate_django.store.vendor import db_now
+
+__all__ = [
+    "ClaimedJob",
+    "LeaseRef",
+    "db_now",
+    "duty_acquire",
+    "duty_release",
+    "job_cancel",
+    "job_claim",
+    "job_complete_many",
+    "job_delete",
+    "job_evict_retained",
+    "job_insert_many",
+    "job_mark_undecodable",
+    "job_operator_retry",
+    "job_promote",
+    "job_promote_due",
+    "job_reclaim_expired",
+    "job_release_many",
+    "job_renew_leases",
+    "job_replace_payload",
+    "job_reschedule",
+    "job_retry",
+    "job_save_checkpoint",
+    "job_save_progress",
+    "job_save_result",
+    "job_set_cursor",
+    "job_skip",
+    "job_snooze",
+    "quarantine_release",
+    "queue_set_paused",
+    "unknown_kinds_waiting",
+]

@@ -1,0 +1,146 @@
+"""``job_claim``: hand available jobs to one worker, never the same job to two.
+
+PostgreSQL and MySQL/MariaDB lock candidates with ``FOR UPDATE SKIP LOCKED`` so workers
+never wait on each other; SQLite serialises writers with ``BEGIN IMMEDIATE`` (the
+``transaction_mode`` the settings check asks for). Each claim stamps its jobs with one
+fresh ``lease_id`` and bumps every job's ``fence``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from headgate_django.kernel.states import State
+from headgate_django.store import vendor as v
+from headgate_django.store.fenced import LeaseRef
+from headgate_django.store.rows import RowReader
+
+COLUMNS = (
+    "id",
+    "kind",
+    "queue",
+    "payload",
+    "schema_version",
+    "attempt",
+    "crash_attempt",
+    "max_attempts",
+    "fence",
+    "timeout",
+    "retention",
+    "checkpoint",
+    "cursor",
+    "workflow_id",
+)
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """What a worker needs to run one attempt, and the lease that fences its writes."""
+
+    ref: LeaseRef
+    kind: str
+    queue: str
+    payload: bytes
+    schema_version: int
+    attempt: int
+    crash_attempt: int
+    max_attempts: int
+    timeout: timedelta | None
+    retention: timedelta
+    checkpoint: dict[str, Any]
+    cursor: bytes | None
+    workflow_id: str | None
+
+
+def job_claim(
+    *,
+    worker_id: str,
+    limit: int,
+    lease_ttl: timedelta,
+    queues: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    using: str = "default",
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` available jobs, highest priority first, then oldest.
+
+    ``queues=None`` serves every queue; ``kinds`` restricts the claim to kinds this worker
+    can run, so a job nobody here knows stays untouched for a worker that knows it.
+    """
+    if limit <= 0:
+        return []
+    conn = v.connection_for(using)
+    lease_id = f"{worker_id}:{uuid.uuid4().hex[:12]}"
+    where = ["state = %s"]
+    params: list[Any] = [State.AVAILABLE.value]
+    if queues:
+        where.append(f"queue IN ({v.placeholders(len(queues))})")
+        params.extend(queues)
+    if kinds is not None:
+        if not kinds:
+            return []
+        where.append(f"kind IN ({v.placeholders(len(kinds))})")
+        params.extend(kinds)
+    where.append(
+        "NOT EXISTS (SELECT 1 FROM headgate_queue_state qs "
+        "WHERE qs.name = headgate_job.queue AND qs.paused = %s)"
+    )
+    params.append(True)
+    candidates = (
+        f"SELECT id FROM headgate_job WHERE {' AND '.join(where)} "
+        "ORDER BY priority DESC, scheduled_at, id LIMIT %s"
+    )
+    params.append(limit)
+    ttl_ms = int(lease_ttl.total_seconds() * 1000)
+    set_clause = (
+        f"state = %s, lease_id = %s, fence = fence + 1, claimed_by = %s, "
+        f"claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)}"
+    )
+    set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
+    reader = RowReader.get(conn, COLUMNS)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        if v.has_returning(conn):
+            cursor.execute(
+                f"UPDATE headgate_job SET {set_clause} WHERE id IN "
+                f"({candidates}{v.skip_locked(conn)}) RETURNING {', '.join(COLUMNS)}",
+                set_params + params,
+            )
+            rows = cursor.fetchall()
+        else:
+            cursor.execute(candidates + v.skip_locked(conn), params)
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                return []
+            id_list = v.placeholders(len(ids))
+            cursor.execute(
+                f"UPDATE headgate_job SET {set_clause} WHERE id IN ({id_list})",
+                set_params + ids,
+            )
+            cursor.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM headgate_job WHERE id IN ({id_list})", ids
+            )
+            rows = cursor.fetchall()
+    return [_claimed(reader.read(row), lease_id) for row in rows]
+
+
+def _claimed(row: dict[str, Any], lease_id: str) -> ClaimedJob:
+    return ClaimedJob(
+        ref=LeaseRef(job_id=row["id"], lease_id=lease_id, fence=row["fence"]),
+        kind=row["kind"],
+        queue=row["queue"],
+        payload=bytes(row["payload"] or b""),
+        schema_version=row["schema_version"],
+        attempt=row["attempt"],
+        crash_attempt=row["crash_attempt"],
+        max_attempts=row["max_attempts"],
+        timeout=row["timeout"],
+        retention=row["retention"],
+        checkpoint=row["checkpoint"] or {},
+        cursor=bytes(row["cursor"]) if row["cursor"] is not None else None,
+        workflow_id=row["workflow_id"],
+    )

@@ -1,0 +1,338 @@
+"""Writes a worker makes about a job it holds. Every one is fenced.
+
+A write applies only while the row still says ``state='running'`` under the caller's
+``(lease_id, fence)``. Zero rows means the lease was lost (reclaimed, cancelled, or moved
+on by an operator): single writes raise :class:`LeaseLostError`; batch writes return the
+ids that did land so the caller can tell which handlers to stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from headgate_django.conf import headgate_settings
+from headgate_django.exceptions import LeaseLostError, PayloadTooLargeError
+from headgate_django.kernel import backoff
+from headgate_django.kernel.states import State, retry_target
+from headgate_django.store import vendor as v
+from headgate_django.store.rows import prep
+
+MAX_ERRORS = 50
+_RUNNING = State.RUNNING.value
+_CLEAR_LEASE = "lease_id = NULL, lease_expires_at = NULL"
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    """Names one attempt: the job, the claim that leased it, and its fence."""
+
+    job_id: str
+    lease_id: str
+    fence: int
+
+
+@dataclass(frozen=True)
+class Completion:
+    ref: LeaseRef
+    result: Any = None
+    delete: bool = False  # retention 0: the row goes away at ack
+
+
+def _fenced_ids(
+    cursor: Any,
+    conn: BaseDatabaseWrapper,
+    set_sql: str,
+    set_params: list[Any],
+    refs: Sequence[LeaseRef],
+    extra_where: str = "",
+) -> set[str]:
+    """Apply ``SET set_sql`` to the rows still held under ``refs``; return their ids."""
+    if not refs:
+        return set()
+    if v.has_returning(conn):
+        cursor.execute(
+            f"UPDATE headgate_job SET {set_sql} WHERE state = %s{extra_where} AND "
+            f"(id, lease_id, fence) IN ({v.row_values(len(refs), 3)}) RETURNING id",
+            [*set_params, _RUNNING, *v.flat((r.job_id, r.lease_id, r.fence) for r in refs)],
+        )
+        return {row[0] for row in cursor.fetchall()}
+    held = _lock_held(cursor, conn, refs, extra_where)
+    if held:
+        cursor.execute(
+            f"UPDATE headgate_job SET {set_sql} WHERE id IN ({v.placeholders(len(held))})",
+            [*set_params, *held],
+        )
+    return held
+
+
+def _lock_held(
+    cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef], extra_where: str = ""
+) -> set[str]:
+    wanted = {r.job_id: (r.lease_id, r.fence) for r in refs}
+    cursor.execute(
+        f"SELECT id, lease_id, fence FROM headgate_job WHERE state = %s{extra_where} "
+        f"AND id IN ({v.placeholders(len(wanted))}){v.for_update(conn)}",
+        [_RUNNING, *wanted],
+    )
+    return {row[0] for row in cursor.fetchall() if wanted.get(row[0]) == (row[1], row[2])}
+
+
+def _deleted_ids(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]:
+    if not refs:
+        return set()
+    if v.has_returning(conn):
+        cursor.execute(
+            f"DELETE FROM headgate_job WHERE state = %s AND "
+            f"(id, lease_id, fence) IN ({v.row_values(len(refs), 3)}) RETURNING id",
+            [_RUNNING, *v.flat((r.job_id, r.lease_id, r.fence) for r in refs)],
+        )
+        return {row[0] for row in cursor.fetchall()}
+    held = _lock_held(cursor, conn, refs)
+    if held:
+        cursor.execute(
+            f"DELETE FROM headgate_job WHERE id IN ({v.placeholders(len(held))})", list(held)
+        )
+    return held
+
+
+def job_complete_many(completions: Sequence[Completion], *, using: str = "default") -> set[str]:
+    """Record successes in one transaction; return the ids whose completion landed."""
+    if not completions:
+        return set()
+    conn = v.connection_for(using)
+    limit = headgate_settings.MAX_RESULT_BYTES
+    deletes = [c.ref for c in completions if c.delete]
+    keeps = [c for c in completions if not c.delete]
+    done: set[str] = set()
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        done |= _deleted_ids(cursor, conn, deletes)
+        if keeps:
+            set_sql = (
+                f"state = %s, finalized_at = {v.now(conn)}, "
+                f"expires_at = {v.plus_duration_column(conn, 'retention')}, {_CLEAR_LEASE}"
+            )
+            params: list[Any] = [State.COMPLETED.value]
+            with_result = [c for c in keeps if c.result is not None]
+            if with_result:
+                cases = []
+                for c in with_result:
+                    value = prep(conn, "result", c.result)
+                    if isinstance(value, str) and len(value) > limit:
+                        raise PayloadTooLargeError(
+                            f"result of job {c.ref.job_id} is larger than {limit} bytes"
+                        )
+                    cases.append("WHEN %s THEN %s")
+                    params += [c.ref.job_id, value]
+                set_sql += f", result = CASE id {' '.join(cases)} ELSE result END"
+            done |= _fenced_ids(cursor, conn, set_sql, params, [c.ref for c in keeps])
+        _after_finish(cursor, conn, done)
+    return done
+
+
+def _after_finish(cursor: Any, conn: BaseDatabaseWrapper, job_ids: set[str]) -> None:
+    """Hooks that must commit with a finished job (workflows wake their coordinator)."""
+    from headgate_django.store import hooks
+
+    for hook in hooks.ON_FINISH:
+        hook(cursor, conn, job_ids)
+
+
+def job_renew_leases(
+    refs: Sequence[LeaseRef], *, lease_ttl: timedelta, using: str = "default"
+) -> set[str]:
+    """Extend the leases still held; return the ids whose lease was lost."""
+    if not refs:
+        return set()
+    conn = v.connection_for(using)
+    ttl_ms = int(lease_ttl.total_seconds() * 1000)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
+    return {r.job_id for r in refs} - kept
+
+
+def job_release_many(refs: Sequence[LeaseRef], *, using: str = "default") -> set[str]:
+    """Give jobs back without charging anything (graceful shutdown leftovers)."""
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        return _fenced_ids(
+            cursor, conn, f"state = %s, {_CLEAR_LEASE}", [State.AVAILABLE.value], refs
+        )
+
+
+def _lock_one(
+    cursor: Any, conn: BaseDatabaseWrapper, ref: LeaseRef, columns: str
+) -> tuple[Any, ...]:
+    cursor.execute(
+        f"SELECT {columns}, {v.now(conn)} FROM headgate_job WHERE id = %s AND lease_id = %s "
+        f"AND fence = %s AND state = %s{v.for_update(conn)}",
+        [ref.job_id, ref.lease_id, ref.fence, _RUNNING],
+    )
+    row = cursor.fetchone()
+    if row is None:
+        raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
+    return row
+
+
+def _error_entry(
+    conn: BaseDatabaseWrapper, at: Any, attempt: int, kind: str, message: str, trace: str | None
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "attempt": attempt,
+        "at": v.parse_instant(conn, at).isoformat(),
+        "kind": kind,
+        "error": message[:4000],
+    }
+    if trace:
+        entry["traceback"] = trace[-16000:]
+    return entry
+
+
+def _append(errors: Any, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    import json
+
+    if isinstance(errors, str | bytes):
+        errors = json.loads(errors)
+    return ([*list(errors or []), entry])[-MAX_ERRORS:]
+
+
+def job_retry(
+    ref: LeaseRef,
+    *,
+    error: str,
+    traceback: str | None = None,
+    delay: timedelta | None = None,
+    using: str = "default",
+) -> State:
+    """A returned failure: consume an attempt, back off on the store clock or archive."""
+    conn = v.connection_for(using)
+    s = headgate_settings
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        errors, attempt, max_attempts, at = _lock_one(
+            cursor, conn, ref, "errors, attempt, max_attempts"
+        )
+        target = retry_target(attempt, max_attempts)
+        entry = _error_entry(conn, at, attempt + 1, "error", error, traceback)
+        params: list[Any] = [target.value, prep(conn, "errors", _append(errors, entry))]
+        if target is State.RETRYABLE:
+            delay_ms = (
+                int(delay.total_seconds() * 1000)
+                if delay is not None
+                else backoff.retry_delay_ms(
+                    attempt,
+                    base_ms=int(s.BACKOFF_BASE.total_seconds() * 1000),
+                    cap_ms=int(s.BACKOFF_CAP.total_seconds() * 1000),
+                )
+            )
+            when = f"scheduled_at = {v.plus_ms(conn)}"
+            params.append(delay_ms)
+        else:
+            when = (
+                f"finalized_at = {v.now(conn)}, "
+                f"expires_at = {v.plus_duration_column(conn, 'retention')}"
+            )
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, errors = %s, attempt = attempt + 1, "
+            f"{when}, {_CLEAR_LEASE} WHERE id = %s",
+            [*params, ref.job_id],
+        )
+        _after_finish(cursor, conn, {ref.job_id})
+    return target
+
+
+def _finish_with(
+    ref: LeaseRef, *, state: State, kind: str, message: str, trace: str | None, using: str
+) -> None:
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        errors, attempt, at = _lock_one(cursor, conn, ref, "errors, attempt")
+        entry = _error_entry(conn, at, attempt + 1, kind, message, trace)
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, errors = %s, finalized_at = {v.now(conn)}, "
+            f"expires_at = {v.plus_duration_column(conn, 'retention')}, {_CLEAR_LEASE} "
+            "WHERE id = %s",
+            [state.value, prep(conn, "errors", _append(errors, entry)), ref.job_id],
+        )
+        _after_finish(cursor, conn, {ref.job_id})
+
+
+def job_skip(ref: LeaseRef, *, reason: str, using: str = "default") -> None:
+    """The handler gave up on purpose: archive without retrying."""
+    _finish_with(ref, state=State.ARCHIVED, kind="skip", message=reason, trace=None, using=using)
+
+
+def job_mark_undecodable(
+    ref: LeaseRef, *, reason: str, traceback: str | None = None, using: str = "default"
+) -> None:
+    """No decoder for the stored payload: park it for an operator, never retry blindly."""
+    _finish_with(
+        ref,
+        state=State.UNDECODABLE,
+        kind="undecodable",
+        message=reason,
+        trace=traceback,
+        using=using,
+    )
+
+
+def job_snooze(ref: LeaseRef, *, delay: timedelta, using: str = "default") -> None:
+    """Run again after ``delay`` (store clock) without consuming an attempt."""
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        held = _fenced_ids(
+            cursor,
+            conn,
+            f"state = %s, scheduled_at = {v.plus_ms(conn)}, {_CLEAR_LEASE}",
+            [State.SCHEDULED.value, int(delay.total_seconds() * 1000)],
+            [ref],
+        )
+    if not held:
+        raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
+
+
+def _fenced_single(ref: LeaseRef, set_sql: str, params: list[Any], using: str) -> None:
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE headgate_job SET {set_sql} WHERE id = %s AND lease_id = %s AND fence = %s "
+            "AND state = %s",
+            [*params, ref.job_id, ref.lease_id, ref.fence, _RUNNING],
+        )
+        if cursor.rowcount != 1:
+            raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
+
+
+def job_save_checkpoint(
+    ref: LeaseRef, checkpoint: dict[str, Any], *, using: str = "default"
+) -> None:
+    conn = v.connection_for(using)
+    _fenced_single(ref, "checkpoint = %s", [prep(conn, "checkpoint", checkpoint)], using)
+
+
+def job_set_cursor(
+    ref: LeaseRef, cursor_value: bytes | None, checkpoint: dict[str, Any], *, using: str = "default"
+) -> None:
+    """Store a cursor step's position together with the checkpoint that names the step."""
+    conn = v.connection_for(using)
+    _fenced_single(
+        ref,
+        "cursor = %s, checkpoint = %s",
+        [prep(conn, "cursor", cursor_value), prep(conn, "checkpoint", checkpoint)],
+        using,
+    )
+
+
+def job_save_progress(ref: LeaseRef, progress: dict[str, Any], *, using: str = "default") -> None:
+    conn = v.connection_for(using)
+    _fenced_single(ref, "progress = %s", [prep(conn, "progress", progress)], using)
+
+
+def job_save_result(ref: LeaseRef, result: Any, *, using: str = "default") -> None:
+    """A mid-run result (the final one is written with the completion)."""
+    conn = v.connection_for(using)
+    _fenced_single(ref, "result = %s", [prep(conn, "result", result)], using)

@@ -1,0 +1,220 @@
+"""``job_insert_many``: enqueue a batch all-or-nothing, inside the caller's transaction.
+
+The batch is classified before anything is written (quarantined fingerprints, caller ids
+that already exist, live unique keys), so a refused batch leaves no trace. A concurrent
+writer racing us to the same id or key is caught by the database's unique constraints
+and classified the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from headgate_django.conf import headgate_settings
+from headgate_django.envelope import Envelope, new_id
+from headgate_django.exceptions import (
+    BatchError,
+    DefinitionError,
+    DuplicateError,
+    IdConflictError,
+    PayloadTooLargeError,
+    QuarantinedError,
+)
+from headgate_django.kernel.names import validate_job_id, validate_kind, validate_queue
+from headgate_django.kernel.states import State
+from headgate_django.store import vendor as v
+from headgate_django.store.rows import prep
+
+_INT32 = 2**31 - 1
+_COLUMNS = (
+    "id, kind, queue, priority, schema_version, payload, fingerprint, state, attempt, "
+    "crash_attempt, max_attempts, timeout, scheduled_at, fence, claimed_by, enqueued_at, "
+    "retention, unique_key, errors, checkpoint, workflow_id"
+)
+
+
+@dataclass(frozen=True)
+class _Row:
+    env: Envelope
+    id: str
+    fingerprint: str
+    caller_id: bool
+
+
+def _validate(env: Envelope) -> None:
+    if not isinstance(env, Envelope):
+        raise DefinitionError(f"expected an Envelope, got {type(env).__name__}")
+    validate_kind(env.kind)
+    validate_queue(env.queue)
+    if env.id is not None:
+        validate_job_id(env.id)
+    if not isinstance(env.payload, bytes | bytearray | memoryview):
+        raise DefinitionError(f"{env.kind}: payload must be bytes")
+    limit = headgate_settings.MAX_PAYLOAD_BYTES
+    if len(env.payload) > limit:
+        raise PayloadTooLargeError(
+            f"{env.kind}: payload is {len(env.payload)} bytes, over the {limit}-byte limit "
+            "(HEADGATE['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference",
+            size=len(env.payload),
+            limit=limit,
+        )
+    if not -_INT32 <= env.priority <= _INT32:
+        raise DefinitionError(f"{env.kind}: priority out of range")
+    if env.schema_version < 1:
+        raise DefinitionError(f"{env.kind}: schema_version must be at least 1")
+    if env.max_attempts is not None and env.max_attempts < 1:
+        raise DefinitionError(f"{env.kind}: max_attempts must be at least 1")
+    if env.retention is not None and env.retention < timedelta(0):
+        raise DefinitionError(f"{env.kind}: retention cannot be negative")
+    timing = [env.scheduled_at is not None, env.delay is not None, env.pending]
+    if sum(timing) > 1:
+        raise DefinitionError(f"{env.kind}: scheduled_at, delay and pending are exclusive")
+    if env.delay is not None and env.delay < timedelta(0):
+        raise DefinitionError(f"{env.kind}: delay cannot be negative")
+    if env.scheduled_at is not None and env.scheduled_at.tzinfo is None:
+        raise DefinitionError(f"{env.kind}: scheduled_at must be timezone-aware")
+    if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
+        raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
+
+
+def _plan(envelopes: Sequence[Envelope]) -> list[_Row]:
+    limit = headgate_settings.MAX_BATCH
+    if len(envelopes) > limit:
+        raise BatchError(f"a batch holds at most {limit} jobs, got {len(envelopes)}")
+    rows, seen_ids, seen_keys = [], set(), set()
+    for env in envelopes:
+        _validate(env)
+        job_id = env.id or new_id()
+        if job_id in seen_ids:
+            raise IdConflictError(
+                f"id conflict: job {job_id} appears twice in one batch", id=job_id
+            )
+        seen_ids.add(job_id)
+        if env.unique_key is not None:
+            if env.unique_key in seen_keys:
+                raise DuplicateError(
+                    f"unique key {env.unique_key!r} appears twice in one batch", existing_id=job_id
+                )
+            seen_keys.add(env.unique_key)
+        rows.append(_Row(env, job_id, env.fingerprint, env.id is not None))
+    return rows
+
+
+def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") -> list[str]:
+    """Insert every envelope or none; return the job ids in input order.
+
+    A caller id that already exists with the same content (kind, fingerprint, queue) is an
+    idempotent no-op; with other content it is :class:`IdConflictError`.
+    """
+    rows = _plan(envelopes)
+    if not rows:
+        return []
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using):
+        to_insert = _classify(conn, rows)
+        if to_insert:
+            try:
+                with transaction.atomic(using=using):
+                    _insert(conn, to_insert)
+            except IntegrityError as exc:
+                # Lost a race for an id or unique key: explain it like a planned conflict.
+                _classify(conn, to_insert)
+                raise IdConflictError(f"enqueue conflicted with a concurrent write: {exc}") from exc
+    return [row.id for row in rows]
+
+
+def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
+    with conn.cursor() as cursor:
+        fingerprints = sorted({r.fingerprint for r in rows})
+        cursor.execute(
+            "SELECT fingerprint FROM headgate_quarantine "
+            f"WHERE fingerprint IN ({v.placeholders(len(fingerprints))})",
+            fingerprints,
+        )
+        hit = cursor.fetchone()
+        if hit:
+            raise QuarantinedError(
+                f"fingerprint {hit[0]} is quarantined after repeated crashes; release it first",
+                fingerprint=hit[0],
+            )
+        skip: set[str] = set()
+        caller = [r for r in rows if r.caller_id]
+        if caller:
+            cursor.execute(
+                "SELECT id, kind, fingerprint, queue FROM headgate_job "
+                f"WHERE id IN ({v.placeholders(len(caller))})",
+                [r.id for r in caller],
+            )
+            existing = {row[0]: row[1:] for row in cursor.fetchall()}
+            for r in caller:
+                if r.id not in existing:
+                    continue
+                if existing[r.id] != (r.env.kind, r.fingerprint, r.env.queue):
+                    raise IdConflictError(f"id conflict: job {r.id}", id=r.id)
+                skip.add(r.id)
+        keyed = [r for r in rows if r.env.unique_key is not None and r.id not in skip]
+        if keyed:
+            cursor.execute(
+                "SELECT id, unique_live FROM headgate_job "
+                f"WHERE unique_live IN ({v.placeholders(len(keyed))})",
+                [r.env.unique_key for r in keyed],
+            )
+            for existing_id, key in cursor.fetchall():
+                raise DuplicateError(
+                    f"a live job ({existing_id}) already holds unique key {key!r}",
+                    existing_id=existing_id,
+                )
+    return [r for r in rows if r.id not in skip]
+
+
+def _insert(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
+    s = headgate_settings
+    now = v.now(conn)
+    values: list[str] = []
+    params: list[Any] = []
+    empty_list = prep(conn, "errors", [])
+    empty_dict = prep(conn, "checkpoint", {})
+    for r in rows:
+        env = r.env
+        if env.pending:
+            state_sql, sched_sql, extra = "%s", now, [State.PENDING.value]
+        elif env.delay is not None and env.delay > timedelta(0):
+            state_sql, sched_sql, extra = "%s", v.plus_ms(conn), [State.SCHEDULED.value]
+        elif env.scheduled_at is not None:
+            state_sql = f"CASE WHEN %s > {now} THEN %s ELSE %s END"
+            sched_sql = "%s"
+            at = prep(conn, "scheduled_at", env.scheduled_at)
+            extra = [at, State.SCHEDULED.value, State.AVAILABLE.value]
+        else:
+            state_sql, sched_sql, extra = "%s", now, [State.AVAILABLE.value]
+        values.append(
+            f"(%s, %s, %s, %s, %s, %s, %s, {state_sql}, 0, 0, %s, %s, {sched_sql}, 0, '', "
+            f"{now}, %s, %s, %s, %s, %s)"
+        )
+        params += [r.id, env.kind, env.queue, env.priority, env.schema_version]
+        params += [prep(conn, "payload", bytes(env.payload)), r.fingerprint]
+        params += extra
+        params += [
+            env.max_attempts or s.MAX_ATTEMPTS,
+            prep(conn, "timeout", env.timeout),
+        ]
+        if env.delay is not None and env.delay > timedelta(0):
+            params.append(int(env.delay.total_seconds() * 1000))
+        elif env.scheduled_at is not None and not env.pending:
+            params.append(prep(conn, "scheduled_at", env.scheduled_at))
+        retention = env.retention if env.retention is not None else s.RETENTION
+        params += [
+            prep(conn, "retention", retention),
+            env.unique_key,
+            empty_list,
+            empty_dict,
+            env.workflow_id,
+        ]
+    with conn.cursor() as cursor:
+        cursor.execute(f"INSERT INTO headgate_job ({_COLUMNS}) VALUES {', '.join(values)}", params)

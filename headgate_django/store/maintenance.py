@@ -1,0 +1,182 @@
+"""The maintenance verbs behind the singleton duties: promote, reclaim, evict.
+
+Each works in bounded batches so one call never holds locks for long, and returns what it
+did so the duty can log it ("nothing silent").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from headgate_django.conf import headgate_settings
+from headgate_django.kernel.states import EVICTABLE_STATES, WAITING_STATES, State, lease_lost_target
+from headgate_django.store import vendor as v
+from headgate_django.store.fenced import _append, _error_entry
+from headgate_django.store.rows import prep
+
+
+def _bounded_ids(cursor: Any, conn: Any, where: str, params: list[Any], limit: int) -> list[str]:
+    cursor.execute(
+        f"SELECT id FROM headgate_job WHERE {where} LIMIT %s{v.skip_locked(conn)}",
+        [*params, limit],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def job_promote_due(*, limit: int = 1000, using: str = "default") -> int:
+    """Move due ``scheduled`` and ``retryable`` jobs to ``available``."""
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        ids = _bounded_ids(
+            cursor,
+            conn,
+            f"state IN (%s, %s) AND scheduled_at <= {v.now(conn)}",
+            [State.SCHEDULED.value, State.RETRYABLE.value],
+            limit,
+        )
+        if not ids:
+            return 0
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s WHERE id IN ({v.placeholders(len(ids))}) "
+            "AND state IN (%s, %s)",
+            [State.AVAILABLE.value, *ids, State.SCHEDULED.value, State.RETRYABLE.value],
+        )
+        return cursor.rowcount
+
+
+@dataclass
+class ReclaimReport:
+    retried: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)  # fingerprints
+
+
+def job_reclaim_expired(*, limit: int = 500, using: str = "default") -> ReclaimReport:
+    """Expired leases are crashes: charge ``crash_attempt``, requeue at the back, or quarantine.
+
+    The crash is attributed to the step in progress (from the checkpoint), so an operator
+    sees where the worker died.
+    """
+    conn = v.connection_for(using)
+    s = headgate_settings
+    report = ReclaimReport()
+    crash_backoff_ms = int(s.CRASH_BACKOFF.total_seconds() * 1000)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, crash_attempt, attempt, fingerprint, kind, payload, errors, checkpoint, "
+            f"claimed_by, {v.now(conn)} FROM headgate_job "
+            f"WHERE state = %s AND lease_expires_at < {v.now(conn)} LIMIT %s{v.skip_locked(conn)}",
+            [State.RUNNING.value, limit],
+        )
+        for (
+            job_id,
+            crashes,
+            attempt,
+            fp,
+            kind,
+            payload,
+            errors,
+            checkpoint,
+            by,
+            at,
+        ) in cursor.fetchall():
+            step = _in_progress_step(checkpoint)
+            message = f"lease expired (worker {by or '?'} stopped renewing)"
+            if step:
+                message += f" during step {step!r}"
+            entry = _error_entry(conn, at, attempt + 1, "crash", message, None)
+            new_errors = prep(conn, "errors", _append(errors, entry))
+            target = lease_lost_target(crashes, s.CRASH_LIMIT)
+            if target is State.RETRYABLE:
+                cursor.execute(
+                    f"UPDATE headgate_job SET state = %s, crash_attempt = crash_attempt + 1, "
+                    f"errors = %s, scheduled_at = {v.plus_ms(conn)}, lease_id = NULL, "
+                    "lease_expires_at = NULL WHERE id = %s",
+                    [State.RETRYABLE.value, new_errors, crash_backoff_ms, job_id],
+                )
+                report.retried.append(job_id)
+            else:
+                cursor.execute(
+                    f"UPDATE headgate_job SET state = %s, crash_attempt = crash_attempt + 1, "
+                    f"errors = %s, finalized_at = {v.now(conn)}, lease_id = NULL, "
+                    "lease_expires_at = NULL WHERE id = %s",
+                    [State.QUARANTINED.value, new_errors, job_id],
+                )
+                _quarantine(cursor, conn, fp, kind, payload, job_id, crashes + 1, message)
+                report.quarantined.append(fp)
+    return report
+
+
+def _in_progress_step(checkpoint: Any) -> str | None:
+    import json
+
+    if isinstance(checkpoint, str | bytes):
+        checkpoint = json.loads(checkpoint)
+    return (checkpoint or {}).get("in_progress_step")
+
+
+def _quarantine(
+    cursor: Any, conn: Any, fp: str, kind: str, payload: Any, job_id: str, crashes: int, reason: str
+) -> None:
+    cursor.execute("SELECT 1 FROM headgate_quarantine WHERE fingerprint = %s", [fp])
+    if cursor.fetchone() is None:
+        cursor.execute(
+            "INSERT INTO headgate_quarantine (fingerprint, kind, crash_count, quarantined_at, "
+            f"sample_payload, sample_job_id, reason) VALUES (%s, %s, %s, {v.now(conn)}, %s, %s, %s)",
+            [fp, kind, crashes, payload, job_id, reason],
+        )
+    waiting = sorted(s.value for s in WAITING_STATES)
+    cursor.execute(
+        f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)} "
+        f"WHERE fingerprint = %s AND state IN ({v.placeholders(len(waiting))})",
+        [State.QUARANTINED.value, fp, *waiting],
+    )
+
+
+def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str, int]:
+    """Delete terminal rows whose retention has lapsed; return the count per state."""
+    conn = v.connection_for(using)
+    states = sorted(s.value for s in EVICTABLE_STATES)
+    counts: dict[str, int] = {}
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, state FROM headgate_job WHERE state IN ({v.placeholders(len(states))}) "
+            f"AND expires_at <= {v.now(conn)} LIMIT %s{v.skip_locked(conn)}",
+            [*states, limit],
+        )
+        rows = cursor.fetchall()
+        if not rows:
+            return counts
+        for _, state in rows:
+            counts[state] = counts.get(state, 0) + 1
+        _before_evict(cursor, conn, [row[0] for row in rows])
+        cursor.execute(
+            f"DELETE FROM headgate_job WHERE id IN ({v.placeholders(len(rows))})",
+            [row[0] for row in rows],
+        )
+    return counts
+
+
+def _before_evict(cursor: Any, conn: Any, job_ids: Sequence[str]) -> None:
+    from headgate_django.store import hooks
+
+    for hook in hooks.BEFORE_EVICT:
+        hook(cursor, conn, job_ids)
+
+
+def unknown_kinds_waiting(known: Sequence[str], *, using: str = "default") -> dict[str, int]:
+    """Kinds of available jobs that no handler here knows, with their counts."""
+    conn = v.connection_for(using)
+    params: list[Any] = [State.AVAILABLE.value]
+    where = "state = %s"
+    if known:
+        where += f" AND kind NOT IN ({v.placeholders(len(known))})"
+        params += list(known)
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT kind, COUNT(*) FROM headgate_job WHERE {where} GROUP BY kind", params
+        )
+        return dict(cursor.fetchall())

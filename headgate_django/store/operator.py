@@ -1,0 +1,163 @@
+"""Operator verbs: what a person (or the API, later) does to a job by hand.
+
+Each locks the row, asks the kernel's state table whether the move is allowed, and writes
+the new state; a running handler learns about a cancel at its next fenced write or renewal.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F
+
+from headgate_django.envelope import fingerprint
+from headgate_django.exceptions import DefinitionError, InvalidTransitionError, NotFoundError
+from headgate_django.kernel.states import Event, State, check
+from headgate_django.models import Job, Quarantine, QueueState
+from headgate_django.store import vendor as v
+from headgate_django.store.rows import prep
+
+
+def _locked(job_id: str, using: str) -> Job:
+    try:
+        return Job.objects.using(using).select_for_update().get(pk=job_id)
+    except Job.DoesNotExist:
+        raise NotFoundError(f"job {job_id} does not exist", id=job_id) from None
+
+
+def _set(job_id: str, using: str, sql: str, params: list[object]) -> None:
+    conn = v.connection_for(using)
+    with conn.cursor() as cursor:
+        cursor.execute(f"UPDATE headgate_job SET {sql} WHERE id = %s", [*params, job_id])
+
+
+def job_operator_retry(job_id: str, *, using: str = "default") -> None:
+    """Give an archived, cancelled or undecodable job a fresh set of attempts."""
+    with transaction.atomic(using=using):
+        job = _locked(job_id, using)
+        check(job.state, Event.OPERATOR_RETRY)
+        conn = v.connection_for(using)
+        _set(
+            job_id,
+            using,
+            f"state = %s, attempt = 0, crash_attempt = 0, scheduled_at = {v.now(conn)}, "
+            "finalized_at = NULL, expires_at = NULL",
+            [State.AVAILABLE.value],
+        )
+
+
+def job_cancel(job_id: str, *, using: str = "default") -> bool:
+    """Cancel a job that has not finished. Returns ``False`` if it already had."""
+    with transaction.atomic(using=using):
+        job = _locked(job_id, using)
+        if State(job.state) not in {
+            State.PENDING,
+            State.SCHEDULED,
+            State.AVAILABLE,
+            State.RETRYABLE,
+            State.RUNNING,
+        }:
+            return False
+        check(job.state, Event.OPERATOR_CANCEL)
+        conn = v.connection_for(using)
+        _set(
+            job_id,
+            using,
+            f"state = %s, finalized_at = {v.now(conn)}, "
+            f"expires_at = {v.plus_duration_column(conn, 'retention')}, "
+            "lease_id = NULL, lease_expires_at = NULL",
+            [State.CANCELLED.value],
+        )
+        from headgate_django.store.fenced import _after_finish
+
+        with conn.cursor() as cursor:
+            _after_finish(cursor, conn, {job_id})
+    return True
+
+
+def job_promote(job_id: str, *, using: str = "default") -> None:
+    """Make a pending (or scheduled, or backing-off) job available now."""
+    with transaction.atomic(using=using):
+        job = _locked(job_id, using)
+        check(job.state, Event.OPERATOR_PROMOTE)
+        conn = v.connection_for(using)
+        _set(job_id, using, f"state = %s, scheduled_at = {v.now(conn)}", [State.AVAILABLE.value])
+
+
+def job_reschedule(
+    job_id: str,
+    *,
+    at: datetime | None = None,
+    delay: timedelta | None = None,
+    using: str = "default",
+) -> None:
+    """Move a pending or scheduled job to run at ``at`` or after ``delay`` (store clock)."""
+    if (at is None) == (delay is None):
+        raise DefinitionError("reschedule needs exactly one of at= or delay=")
+    if at is not None and at.tzinfo is None:
+        raise DefinitionError("reschedule: at must be timezone-aware")
+    with transaction.atomic(using=using):
+        job = _locked(job_id, using)
+        check(job.state, Event.OPERATOR_SCHEDULE)
+        conn = v.connection_for(using)
+        if delay is not None:
+            _set(
+                job_id,
+                using,
+                f"state = %s, scheduled_at = {v.plus_ms(conn)}",
+                [State.SCHEDULED.value, int(delay.total_seconds() * 1000)],
+            )
+        else:
+            _set(
+                job_id,
+                using,
+                "state = %s, scheduled_at = %s",
+                [State.SCHEDULED.value, prep(conn, "scheduled_at", at)],
+            )
+
+
+def quarantine_release(fingerprint_hex: str, *, using: str = "default") -> int:
+    """Lift a quarantine; its quarantined jobs become available. Returns how many."""
+    with transaction.atomic(using=using):
+        deleted, _ = Quarantine.objects.using(using).filter(pk=fingerprint_hex).delete()
+        if not deleted:
+            raise NotFoundError(f"fingerprint {fingerprint_hex} is not quarantined")
+        conn = v.connection_for(using)
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE headgate_job SET state = %s, crash_attempt = 0, scheduled_at = {v.now(conn)}, "
+                "finalized_at = NULL WHERE fingerprint = %s AND state = %s",
+                [State.AVAILABLE.value, fingerprint_hex, State.QUARANTINED.value],
+            )
+            return cursor.rowcount
+
+
+def job_replace_payload(
+    job_id: str, *, payload: bytes, schema_version: int | None = None, using: str = "default"
+) -> None:
+    """Repair a job's payload (typically an undecodable one) before retrying it."""
+    if schema_version is not None and schema_version < 1:
+        raise DefinitionError("schema_version must be at least 1")
+    with transaction.atomic(using=using):
+        job = _locked(job_id, using)
+        if State(job.state) in {State.RUNNING, State.COMPLETED}:
+            raise InvalidTransitionError(f"cannot replace the payload of a {job.state} job")
+        Job.objects.using(using).filter(pk=job_id).update(
+            payload=bytes(payload),
+            fingerprint=fingerprint(job.kind, bytes(payload)),
+            schema_version=schema_version or F("schema_version"),
+        )
+
+
+def job_delete(job_id: str, *, using: str = "default") -> None:
+    """Delete a job that is not running (cancel a running one first)."""
+    with transaction.atomic(using=using):
+        job = _locked(job_id, using)
+        if job.state == State.RUNNING.value:
+            raise InvalidTransitionError(f"job {job_id} is running; cancel it first")
+        job.delete()
+
+
+def queue_set_paused(name: str, paused: bool, *, using: str = "default") -> None:
+    QueueState.objects.using(using).update_or_create(name=name, defaults={"paused": paused})

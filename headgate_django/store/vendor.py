@@ -1,0 +1,115 @@
+"""SQL that differs between PostgreSQL, MySQL/MariaDB and SQLite, and nothing else.
+
+Instants are always computed by the database: ``now()`` and the ``plus_*`` helpers return
+SQL fragments, never Python datetimes, so a worker's clock cannot move a schedule, a
+backoff or a lease. Fragments use ``%s`` placeholders and ``%%`` for a literal percent,
+because every query here goes through Django's cursor with a parameter list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+_SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+
+
+def connection_for(using: str) -> BaseDatabaseWrapper:
+    return connections[using]
+
+
+def vendor(conn: BaseDatabaseWrapper) -> str:
+    return conn.vendor  # "postgresql", "mysql" or "sqlite"
+
+
+def now(conn: BaseDatabaseWrapper) -> str:
+    if conn.vendor == "postgresql":
+        return "clock_timestamp()"
+    if conn.vendor == "mysql":
+        return "UTC_TIMESTAMP(6)"
+    return _SQLITE_NOW
+
+
+def plus_ms(conn: BaseDatabaseWrapper) -> str:
+    """``now + %s milliseconds`` (one placeholder)."""
+    if conn.vendor == "postgresql":
+        return "(clock_timestamp() + (%s * interval '1 millisecond'))"
+    if conn.vendor == "mysql":
+        return "(UTC_TIMESTAMP(6) + INTERVAL (%s * 1000) MICROSECOND)"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('%%+.3f seconds', %s / 1000.0))"
+
+
+def plus_duration_column(conn: BaseDatabaseWrapper, column: str) -> str:
+    """``now + <column>`` for a DurationField column (interval on PostgreSQL, µs elsewhere)."""
+    if conn.vendor == "postgresql":
+        return f"(clock_timestamp() + {column})"
+    if conn.vendor == "mysql":
+        return f"(UTC_TIMESTAMP(6) + INTERVAL {column} MICROSECOND)"
+    return (
+        "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', "
+        f"printf('%%+.6f seconds', {column} / 1000000.0))"
+    )
+
+
+def skip_locked(conn: BaseDatabaseWrapper) -> str:
+    """Row locks that never wait: SQLite needs none, its writer lock is taken up front."""
+    return "" if conn.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
+
+
+def for_update(conn: BaseDatabaseWrapper) -> str:
+    return "" if conn.vendor == "sqlite" else " FOR UPDATE"
+
+
+def has_returning(conn: BaseDatabaseWrapper) -> bool:
+    """UPDATE … RETURNING: PostgreSQL and SQLite ≥ 3.35, not MySQL/MariaDB."""
+    return conn.vendor in ("postgresql", "sqlite")
+
+
+def placeholders(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+def row_values(rows: int, width: int) -> str:
+    """``VALUES (%s, …), (…)`` for a row-value IN (PostgreSQL and SQLite)."""
+    one = "(" + placeholders(width) + ")"
+    return "VALUES " + ", ".join([one] * rows)
+
+
+def flat(rows: Iterable[Sequence[Any]]) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+def db_now(using: str = "default") -> datetime:
+    """The database's current time, as an aware UTC datetime."""
+    conn = connections[using]
+    with conn.cursor() as cursor:
+        cursor.execute(f"SELECT {now(conn)}", [])
+        value = cursor.fetchone()[0]
+    return parse_instant(conn, value)
+
+
+def parse_instant(conn: BaseDatabaseWrapper, value: Any) -> datetime:
+    from django.db.models import DateTimeField
+
+    field = DateTimeField()
+    converters = conn.ops.get_db_converters(_Expr(field))
+    for converter in converters:
+        value = converter(value, _Expr(field), conn)
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        from datetime import UTC
+
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+class _Expr:
+    """The minimal expression shape Django's converters expect."""
+
+    def __init__(self, field: Any) -> None:
+        self.output_field = field

@@ -1,0 +1,1 @@
+"""Processes and loops: the runner, its maintenance duties and the wake-up listener."""

@@ -1,0 +1,99 @@
+"""Maintenance duties, each a singleton held through a store lease.
+
+Every worker process runs this loop; only the holder of a duty's lease runs that duty, so
+any number of hosts is safe and a dead holder is replaced when its lease lapses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from headgate_django import store
+from headgate_django.conf import headgate_settings
+from headgate_django.store.duties import duty_record
+
+log = logging.getLogger("headgate_django.duties")
+
+
+@dataclass
+class Duty:
+    name: str
+    interval: float  # seconds
+    run: Callable[[], dict[str, Any]]
+    last: float = 0.0
+
+
+def _promote() -> dict[str, Any]:
+    return {"promoted": store.job_promote_due()}
+
+
+def _reclaim() -> dict[str, Any]:
+    report = store.job_reclaim_expired()
+    if report.retried or report.quarantined:
+        log.warning(
+            "reclaimed %d expired lease(s); quarantined fingerprints: %s",
+            len(report.retried) + len(report.quarantined),
+            ", ".join(report.quarantined) or "none",
+            extra={"reclaimed": report.retried, "quarantined": report.quarantined},
+        )
+    return {"retried": len(report.retried), "quarantined": len(report.quarantined)}
+
+
+def _evict() -> dict[str, Any]:
+    counts = store.job_evict_retained(limit=headgate_settings.EVICT_BATCH)
+    if counts:
+        log.info(
+            "evicted %d job(s) past retention: %s",
+            sum(counts.values()),
+            ", ".join(f"{k}={n}" for k, n in sorted(counts.items())),
+            extra={"evicted": counts},
+        )
+    return {"evicted": counts}
+
+
+#: Extra duties registered by the workflow and durable layers.
+EXTRA_DUTIES: list[Callable[[], Duty]] = []
+
+
+def default_duties() -> list[Duty]:
+    base = headgate_settings.DUTY_INTERVAL.total_seconds()
+    duties = [
+        Duty("promote", min(base, 0.2), _promote),
+        Duty("reclaim", base, _reclaim),
+        Duty("evict", base * 5, _evict),
+    ]
+    return duties + [make() for make in EXTRA_DUTIES]
+
+
+class DutyRunner:
+    """Runs whichever duties are due and held by this worker."""
+
+    def __init__(self, holder: str, duties: list[Duty] | None = None) -> None:
+        self.holder = holder
+        self.duties = duties if duties is not None else default_duties()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for duty in self.duties:
+            if now - duty.last < duty.interval:
+                continue
+            duty.last = now
+            ttl = timedelta(seconds=max(10.0, duty.interval * 5))
+            if not store.duty_acquire(duty.name, holder=self.holder, ttl=ttl):
+                continue
+            result = duty.run()
+            if duty.name != "promote" or result.get("promoted"):
+                duty_record(duty.name, holder=self.holder, result=result)
+
+    def release_all(self) -> None:
+        for duty in self.duties:
+            store.duty_release(duty.name, holder=self.holder)
+
+    def next_due_in(self) -> float:
+        now = time.monotonic()
+        return max(0.0, min(d.last + d.interval - now for d in self.duties))

@@ -1,0 +1,129 @@
+"""Run one attempt of one job and say what happened, without writing anything.
+
+Keeping the decision apart from the write lets the runner batch successes into one fenced
+UPDATE while failures, snoozes and skips are written one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import traceback
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from headgate_django.context import JobContext
+from headgate_django.control import Skip, Snooze
+from headgate_django.envelope import decode_call
+from headgate_django.exceptions import LeaseLostError
+from headgate_django.registry import TaskDef, find_task
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    result: Any
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: str
+    traceback: str | None = None
+    delay: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Snoozed:
+    delay: timedelta
+
+
+@dataclass(frozen=True)
+class Skipped:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    reason: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseLost:
+    reason: str
+
+
+Outcome = Succeeded | Failed | Snoozed | Skipped | Undecodable | LeaseLost
+
+
+class AsyncRunner:
+    """One event loop, in its own thread, for every ``async def`` handler of a worker."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="headgate-async", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+
+def decode(definition: TaskDef, payload: bytes, schema_version: int) -> tuple[list[Any], dict[str, Any]]:
+    """Payload bytes → call arguments, upcasting older schema versions. ``ValueError`` if impossible."""
+    if schema_version > definition.schema_version:
+        raise ValueError(
+            f"payload schema_version {schema_version} is newer than this worker's "
+            f"{definition.kind} (version {definition.schema_version})"
+        )
+    args, kwargs = decode_call(payload)
+    if schema_version < definition.schema_version:
+        if definition.upcaster is None:
+            raise ValueError(
+                f"no upcaster from schema_version {schema_version} to "
+                f"{definition.schema_version} for {definition.kind}"
+            )
+        args, kwargs = definition.upcaster(schema_version, args, kwargs)
+    return args, kwargs
+
+
+def run_attempt(ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None) -> Outcome:
+    definition = find_task(ctx.kind)
+    if definition is None:
+        # The claim only takes known kinds; this means the registry changed under us.
+        return Failed(error=f"no handler registered for kind {ctx.kind!r}")
+    try:
+        args, kwargs = decode(definition, payload, schema_version)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Undecodable(reason=str(exc), traceback=traceback.format_exc())
+    try:
+        if definition.is_async:
+            if async_runner is None:
+                result = asyncio.run(definition.fn(ctx, *args, **kwargs))
+            else:
+                result = async_runner.run(definition.fn(ctx, *args, **kwargs))
+        else:
+            result = definition.fn(ctx, *args, **kwargs)
+    except Snooze as exc:
+        return Snoozed(delay=exc.delay)
+    except Skip as exc:
+        return Skipped(reason=exc.reason)
+    except LeaseLostError as exc:
+        return LeaseLost(reason=str(exc))
+    except Exception as exc:
+        return Failed(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    if ctx.cancelled:
+        return LeaseLost(reason="the attempt was cancelled while it ran")
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Failed(error=f"result is not JSON-serialisable: {exc}")
+    return Succeeded(result=result)

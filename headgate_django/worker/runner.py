@@ -1,0 +1,357 @@
+"""The worker: claim in batches, run handlers on threads, ack in batches, renew leases.
+
+Threads, each with one job:
+- the claim loop (the caller's thread): claims up to the free capacity, idles with
+  backoff 50 ms → 2 s, and wakes early on LISTEN/NOTIFY or when a slot frees up;
+- handler threads (``--concurrency``), plus one event loop thread for ``async def``;
+- the acker: writes every success waiting for it in one fenced statement;
+- the heartbeat: renews all held leases every lease/3 in one statement, enforces
+  per-attempt timeouts, runs due duties and prints the status line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import DatabaseError, close_old_connections, connections
+
+from headgate_django import store
+from headgate_django.conf import headgate_settings
+from headgate_django.context import JobContext
+from headgate_django.exceptions import LeaseLostError
+from headgate_django.registry import registered_kinds
+from headgate_django.store.claim import ClaimedJob
+from headgate_django.store.fenced import Completion
+from headgate_django.worker import execute
+from headgate_django.worker.duties import DutyRunner
+from headgate_django.worker.notify import Listener
+
+log = logging.getLogger("headgate_django.worker")
+
+
+@dataclass
+class Stats:
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    lost: int = 0
+
+    def line(self, inflight: int) -> str:
+        return (
+            f"claimed={self.claimed} completed={self.completed} retried={self.retried} "
+            f"failed={self.failed} lost={self.lost} in_flight={inflight}"
+        )
+
+
+@dataclass
+class _Running:
+    job: ClaimedJob
+    ctx: JobContext
+    deadline: float | None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = 10,
+        lease_ttl: timedelta | None = None,
+        burst: bool = False,
+        worker_id: str | None = None,
+        run_duties: bool = True,
+        using: str = "default",
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        s = headgate_settings
+        self.queues = queues or s.QUEUES or None
+        self.concurrency = concurrency
+        self.lease_ttl = lease_ttl or s.LEASE_TTL
+        self.renew_every = (
+            self.lease_ttl / 3 if lease_ttl else s.renew_interval
+        ).total_seconds()
+        self.burst = burst
+        self.worker_id = worker_id or default_worker_id()
+        self.using = using
+        self.stats = Stats()
+        self._running: dict[str, _Running] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._acks: queue.Queue[tuple[_Running, Completion] | None] = queue.Queue()
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="headgate-job")
+        self._async = execute.AsyncRunner()
+        self._duties = DutyRunner(self.worker_id) if run_duties else None
+        self._listener = (
+            Listener(self._wake, self.queues, using)
+            if s.LISTEN_NOTIFY and Listener.supported(using) and not burst
+            else None
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop claiming; in-flight handlers get the drain window to finish."""
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        log.info(
+            "worker %s serving %s with concurrency %d",
+            self.worker_id,
+            ", ".join(self.queues) if self.queues else "every queue",
+            self.concurrency,
+        )
+        acker = threading.Thread(target=self._ack_loop, name="headgate-ack", daemon=True)
+        heart = threading.Thread(target=self._heartbeat_loop, name="headgate-heart", daemon=True)
+        acker.start()
+        heart.start()
+        if self._listener:
+            self._listener.start()
+        try:
+            self._claim_loop()
+        finally:
+            self._drain()
+            self._acks.put(None)
+            acker.join(timeout=30)
+            self._stopping.set()
+            heart.join(timeout=30)
+            if self._listener:
+                self._listener.stop()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._async.close()
+            if self._duties:
+                self._safe(self._duties.release_all)
+            log.info("worker %s stopped: %s", self.worker_id, self.stats.line(0))
+
+    # -- claiming ----------------------------------------------------------------------
+    def _claim_loop(self) -> None:
+        s = headgate_settings
+        idle_min = s.IDLE_BACKOFF_MIN.total_seconds()
+        idle = idle_min
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            jobs = self._claim(min(free, s.CLAIM_BATCH))
+            if jobs is None:  # database unavailable
+                idle = min(idle * 2, s.IDLE_BACKOFF_MAX.total_seconds())
+                self._stopping.wait(idle)
+                continue
+            if jobs:
+                idle = idle_min
+                for job in jobs:
+                    self._start(job)
+                continue
+            if self.burst and self._burst_done():
+                return
+            self._wake.clear()
+            if self._wake.wait(idle):
+                idle = idle_min
+            else:
+                idle = min(idle * 2, s.IDLE_BACKOFF_MAX.total_seconds())
+
+    def _claim(self, limit: int) -> list[ClaimedJob] | None:
+        try:
+            jobs = store.job_claim(
+                worker_id=self.worker_id,
+                limit=limit,
+                lease_ttl=self.lease_ttl,
+                queues=self.queues,
+                kinds=registered_kinds(),
+                using=self.using,
+            )
+        except DatabaseError as exc:
+            log.warning("claim failed (%s); backing off", exc)
+            self._reset_connection()
+            return None
+        self.stats.claimed += len(jobs)
+        return jobs
+
+    def _burst_done(self) -> bool:
+        if self._running:
+            self._wake.wait(0.05)
+            return False
+        return self._safe(store.job_promote_due) == 0
+
+    def _start(self, job: ClaimedJob) -> None:
+        ctx = JobContext(job, worker_id=self.worker_id, using=self.using)
+        timeout = job.timeout.total_seconds() if job.timeout else None
+        entry = _Running(job, ctx, time.monotonic() + timeout if timeout else None)
+        with self._lock:
+            self._running[job.ref.job_id] = entry
+        self._pool.submit(self._execute, entry)
+
+    # -- running -----------------------------------------------------------------------
+    def _execute(self, entry: _Running) -> None:
+        outcome = execute.run_attempt(entry.ctx, entry.job.payload, entry.job.schema_version, self._async)
+        if entry.done.is_set():  # timed out or lost while running: already settled
+            return
+        if isinstance(outcome, execute.Succeeded):
+            delete = entry.job.retention <= timedelta(0)
+            self._acks.put((entry, Completion(entry.job.ref, outcome.result, delete)))
+            return
+        try:
+            self._settle(entry, outcome)
+        except LeaseLostError:
+            self.stats.lost += 1
+        except DatabaseError as exc:
+            log.error("could not record the outcome of job %s: %s", entry.job.ref.job_id, exc)
+        finally:
+            close_old_connections()
+            self._finish(entry)
+
+    def _settle(self, entry: _Running, outcome: execute.Outcome) -> None:
+        ref = entry.job.ref
+        if isinstance(outcome, execute.Failed):
+            state = store.job_retry(ref, error=outcome.error, traceback=outcome.traceback, delay=outcome.delay, using=self.using)
+            if state.value == "archived":
+                self.stats.failed += 1
+                log.error("job %s (%s) archived after its last attempt: %s", ref.job_id, entry.job.kind, outcome.error)
+            else:
+                self.stats.retried += 1
+                log.warning("job %s (%s) failed, will retry: %s", ref.job_id, entry.job.kind, outcome.error)
+        elif isinstance(outcome, execute.Snoozed):
+            store.job_snooze(ref, delay=outcome.delay, using=self.using)
+        elif isinstance(outcome, execute.Skipped):
+            store.job_skip(ref, reason=outcome.reason, using=self.using)
+        elif isinstance(outcome, execute.Undecodable):
+            store.job_mark_undecodable(ref, reason=outcome.reason, traceback=outcome.traceback, using=self.using)
+            log.error("job %s (%s) is undecodable: %s", ref.job_id, entry.job.kind, outcome.reason)
+        elif isinstance(outcome, execute.LeaseLost):
+            self.stats.lost += 1
+
+    def _finish(self, entry: _Running) -> None:
+        entry.done.set()
+        with self._lock:
+            self._running.pop(entry.job.ref.job_id, None)
+        self._wake.set()
+
+    # -- acking ------------------------------------------------------------------------
+    def _ack_loop(self) -> None:
+        while True:
+            item = self._acks.get()
+            batch = [] if item is None else [item]
+            stop = item is None
+            while not stop and len(batch) < 500:
+                try:
+                    nxt = self._acks.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                else:
+                    batch.append(nxt)
+            if batch:
+                self._write_acks(batch)
+            if stop:
+                close_old_connections()
+                return
+
+    def _write_acks(self, batch: list[tuple[_Running, Completion]]) -> None:
+        try:
+            done = store.job_complete_many([c for _, c in batch], using=self.using)
+        except DatabaseError as exc:
+            log.error("could not record %d completion(s): %s", len(batch), exc)
+            self._reset_connection()
+            done = set()
+        self.stats.completed += len(done)
+        for entry, completion in batch:
+            if completion.ref.job_id not in done:
+                self.stats.lost += 1
+                log.warning("completion of job %s did not land: its lease was lost", completion.ref.job_id)
+            self._finish(entry)
+
+    # -- heartbeat ---------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        next_renew = time.monotonic() + self.renew_every
+        status_every = headgate_settings.STATUS_INTERVAL.total_seconds()
+        next_status = time.monotonic() + status_every
+        while not (self._stopping.is_set() and not self._running):
+            now = time.monotonic()
+            self._enforce_timeouts(now)
+            if now >= next_renew:
+                self._safe(self._renew)
+                next_renew = now + self.renew_every
+            if self._duties and not self._stopping.is_set():
+                self._safe(self._duties.tick)
+            if now >= next_status:
+                log.info("status %s", self.stats.line(len(self._running)))
+                next_status = now + status_every
+            time.sleep(0.05)
+        close_old_connections()
+
+    def _renew(self) -> None:
+        with self._lock:
+            refs = [r.job.ref for r in self._running.values() if not r.done.is_set()]
+        lost = store.job_renew_leases(refs, lease_ttl=self.lease_ttl, using=self.using)
+        for job_id in lost:
+            entry = self._running.get(job_id)
+            if entry is not None:
+                log.warning("lease on job %s was lost; telling the handler to stop", job_id)
+                entry.ctx.cancel()
+
+    def _enforce_timeouts(self, now: float) -> None:
+        with self._lock:
+            late = [r for r in self._running.values() if r.deadline and now > r.deadline and not r.done.is_set()]
+        for entry in late:
+            entry.ctx.cancel()
+            timeout = entry.job.timeout
+            try:
+                store.job_retry(entry.job.ref, error=f"timeout: the attempt ran longer than {timeout}", using=self.using)
+                self.stats.retried += 1
+            except (LeaseLostError, DatabaseError):
+                pass
+            self._finish(entry)
+
+    # -- shutdown ----------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Wait for in-flight handlers, then hand back leftovers without charging a crash."""
+        deadline = time.monotonic() + headgate_settings.SHUTDOWN_TIMEOUT.total_seconds()
+        if self._running:
+            log.info("draining %d in-flight job(s)", len(self._running))
+        while self._running and time.monotonic() < deadline:
+            self._wake.wait(0.05)
+            self._wake.clear()
+        with self._lock:
+            leftovers = [r for r in self._running.values() if not r.done.is_set()]
+        if leftovers:
+            for entry in leftovers:
+                entry.ctx.cancel()
+                entry.done.set()
+            released = self._safe(lambda: store.job_release_many([r.job.ref for r in leftovers], using=self.using))
+            log.warning("released %d unfinished job(s) back to their queues", len(released or ()))
+            with self._lock:
+                for entry in leftovers:
+                    self._running.pop(entry.job.ref.job_id, None)
+
+    def _safe(self, fn):  # type: ignore[no-untyped-def]
+        try:
+            return fn()
+        except DatabaseError as exc:
+            log.warning("database call failed (%s); will retry", exc)
+            self._reset_connection()
+            return None
+
+    def _reset_connection(self) -> None:
+        try:
+            connections[self.using].close()
+        except DatabaseError:
+            pass

@@ -1,0 +1,61 @@
+"""``DATABASE_URL`` → a Django ``DATABASES`` entry, with the options headgate needs.
+
+SQLite gets WAL, ``BEGIN IMMEDIATE`` transactions and a busy timeout so several worker
+processes share one file without "database is locked" surprises.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+_ENGINES = {
+    "postgres": "django.db.backends.postgresql",
+    "postgresql": "django.db.backends.postgresql",
+    "mysql": "django.db.backends.mysql",
+    "mariadb": "django.db.backends.mysql",
+    "sqlite": "django.db.backends.sqlite3",
+}
+
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+")[0]
+    if scheme not in _ENGINES:
+        raise ValueError(f"unsupported DATABASE_URL scheme {parts.scheme!r}")
+    if scheme == "sqlite":
+        # sqlite:///relative.db or sqlite:////absolute/path.db
+        name = unquote(parts.path[1:]) if parts.path.startswith("/") else unquote(parts.path)
+        return {"ENGINE": _ENGINES[scheme], "NAME": name, "OPTIONS": dict(SQLITE_OPTIONS)}
+    options: dict[str, Any] = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    if scheme in ("mysql", "mariadb"):
+        options.setdefault("charset", "utf8mb4")
+        options.setdefault("isolation_level", "read committed")
+    return {
+        "ENGINE": _ENGINES[scheme],
+        "NAME": unquote(parts.path.lstrip("/")),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+    }
+
+
+def database_from_env(default_sqlite: Path) -> dict[str, Any]:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return database_from_url(url)
+    return {
+        "ENGINE": _ENGINES["sqlite"],
+        "NAME": str(default_sqlite),
+        "OPTIONS": dict(SQLITE_OPTIONS),
+    }
