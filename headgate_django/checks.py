@@ -51,15 +51,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
         )
     for alias, db in settings.DATABASES.items():
-        if db.get("ENGINE", "").endswith("sqlite3"):
-            if db.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE":
-                problems.append(
-                    Warning(
-                        f"SQLite database {alias!r} does not use BEGIN IMMEDIATE transactions",
-                        hint="Set OPTIONS['transaction_mode'] = 'IMMEDIATE' (and WAL through "
-                        "init_command) so concurrent workers queue for the write lock instead "
-                        "of failing with 'database is locked'.",
-                        id="headgate.W001",
-                    )
+        if (
+            db.get("ENGINE", "").endswith("sqlite3")
+            and db.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"
+        ):
+            problems.append(
+                Warning(
+                    f"SQLite database {alias!r} does not use BEGIN IMMEDIATE transactions",
+                    hint="Set OPTIONS['transaction_mode'] = 'IMMEDIATE' (and WAL through "
+                    "init_command) so concurrent workers queue for the write lock instead "
+                    "of failing with 'database is locked'.",
+                    id="headgate.W001",
                 )
+            )
     return problems

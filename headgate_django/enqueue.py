@@ -16,7 +16,9 @@ class Batch(Protocol):
     def envelopes(self) -> list[Envelope]: ...
 
 
-def enqueue(batch_or_envelopes: Envelope | Batch | Iterable[Envelope], using: str = "default") -> list[str]:
+def enqueue(
+    batch_or_envelopes: Envelope | Batch | Iterable[Envelope], using: str = "default"
+) -> list[str]:
     """Store jobs atomically and return their ids, in order.
 
     Runs inside the caller's ``transaction.atomic()`` when there is one, so the jobs exist

@@ -60,7 +60,7 @@ class Job(models.Model):
     )
     errors = models.JSONField(default=list, blank=True, help_text="Newest 50 attempt errors.")
     checkpoint = models.JSONField(default=dict, blank=True)
-    cursor = models.BinaryField(null=True, blank=True)
+    cp_cursor = models.BinaryField(null=True, blank=True, help_text="Position of the cursor step.")
     result = models.JSONField(null=True, blank=True)
     progress = models.JSONField(null=True, blank=True)
     workflow_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)

@@ -22,7 +22,7 @@ INSTALLED_APPS = [
     "django_filters",
     "channels",
     "headgate_django",
-    "tests.app",
+    "tests.app.apps.TestAppConfig",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

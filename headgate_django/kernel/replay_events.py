@@ -282,8 +282,11 @@ def _field(event: Event, key: str, kind: type, *, optional: bool = False) -> Any
     value = event.payload[key]
     wrong = not _is_int(value) if kind is int else not isinstance(value, kind)
     if wrong or (kind is str and not optional and not value):
-        raise _corrupt(event, f"{key!r} must be a {'non-empty ' if kind is str else ''}"
-                       f"{kind.__name__}, not {value!r}")
+        raise _corrupt(
+            event,
+            f"{key!r} must be a {'non-empty ' if kind is str else ''}"
+            f"{kind.__name__}, not {value!r}",
+        )
     return value
 
 

@@ -28,5 +28,6 @@ def drop(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+    atomic = False
     dependencies = [("headgate_django", "0001_initial")]
     operations = [migrations.RunPython(create, drop)]

@@ -34,7 +34,7 @@ COLUMNS = (
     "timeout",
     "retention",
     "checkpoint",
-    "cursor",
+    "cp_cursor",
     "workflow_id",
 )
 
@@ -141,6 +141,6 @@ def _claimed(row: dict[str, Any], lease_id: str) -> ClaimedJob:
         timeout=row["timeout"],
         retention=row["retention"],
         checkpoint=row["checkpoint"] or {},
-        cursor=bytes(row["cursor"]) if row["cursor"] is not None else None,
+        cursor=bytes(row["cp_cursor"]) if row["cp_cursor"] is not None else None,
         workflow_id=row["workflow_id"],
     )

@@ -321,8 +321,8 @@ def job_set_cursor(
     conn = v.connection_for(using)
     _fenced_single(
         ref,
-        "cursor = %s, checkpoint = %s",
-        [prep(conn, "cursor", cursor_value), prep(conn, "checkpoint", checkpoint)],
+        "cp_cursor = %s, checkpoint = %s",
+        [prep(conn, "cp_cursor", cursor_value), prep(conn, "checkpoint", checkpoint)],
         using,
     )
 

@@ -180,3 +180,23 @@ def unknown_kinds_waiting(known: Sequence[str], *, using: str = "default") -> di
             f"SELECT kind, COUNT(*) FROM headgate_job WHERE {where} GROUP BY kind", params
         )
         return dict(cursor.fetchall())
+
+
+def job_make_due(*, queues: Sequence[str] | None = None, using: str = "default") -> int:
+    """Make every scheduled and retryable job available now, whatever its time.
+
+    For tests only (``headgate_django.testing``): it moves time forward for the queue
+    without touching the clock.
+    """
+    conn = v.connection_for(using)
+    where = "state IN (%s, %s)"
+    params: list[Any] = [State.SCHEDULED.value, State.RETRYABLE.value]
+    if queues:
+        where += f" AND queue IN ({v.placeholders(len(queues))})"
+        params += list(queues)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, scheduled_at = {v.now(conn)} WHERE {where}",
+            [State.AVAILABLE.value, *params],
+        )
+        return cursor.rowcount

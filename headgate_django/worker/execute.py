@@ -65,7 +65,9 @@ class AsyncRunner:
         import threading
 
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="headgate-async", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="headgate-async", daemon=True
+        )
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
@@ -77,7 +79,9 @@ class AsyncRunner:
         self._thread.join(timeout=5)
 
 
-def decode(definition: TaskDef, payload: bytes, schema_version: int) -> tuple[list[Any], dict[str, Any]]:
+def decode(
+    definition: TaskDef, payload: bytes, schema_version: int
+) -> tuple[list[Any], dict[str, Any]]:
     """Payload bytes → call arguments, upcasting older schema versions. ``ValueError`` if impossible."""
     if schema_version > definition.schema_version:
         raise ValueError(
@@ -95,7 +99,9 @@ def decode(definition: TaskDef, payload: bytes, schema_version: int) -> tuple[li
     return args, kwargs
 
 
-def run_attempt(ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None) -> Outcome:
+def run_attempt(
+    ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None
+) -> Outcome:
     definition = find_task(ctx.kind)
     if definition is None:
         # The claim only takes known kinds; this means the registry changed under us.

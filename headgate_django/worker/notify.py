@@ -18,7 +18,9 @@ CHANNEL = "headgate_wakeup"
 
 
 class Listener(threading.Thread):
-    def __init__(self, wake: threading.Event, queues: Collection[str] | None, using: str = "default") -> None:
+    def __init__(
+        self, wake: threading.Event, queues: Collection[str] | None, using: str = "default"
+    ) -> None:
         super().__init__(name="headgate-listen", daemon=True)
         self.wake = wake
         self.queues = set(queues) if queues else None

@@ -11,6 +11,7 @@ Threads, each with one job:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -34,6 +35,7 @@ from headgate_django.store.fenced import Completion
 from headgate_django.worker import execute
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import Listener
+from headgate_django.worker.settle import completion, settle
 
 log = logging.getLogger("headgate_django.worker")
 
@@ -45,6 +47,14 @@ class Stats:
     retried: int = 0
     failed: int = 0
     lost: int = 0
+
+    def count(self, label: str) -> None:
+        if label == "retried":
+            self.retried += 1
+        elif label in ("archived", "undecodable"):
+            self.failed += 1
+        elif label == "lost":
+            self.lost += 1
 
     def line(self, inflight: int) -> str:
         return (
@@ -83,9 +93,7 @@ class Worker:
         self.queues = queues or s.QUEUES or None
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl or s.LEASE_TTL
-        self.renew_every = (
-            self.lease_ttl / 3 if lease_ttl else s.renew_interval
-        ).total_seconds()
+        self.renew_every = (self.lease_ttl / 3 if lease_ttl else s.renew_interval).total_seconds()
         self.burst = burst
         self.worker_id = worker_id or default_worker_id()
         self.using = using
@@ -201,15 +209,17 @@ class Worker:
 
     # -- running -----------------------------------------------------------------------
     def _execute(self, entry: _Running) -> None:
-        outcome = execute.run_attempt(entry.ctx, entry.job.payload, entry.job.schema_version, self._async)
+        outcome = execute.run_attempt(
+            entry.ctx, entry.job.payload, entry.job.schema_version, self._async
+        )
         if entry.done.is_set():  # timed out or lost while running: already settled
             return
         if isinstance(outcome, execute.Succeeded):
-            delete = entry.job.retention <= timedelta(0)
-            self._acks.put((entry, Completion(entry.job.ref, outcome.result, delete)))
+            self._acks.put((entry, completion(entry.job, outcome)))
             return
         try:
-            self._settle(entry, outcome)
+            label = settle(entry.job, outcome, using=self.using)
+            self.stats.count(label)
         except LeaseLostError:
             self.stats.lost += 1
         except DatabaseError as exc:
@@ -217,26 +227,6 @@ class Worker:
         finally:
             close_old_connections()
             self._finish(entry)
-
-    def _settle(self, entry: _Running, outcome: execute.Outcome) -> None:
-        ref = entry.job.ref
-        if isinstance(outcome, execute.Failed):
-            state = store.job_retry(ref, error=outcome.error, traceback=outcome.traceback, delay=outcome.delay, using=self.using)
-            if state.value == "archived":
-                self.stats.failed += 1
-                log.error("job %s (%s) archived after its last attempt: %s", ref.job_id, entry.job.kind, outcome.error)
-            else:
-                self.stats.retried += 1
-                log.warning("job %s (%s) failed, will retry: %s", ref.job_id, entry.job.kind, outcome.error)
-        elif isinstance(outcome, execute.Snoozed):
-            store.job_snooze(ref, delay=outcome.delay, using=self.using)
-        elif isinstance(outcome, execute.Skipped):
-            store.job_skip(ref, reason=outcome.reason, using=self.using)
-        elif isinstance(outcome, execute.Undecodable):
-            store.job_mark_undecodable(ref, reason=outcome.reason, traceback=outcome.traceback, using=self.using)
-            log.error("job %s (%s) is undecodable: %s", ref.job_id, entry.job.kind, outcome.reason)
-        elif isinstance(outcome, execute.LeaseLost):
-            self.stats.lost += 1
 
     def _finish(self, entry: _Running) -> None:
         entry.done.set()
@@ -273,10 +263,12 @@ class Worker:
             self._reset_connection()
             done = set()
         self.stats.completed += len(done)
-        for entry, completion in batch:
-            if completion.ref.job_id not in done:
+        for entry, written in batch:
+            if written.ref.job_id not in done:
                 self.stats.lost += 1
-                log.warning("completion of job %s did not land: its lease was lost", completion.ref.job_id)
+                log.warning(
+                    "completion of job %s did not land: its lease was lost", completion.ref.job_id
+                )
             self._finish(entry)
 
     # -- heartbeat ---------------------------------------------------------------------
@@ -310,12 +302,20 @@ class Worker:
 
     def _enforce_timeouts(self, now: float) -> None:
         with self._lock:
-            late = [r for r in self._running.values() if r.deadline and now > r.deadline and not r.done.is_set()]
+            late = [
+                r
+                for r in self._running.values()
+                if r.deadline and now > r.deadline and not r.done.is_set()
+            ]
         for entry in late:
             entry.ctx.cancel()
             timeout = entry.job.timeout
             try:
-                store.job_retry(entry.job.ref, error=f"timeout: the attempt ran longer than {timeout}", using=self.using)
+                store.job_retry(
+                    entry.job.ref,
+                    error=f"timeout: the attempt ran longer than {timeout}",
+                    using=self.using,
+                )
                 self.stats.retried += 1
             except (LeaseLostError, DatabaseError):
                 pass
@@ -336,7 +336,9 @@ class Worker:
             for entry in leftovers:
                 entry.ctx.cancel()
                 entry.done.set()
-            released = self._safe(lambda: store.job_release_many([r.job.ref for r in leftovers], using=self.using))
+            released = self._safe(
+                lambda: store.job_release_many([r.job.ref for r in leftovers], using=self.using)
+            )
             log.warning("released %d unfinished job(s) back to their queues", len(released or ()))
             with self._lock:
                 for entry in leftovers:
@@ -351,7 +353,5 @@ class Worker:
             return None
 
     def _reset_connection(self) -> None:
-        try:
+        with contextlib.suppress(DatabaseError):
             connections[self.using].close()
-        except DatabaseError:
-            pass

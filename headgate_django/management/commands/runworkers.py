@@ -15,14 +15,21 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--queue", action="append", dest="queues", metavar="QUEUE",
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="QUEUE",
             help="Serve this queue (repeatable). Default: every queue.",
         )
-        parser.add_argument("--concurrency", type=int, default=10, help="Handler threads per process.")
+        parser.add_argument(
+            "--concurrency", type=int, default=10, help="Handler threads per process."
+        )
         parser.add_argument("--processes", type=int, default=1, help="Worker processes to start.")
         parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
         parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS")
-        parser.add_argument("--no-duties", action="store_true", help="Do not run maintenance duties.")
+        parser.add_argument(
+            "--no-duties", action="store_true", help="Do not run maintenance duties."
+        )
         parser.add_argument("--worker-id", default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:

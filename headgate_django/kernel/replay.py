@@ -1,0 +1,587 @@
+"""Deterministic replay of durable workflow code over its history (pure: no Django, no I/O).
+
+A workflow function ``fn(ctx, input)`` is run again from the top on every pass. Every
+primitive call gets a *command identity* from a per-pass counter for its kind, and is matched
+by that identity to the events it produced in earlier passes, never by position in history:
+
+- Operations ``op:1``, ``op:2``, … (``execute_operation`` and ``start_operation`` share one count);
+- timers ``timer:1``, …; selects ``select:1``, …;
+- signal waits ``signal:<name>:1``, … per name (not recorded: the k-th wait for a name is
+  bound to the k-th ``SignalReceived`` of that name, whenever it arrived).
+
+Logical time (why replay cannot drift)
+--------------------------------------
+The engine keeps a *position*: the seq of the newest fact the code has waited for, starting at
+WorkflowStarted. A future is ``ready`` when its fact's seq is at or before the position.
+``result()``/``exception()`` on a future whose fact lies later moves the position there (the
+code "waited" for it); with no fact in history the pass parks. ``select`` returns the first
+future ready at the position in argument order; if none is, it moves to the earliest fact
+among them, and parks when none has one. Facts are only ever appended with larger seqs, so
+every decision made against the position comes out the same on every later replay: a late
+signal cannot flip an earlier select (azync hazard 2), and an unfired losing timer is simply
+never consulted again (hazard 1). Selects are also recorded (``SelectResolved``) so replay
+proves the decision and catches reordered arguments.
+
+``ctx.now()`` is the store time (``at_ms``) of the event at the position — WorkflowStarted's
+time until the code first waits — so it is identical on every replay and never reads a worker
+clock. ``ctx.random()`` and ``ctx.uuid4()`` draw from two streams seeded with WorkflowStarted's
+``payload["seed"]`` (the run id when absent). New timers fire at ``max(now_ms, ctx.now()) +
+duration``, where ``now_ms`` is the store clock the runtime read for this pass; replays use the
+recorded ``fire_at_ms``.
+
+Nondeterminism: a recorded command whose name/version (Operation), duration (timer) or futures
+and index (select) differ from the call; a new command issued while a recorded one is still
+unmatched; a recorded command the code never issues by the end of the pass; a recorded
+WorkflowCompleted/WorkflowFailed the code no longer reaches. Each is reported as
+``Nondeterministic(NondeterminismError)`` naming the command id and both values; a malformed
+history as its subclass ``HistoryCorruptError``. Operation inputs are not compared: they are
+stored as JSON (a tuple comes back a list) and fixing how an input is shaped must not strand
+in-flight runs.
+
+Runtime contract
+----------------
+Every event: ``seq`` contiguous from 1 per execution, ``at_ms`` = the store clock at append.
+``history[0]`` is ``WorkflowStarted {"input": <input>, "seed": <str, optional>}``.
+
+One pass, holding the execution's lock (at most one pass per execution at a time):
+
+1. Read ``now_ms`` from the store clock and the whole history.
+2. Append ``TimerFired {"command_id"}`` for each id in ``due_timers(history, now_ms)``.
+3. ``outcome = replay(fn, input, history, workflow_id=…, run_id=…, now_ms=now_ms)``.
+4. For each command in ``outcome.commands`` (Parked, Completed and Failed all carry them),
+   in order, append ``command.event_type`` with ``command.event_payload()``, and:
+
+   ===================  ============================================  ============================
+   command              event payload                                 side effect
+   ===================  ============================================  ============================
+   ScheduleOperation    OperationScheduled {command_id, name,         enqueue the Operation job,
+                        version, input, execution_key}                deduped by execution_key
+   StartTimer           TimerScheduled {command_id, duration_ms,      none (see wake_at_ms)
+                        fire_at_ms}
+   RecordSelect         SelectResolved {command_id, index, futures}   none
+   ===================  ============================================  ============================
+
+5. ``Completed`` → append ``WorkflowCompleted {"result"}``; ``Failed`` → ``WorkflowFailed
+   {"reason"}`` (use ``outcome.event_type``/``event_payload()``), and end the execution.
+   ``Parked`` → schedule a wake pass at ``wake_at_ms`` when it is not None.
+   ``Nondeterministic`` → append nothing; back off, then suspend with ``str(error)``.
+   Steps 2–5 commit in one transaction.
+
+External facts — append, then wake a pass (``execution_key`` = the ScheduleOperation's):
+
+- Operation succeeded (or was skipped): ``OperationCompleted {command_id, result}`` (result
+  absent/None for a skip). At most one of Completed/Failed per command id: dedupe on it.
+- Operation failed for good: ``OperationFailed {command_id, error: str}``.
+- Operation uncertain: ``OperationUncertain {command_id, reason}``; suspend, no wake. The
+  future stays unready, so a pass parks on it.
+- ``resolve_uncertain``, atomically with the job change: ``OperationUncertainResolved
+  {command_id, decision: "complete"|"fail"|"retry"}``, then for complete
+  ``OperationCompleted {command_id, result}``, for fail ``OperationFailed {command_id,
+  error}``; for retry nothing more (the re-run settles as above).
+- Timer due: ``TimerFired {command_id}`` via step 2 of the pass woken at ``wake_at_ms``.
+  Losing timers fire too; that is harmless.
+- Signal delivered: ``SignalReceived {name, payload, message_id?}`` (after inbox dedupe).
+  Signals nobody waits for stay buffered; they are never "unconsumed history".
+- Cancel: ``WorkflowCancelled {reason?}``. Suspend/resume may append ``WorkflowSuspended`` /
+  ``WorkflowResumed`` (audit only). Events after a terminal event are allowed and ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import random
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn
+
+from headgate_django.exceptions import NondeterminismError, OperationFailedError
+from headgate_django.kernel.replay_events import (
+    OP_PREFIX,
+    OPERATION_COMPLETED,
+    OPERATION_FAILED,
+    OPERATION_SCHEDULED,
+    SELECT_PREFIX,
+    SIGNAL_PREFIX,
+    SIGNAL_RECEIVED,
+    TIMER_PREFIX,
+    TIMER_SCHEDULED,
+    WORKFLOW_COMPLETED,
+    WORKFLOW_FAILED,
+    Command,
+    Completed,
+    Event,
+    Failed,
+    HistoryIndex,
+    Nondeterministic,
+    Outcome,
+    Parked,
+    RecordSelect,
+    ScheduleOperation,
+    StartTimer,
+    index_history,
+)
+
+__all__ = ["Context", "Future", "ReplayUnwind", "WorkflowFunction", "check_history", "replay"]
+
+WorkflowFunction = Callable[["Context", Any], Any]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+class ReplayUnwind(BaseException):
+    """Unwinds workflow code when the pass must stop (parked, or diverged from history).
+
+    It derives from BaseException so ``except Exception`` in workflow code cannot swallow it.
+    Even code that catches it cannot resume the pass: the pass is already marked stopped, and
+    every later primitive call raises it again.
+    """
+
+
+class _Pass:
+    """The state of one replay pass: position, clock, counters, matched and new commands."""
+
+    def __init__(self, index: HistoryIndex, *, workflow_id: str, run_id: str, now_ms: int) -> None:
+        self.index = index
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.now_ms = now_ms
+        self.pos = index.started.seq
+        self.clock_ms = index.started.at_ms
+        self.counters: dict[str, int] = {}
+        self.matched: set[str] = set()
+        self.commands: list[Command] = []
+        self.timers: dict[str, int] = {}  # timer command id -> fire_at_ms, for wake_at_ms
+        self.waiting_on: tuple[str, ...] | None = None
+        self.error: NondeterminismError | None = None
+        self.closed = False
+        seed = index.started.payload.get("seed")
+        self.seed = seed if isinstance(seed, str) and seed else run_id
+        self.rngs: dict[str, random.Random] = {}
+
+    def guard(self) -> None:
+        if self.closed:
+            raise RuntimeError("This workflow Context belongs to a replay pass that has ended.")
+        if self.waiting_on is not None or self.error is not None:
+            raise ReplayUnwind()
+
+    def next_id(self, prefix: str) -> str:
+        count = self.counters.get(prefix, 0) + 1
+        self.counters[prefix] = count
+        return f"{prefix}{count}"
+
+    def park(self, waiting_on: tuple[str, ...]) -> NoReturn:
+        self.waiting_on = waiting_on
+        raise ReplayUnwind()
+
+    def diverge(self, message: str, **details: Any) -> NoReturn:
+        self.error = NondeterminismError(message, **details)
+        raise ReplayUnwind()
+
+    def match(self, cid: str) -> Event | None:
+        """The recorded event of command ``cid``, or None when it is new in this pass.
+
+        A new command while recorded ones are still unmatched means the code took a different
+        path than the one recorded (unchanged code issues every recorded command first).
+        """
+        recorded = self.index.commands.get(cid)
+        if recorded is not None:
+            self.matched.add(cid)
+            return recorded
+        expected = self.first_unmatched()
+        if expected is not None:
+            self.diverge(
+                f"{cid}: the code issues a new command while history still expects "
+                f"{_describe(expected)}, which the code has not issued.",
+                command_id=cid,
+                expected=expected.payload.get("command_id"),
+            )
+        return None
+
+    def first_unmatched(self) -> Event | None:
+        if len(self.matched) == len(self.index.commands):  # O(1) on the usual path
+            return None
+        cid = next(c for c in self.index.command_order if c not in self.matched)
+        return self.index.commands[cid]
+
+    def emit_command(self, command: Command) -> None:
+        self.commands.append(command)
+
+    def advance(self, fact: Event) -> None:
+        if fact.seq > self.pos:
+            self.pos = fact.seq
+            self.clock_ms = max(self.clock_ms, fact.at_ms)
+
+    def wake_at_ms(self) -> int | None:
+        unfired = [at for cid, at in self.timers.items() if cid not in self.index.facts]
+        return min(unfired, default=None)
+
+    def rng(self, stream: str) -> random.Random:
+        # A str seed is hashed with SHA-512, so the stream is the same in every process.
+        if stream not in self.rngs:
+            self.rngs[stream] = random.Random(f"{self.seed}:{stream}")
+        return self.rngs[stream]
+
+
+def _describe(event: Event) -> str:
+    """A recorded command event, for error messages."""
+    payload = event.payload
+    if event.type == OPERATION_SCHEDULED:
+        what = f"name={payload['name']!r}, version={payload['version']!r}"
+    elif event.type == TIMER_SCHEDULED:
+        what = f"duration_ms={payload['duration_ms']}"
+    else:
+        what = f"index={payload['index']}, futures={payload['futures']}"
+    return f"{payload['command_id']} ({event.type}({what}) at seq {event.seq})"
+
+
+class Future:
+    """The eventual outcome of one primitive call, bound to its own history fact by identity.
+
+    ``ready`` answers at the pass's logical position (see the module docstring), so branching
+    on it is deterministic. ``result()`` and ``exception()`` park the pass until it settles.
+    """
+
+    __slots__ = ("_fact", "_label", "_pass", "command_id")
+
+    def __init__(self, pass_: _Pass, command_id: str, fact: Event | None, label: str) -> None:
+        self._pass = pass_
+        self.command_id = command_id
+        self._fact = fact
+        self._label = label
+
+    def __repr__(self) -> str:
+        return f"<Future {self.command_id} {self._label}>"
+
+    @property
+    def ready(self) -> bool:
+        self._pass.guard()
+        return self._fact is not None and self._fact.seq <= self._pass.pos
+
+    def result(self) -> Any:
+        """The value: the Operation's result, the signal's payload, or None for a timer.
+
+        Raises :class:`OperationFailedError` when the Operation failed.
+        """
+        fact = self._settle()
+        if fact.type == OPERATION_FAILED:
+            raise self._failure(fact)
+        if fact.type == OPERATION_COMPLETED:
+            return copy.deepcopy(fact.payload.get("result"))
+        if fact.type == SIGNAL_RECEIVED:
+            return copy.deepcopy(fact.payload.get("payload"))
+        return None
+
+    def exception(self) -> OperationFailedError | None:
+        """The Operation's failure, or None; parks like ``result()`` so it is deterministic."""
+        fact = self._settle()
+        return self._failure(fact) if fact.type == OPERATION_FAILED else None
+
+    def _settle(self) -> Event:
+        self._pass.guard()
+        fact = self._fact
+        if fact is None:
+            self._pass.park((self.command_id,))
+        self._pass.advance(fact)
+        return fact
+
+    def _failure(self, fact: Event) -> OperationFailedError:
+        message = fact.payload.get("error") or "operation failed"
+        return OperationFailedError(
+            message, command_id=self.command_id, operation=self._label, seq=fact.seq
+        )
+
+
+class Context:
+    """What a workflow function receives: its only door to effects, time and randomness.
+
+    Everything here is recomputed from history on every pass, so the function must reach the
+    outside world only through these methods (I/O belongs in Operations).
+    """
+
+    __slots__ = ("_pass",)
+
+    def __init__(self, pass_: _Pass) -> None:
+        self._pass = pass_
+
+    @property
+    def workflow_id(self) -> str:
+        return self._pass.workflow_id
+
+    @property
+    def run_id(self) -> str:
+        return self._pass.run_id
+
+    def execute_operation(self, name: str, version: str, input: Any = None) -> Future:
+        """Schedule Operation ``name@version`` (or replay it) and park until it settles."""
+        future = self.start_operation(name, version, input)
+        future._settle()
+        return future
+
+    def start_operation(self, name: str, version: str, input: Any = None) -> Future:
+        """Schedule Operation ``name@version`` without waiting; several may run at once."""
+        p = self._pass
+        p.guard()
+        _check_name("operation name", name)
+        _check_name("operation version", version)
+        cid = p.next_id(OP_PREFIX)
+        recorded = p.match(cid)
+        if recorded is None:
+            p.emit_command(ScheduleOperation(cid, name, version, input, f"{p.run_id}:{cid}"))
+        elif (recorded.payload["name"], recorded.payload["version"]) != (name, version):
+            p.diverge(
+                f"{cid}: the code schedules Operation {name!r} version {version!r}, but history "
+                f"has {_describe(recorded)}.",
+                command_id=cid,
+                expected=f"{recorded.payload['name']}@{recorded.payload['version']}",
+                actual=f"{name}@{version}",
+            )
+        return Future(p, cid, p.index.facts.get(cid), f"operation {name}@{version}")
+
+    def sleep(self, duration: timedelta) -> Future:
+        """Start a durable timer; the Future is ready once it fired. Never parks by itself."""
+        p = self._pass
+        p.guard()
+        if not isinstance(duration, timedelta):
+            raise TypeError(f"sleep() takes a timedelta, not {type(duration).__name__}")
+        if duration < timedelta(0):
+            raise ValueError(f"sleep() needs a non-negative duration, not {duration}")
+        duration_ms = duration // _MS
+        cid = p.next_id(TIMER_PREFIX)
+        recorded = p.match(cid)
+        if recorded is None:
+            fire_at_ms = max(p.now_ms, p.clock_ms) + duration_ms
+            p.emit_command(StartTimer(cid, duration_ms, fire_at_ms))
+        elif recorded.payload["duration_ms"] != duration_ms:
+            p.diverge(
+                f"{cid}: the code sleeps {duration_ms} ms, but history has {_describe(recorded)}.",
+                command_id=cid,
+                expected=recorded.payload["duration_ms"],
+                actual=duration_ms,
+            )
+        else:
+            fire_at_ms = recorded.payload["fire_at_ms"]
+        p.timers[cid] = fire_at_ms
+        return Future(p, cid, p.index.facts.get(cid), f"timer {duration_ms} ms")
+
+    def wait_signal(self, name: str) -> Future:
+        """The next signal ``name`` for this code path: the k-th call gets the k-th delivery.
+
+        A future keeps its signal even if it loses a select; to wait again after a timeout,
+        select on the same future again rather than calling ``wait_signal`` anew.
+        """
+        p = self._pass
+        p.guard()
+        _check_name("signal name", name)
+        cid = p.next_id(f"{SIGNAL_PREFIX}{name}:")
+        received = p.index.signals.get(name, [])
+        ordinal = p.counters[f"{SIGNAL_PREFIX}{name}:"]
+        fact = received[ordinal - 1] if ordinal <= len(received) else None
+        return Future(p, cid, fact, f"signal {name!r}")
+
+    def select(self, *futures: Future) -> int:
+        """The index of the first ready future in argument order; parks while none is."""
+        p = self._pass
+        p.guard()
+        if not futures:
+            raise ValueError("select() needs at least one future")
+        if not all(isinstance(f, Future) and f._pass is p for f in futures):
+            raise TypeError("select() takes Futures made by this workflow's Context")
+        cid = p.next_id(SELECT_PREFIX)
+        ids = tuple(f.command_id for f in futures)
+        chosen = _decide(futures, p.pos)
+        if chosen is None:
+            recorded = p.index.commands.get(cid)
+            if recorded is not None:
+                p.diverge(
+                    f"{cid}: the code waits on {list(ids)}, none of which has settled, but "
+                    f"history has {_describe(recorded)}.",
+                    command_id=cid,
+                )
+            p.park(ids)
+        recorded = p.match(cid)
+        if recorded is None:
+            p.emit_command(RecordSelect(cid, chosen, ids))
+        else:
+            _check_select(p, recorded, ids, chosen)
+        fact = futures[chosen]._fact
+        assert fact is not None  # _decide only chooses settled futures
+        p.advance(fact)
+        return chosen
+
+    def now(self) -> datetime:
+        """The store time of the newest fact the code has waited for (UTC)."""
+        self._pass.guard()
+        return _EPOCH + timedelta(milliseconds=self._pass.clock_ms)
+
+    def random(self) -> float:
+        """A float in [0, 1), the same on every replay of this execution."""
+        self._pass.guard()
+        return self._pass.rng("random").random()
+
+    def uuid4(self) -> uuid.UUID:
+        """A version-4 UUID, the same on every replay of this execution."""
+        self._pass.guard()
+        return uuid.UUID(int=self._pass.rng("uuid4").getrandbits(128), version=4)
+
+
+def _check_name(what: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"The {what} must be a non-empty string, not {value!r}")
+
+
+def _decide(futures: tuple[Future, ...], pos: int) -> int | None:
+    """First future settled at ``pos``; else the one whose fact came first; else None."""
+    earliest: int | None = None
+    for i, future in enumerate(futures):
+        fact = future._fact
+        if fact is None:
+            continue
+        if fact.seq <= pos:
+            return i
+        if earliest is None or fact.seq < _seq(futures[earliest]):
+            earliest = i
+    return earliest
+
+
+def _seq(future: Future) -> int:
+    return future._fact.seq if future._fact is not None else 0
+
+
+def _check_select(p: _Pass, recorded: Event, ids: tuple[str, ...], chosen: int) -> None:
+    cid = recorded.payload["command_id"]
+    if tuple(recorded.payload["futures"]) != ids:
+        p.diverge(
+            f"{cid}: the code selects over {list(ids)}, but history has {_describe(recorded)}.",
+            command_id=cid,
+            expected=recorded.payload["futures"],
+            actual=list(ids),
+        )
+    if recorded.payload["index"] != chosen:
+        p.diverge(
+            f"{cid}: the code resolves to index {chosen} ({ids[chosen]}), but history has "
+            f"{_describe(recorded)}.",
+            command_id=cid,
+            expected=recorded.payload["index"],
+            actual=chosen,
+        )
+
+
+# -- the entry points ------------------------------------------------------------------
+
+
+def replay(
+    fn: WorkflowFunction,
+    input: Any,
+    history: Iterable[Event],
+    *,
+    workflow_id: str,
+    run_id: str | None = None,
+    now_ms: int | None = None,
+) -> Outcome:
+    """Run ``fn(ctx, input)`` against ``history`` once and say what happened.
+
+    ``now_ms`` is the store clock read for this pass (it only dates new timers); it defaults
+    to the last event's ``at_ms``. Never raises because of workflow code: its exceptions
+    become ``Failed``; only KeyboardInterrupt/SystemExit (process control) propagate.
+    """
+    try:
+        index = index_history(history)
+    except NondeterminismError as corrupt:
+        return Nondeterministic(corrupt)
+    p = _Pass(
+        index,
+        workflow_id=workflow_id,
+        run_id=run_id or workflow_id,
+        now_ms=index.last.at_ms if now_ms is None else now_ms,
+    )
+    ran = _run(fn, input, p)
+    if p.error is not None:
+        return Nondeterministic(p.error)
+    outcome = ran if p.waiting_on is None else Parked(p.commands, p.wake_at_ms(), p.waiting_on)
+    mismatch = _unissued(p, outcome) or _ending_changed(p, outcome)
+    return outcome if mismatch is None else Nondeterministic(mismatch)
+
+
+def check_history(
+    fn: WorkflowFunction,
+    input: Any,
+    history: Iterable[Event],
+    *,
+    workflow_id: str = "",
+    run_id: str | None = None,
+) -> NondeterminismError | None:
+    """The nondeterminism replaying ``history`` with ``fn`` reveals, or None if it matches.
+
+    For the replay checker and golden-history tests: run new code against exported histories
+    before deploying it.
+    """
+    outcome = replay(fn, input, history, workflow_id=workflow_id, run_id=run_id)
+    return outcome.error if isinstance(outcome, Nondeterministic) else None
+
+
+def _run(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
+    try:
+        result = fn(Context(p), input)
+    except ReplayUnwind:
+        return Failed("ReplayUnwind: raised by workflow code", p.commands)
+    except Exception as exc:  # a user failure is data, not a crash of the pass
+        return Failed(_reason(exc), p.commands)
+    finally:
+        p.closed = True
+    if inspect.iscoroutine(result):
+        result.close()  # never awaited: close it so no RuntimeWarning leaks
+        return Failed("TypeError: a workflow function must not be async", p.commands)
+    return Completed(result, p.commands)
+
+
+def _reason(exc: BaseException) -> str:
+    message = str(exc)
+    name = type(exc).__qualname__
+    return f"{name}: {message}" if message else name
+
+
+def _how(outcome: Outcome) -> str:
+    if isinstance(outcome, Completed):
+        return "returns"
+    if isinstance(outcome, Failed):
+        return f"fails with {outcome.reason!r}"
+    if isinstance(outcome, Parked):
+        return f"parks waiting on {list(outcome.waiting_on)}"
+    return "diverges"
+
+
+def _unissued(p: _Pass, outcome: Outcome) -> NondeterminismError | None:
+    """A recorded command the code no longer issues (history left unconsumed)."""
+    expected = p.first_unmatched()
+    if expected is None:
+        return None
+    cid = expected.payload["command_id"]
+    return NondeterminismError(
+        f"{cid}: history has {_describe(expected)}, but the code {_how(outcome)} without "
+        f"issuing it.",
+        command_id=cid,
+    )
+
+
+def _ending_changed(p: _Pass, outcome: Outcome) -> NondeterminismError | None:
+    """A recorded WorkflowCompleted/WorkflowFailed the code no longer reaches the same way."""
+    end = p.index.terminal
+    if end is None or end.type not in (WORKFLOW_COMPLETED, WORKFLOW_FAILED):
+        return None
+    wanted = Completed if end.type == WORKFLOW_COMPLETED else Failed
+    if not isinstance(outcome, wanted):
+        return NondeterminismError(
+            f"History records {end.type} at seq {end.seq}, but the code now {_how(outcome)}.",
+            expected=end.type,
+        )
+    if outcome.commands:
+        cid = outcome.commands[0].command_id
+        return NondeterminismError(
+            f"{cid}: history ends with {end.type} at seq {end.seq}, but the code now issues "
+            f"{cid} before ending.",
+            command_id=cid,
+        )
+    return None

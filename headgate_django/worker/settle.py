@@ -1,0 +1,55 @@
+"""Write the outcome of one attempt through the store. Shared by the runner and
+``headgate_django.testing`` so tests exercise the same path production does."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from headgate_django import store
+from headgate_django.kernel.states import State
+from headgate_django.store.claim import ClaimedJob
+from headgate_django.store.fenced import Completion
+from headgate_django.worker import execute
+
+log = logging.getLogger("headgate_django.worker")
+
+
+def completion(job: ClaimedJob, outcome: execute.Succeeded) -> Completion:
+    return Completion(job.ref, outcome.result, delete=job.retention <= timedelta(0))
+
+
+def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default") -> str:
+    """Record ``outcome``; return a label: completed, retried, archived, snoozed, skipped,
+    undecodable or lost. Raises ``LeaseLostError`` when the lease is gone."""
+    ref = job.ref
+    if isinstance(outcome, execute.Succeeded):
+        done = store.job_complete_many([completion(job, outcome)], using=using)
+        return "completed" if done else "lost"
+    if isinstance(outcome, execute.Failed):
+        state = store.job_retry(
+            ref, error=outcome.error, traceback=outcome.traceback, delay=outcome.delay, using=using
+        )
+        if state is State.ARCHIVED:
+            log.error(
+                "job %s (%s) archived after its last attempt: %s",
+                ref.job_id,
+                job.kind,
+                outcome.error,
+            )
+            return "archived"
+        log.warning("job %s (%s) failed, will retry: %s", ref.job_id, job.kind, outcome.error)
+        return "retried"
+    if isinstance(outcome, execute.Snoozed):
+        store.job_snooze(ref, delay=outcome.delay, using=using)
+        return "snoozed"
+    if isinstance(outcome, execute.Skipped):
+        store.job_skip(ref, reason=outcome.reason, using=using)
+        return "skipped"
+    if isinstance(outcome, execute.Undecodable):
+        store.job_mark_undecodable(
+            ref, reason=outcome.reason, traceback=outcome.traceback, using=using
+        )
+        log.error("job %s (%s) is undecodable: %s", ref.job_id, job.kind, outcome.reason)
+        return "undecodable"
+    return "lost"

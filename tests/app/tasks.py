@@ -1,0 +1,132 @@
+"""Tasks used by the test suite (autodiscovered like a user's ``tasks`` module)."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+from headgate_django import Skip, Snooze, task
+
+from tests.app.models import Execution
+
+
+def record(ctx, label: str = "") -> None:
+    Execution.objects.create(
+        job_id=ctx.job_id,
+        label=label,
+        attempt=ctx.attempt,
+        fence=ctx.lease.fence,
+        worker=ctx.worker_id,
+        pid=os.getpid(),
+    )
+
+
+@task(kind="test.noop")
+def noop(ctx) -> None:
+    return None
+
+
+@task(kind="test.echo")
+def echo(ctx, value=None, **kwargs):
+    return {"value": value, "attempt": ctx.attempt}
+
+
+@task(kind="test.record")
+def record_run(ctx, label: str = "", sleep: float = 0.0):
+    record(ctx, label)
+    if sleep:
+        time.sleep(sleep)
+    return {"label": label}
+
+
+@task(kind="test.fail", max_attempts=3)
+def always_fail(ctx, message: str = "boom"):
+    raise RuntimeError(message)
+
+
+@task(kind="test.flaky")
+def flaky(ctx, succeed_on: int = 2):
+    record(ctx)
+    if ctx.attempt < succeed_on:
+        raise ValueError(f"attempt {ctx.attempt} fails")
+    return ctx.attempt
+
+
+@task(kind="test.snooze")
+def snooze_once(ctx, seconds: float = 60.0):
+    record(ctx)
+    if Execution.objects.filter(job_id=ctx.job_id).count() == 1:
+        raise Snooze(timedelta(seconds=seconds))
+    return "woke"
+
+
+@task(kind="test.skip")
+def skip(ctx, reason: str = "not needed"):
+    raise Skip(reason)
+
+
+@task(kind="test.async")
+async def async_echo(ctx, value=None):
+    return {"async": value}
+
+
+@task(kind="test.sleep")
+def sleeper(ctx, seconds: float = 1.0, label: str = ""):
+    """Sleeps in small steps; records start and end so tests can see what finished."""
+    record(ctx, f"start:{label}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    record(ctx, f"end:{label}")
+    return "slept"
+
+
+@task(kind="test.crashy")
+def crashy(ctx, marker: str = ""):
+    """Hangs until killed (tests SIGKILL the worker while this runs)."""
+    record(ctx, "crashy")
+    while not ctx.cancelled:
+        time.sleep(0.05)
+
+
+@task(kind="test.steps")
+def steps(ctx, fail_at: str = ""):
+    a = ctx.step("a", lambda: (record(ctx, "a"), 1)[1])
+    b = ctx.step("b", lambda: (record(ctx, "b"), 2)[1])
+    if fail_at == "c" and ctx.attempt == 1:
+        raise RuntimeError("fail before c")
+    c = ctx.step("c", lambda: (record(ctx, "c"), 3)[1])
+    return a + b + c
+
+
+@task(kind="test.cursor")
+def cursor_pages(ctx, pages: int = 5, fail_after: int = -1):
+    def walk(cursor: bytes | None) -> int:
+        start = int(cursor or b"0")
+        for page in range(start, pages):
+            record(ctx, f"page:{page}")
+            ctx.set_cursor(str(page + 1).encode())
+            if page == fail_after and ctx.attempt == 1:
+                raise RuntimeError("interrupted")
+        return pages
+
+    return ctx.step_cursor("import-pages", walk)
+
+
+@task(kind="test.timeout", timeout=timedelta(milliseconds=300), max_attempts=1)
+def too_slow(ctx):
+    time.sleep(1.5)
+    return "late"
+
+
+@task(
+    kind="test.versioned", schema_version=2, upcaster=lambda v, a, k: (a, {**k, "upcast_from": v})
+)
+def versioned(ctx, **kwargs):
+    return kwargs
+
+
+@task(kind="test.ephemeral", retention=timedelta(0))
+def ephemeral(ctx):
+    return "gone"

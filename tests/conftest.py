@@ -1,0 +1,103 @@
+"""Shared fixtures. The database is whatever DATABASE_URL names (SQLite by default), so the
+same suite runs unchanged on SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url() -> str:
+    """A URL for the test database as the test run sees it (for worker subprocesses)."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    scheme = "postgresql" if connection.vendor == "postgresql" else "mysql"
+    auth = quote(s["USER"] or "")
+    if s["PASSWORD"]:
+        auth += ":" + quote(s["PASSWORD"])
+    host = s["HOST"] or "127.0.0.1"
+    port = f":{s['PORT']}" if s["PORT"] else ""
+    return f"{scheme}://{auth}@{host}{port}/{s['NAME']}"
+
+
+@pytest.fixture
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["DATABASE_URL"] = database_url()
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+class WorkerProcess:
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.proc = proc
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def start_worker(
+    worker_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start ``manage.py runworkers`` as a real subprocess; stopped (SIGKILL) at teardown."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        log = tmp_path / f"worker-{len(started)}.log"
+        handle = log.open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runworkers", *args],
+            env={**worker_env, **(env or {})},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        worker = WorkerProcess(proc, log)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        if worker.proc.poll() is None:
+            worker.kill()
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05
+) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
