@@ -25,7 +25,7 @@ INSTALLED_APPS = [
     "django_filters",
     "channels",
     "headgate_django",
-    "sampleproject.demo",
+    "sampleproject.demo.apps.DemoConfig",
 ]
 
 MIDDLEWARE = [

@@ -7,7 +7,6 @@ import time
 from datetime import timedelta
 
 from headgate_django import Skip, Snooze, task
-
 from tests.app.models import Execution
 
 

@@ -1,0 +1,61 @@
+# Two commands for newcomers: `make demo` and `make test`. Everything else is for CI.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+
+.PHONY: demo test test-sqlite test-postgres test-mysql lint docs dist clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev,postgres,redis,docs]"
+	touch $(STAMP)
+
+$(VENV)/.mysql: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[mysql]"
+	touch $(VENV)/.mysql
+
+## demo: sample project on SQLite — migrate, admin user, demo data, workers + console on :8000
+demo: $(STAMP)
+	$(BIN)/python manage.py migrate --no-input
+	$(BIN)/python manage.py demo
+	$(BIN)/python manage.py rundemo
+
+## test: the suite on SQLite, plus PostgreSQL / MariaDB when HEADGATE_TEST_POSTGRES / HEADGATE_TEST_MYSQL are set
+test: $(STAMP)
+	$(MAKE) --no-print-directory test-sqlite
+	@if [ -n "$$HEADGATE_TEST_POSTGRES" ]; then $(MAKE) --no-print-directory test-postgres; \
+	 else echo "(PostgreSQL leg skipped: set HEADGATE_TEST_POSTGRES to a database URL)"; fi
+	@if [ -n "$$HEADGATE_TEST_MYSQL" ]; then $(MAKE) --no-print-directory test-mysql; \
+	 else echo "(MariaDB/MySQL leg skipped: set HEADGATE_TEST_MYSQL to a database URL)"; fi
+
+test-sqlite: $(STAMP)
+	@echo "== tests on SQLite"
+	env -u DATABASE_URL $(PYTEST)
+
+test-postgres: $(STAMP)
+	@echo "== tests on PostgreSQL"
+	DATABASE_URL="$$HEADGATE_TEST_POSTGRES" $(PYTEST) --create-db
+
+test-mysql: $(VENV)/.mysql
+	@echo "== tests on MariaDB/MySQL"
+	DATABASE_URL="$$HEADGATE_TEST_MYSQL" $(PYTEST) --create-db
+
+## lint: ruff, mypy, migrations in sync
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy headgate_django
+	DJANGO_SETTINGS_MODULE=tests.settings $(BIN)/python -m django makemigrations --check --dry-run
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+dist: $(STAMP)
+	rm -rf dist build
+	$(BIN)/python -m build --wheel --outdir dist .
+
+clean:
+	rm -rf $(VENV) .tox build dist site *.egg-info db.sqlite3*

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class DemoConfig(AppConfig):
+    name = "sampleproject.demo"
+    label = "demo"
+    verbose_name = "headgate-django demo"

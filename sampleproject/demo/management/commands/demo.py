@@ -1,0 +1,48 @@
+"""``manage.py demo``: an admin user and demo jobs, idempotently."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from headgate_django import DuplicateError, Envelope, enqueue
+from sampleproject.demo import tasks
+
+USERNAME = "admin"
+PASSWORD = "headgate-demo"
+
+
+class Command(BaseCommand):
+    help = "Create the demo admin user and enqueue demo jobs (safe to run again)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        User = get_user_model()
+        if not User.objects.filter(username=USERNAME).exists():
+            User.objects.create_superuser(USERNAME, "admin@example.com", PASSWORD)
+        today = date.today()
+        envelopes: list[Envelope] = []
+        for user_id in range(1, 21):
+            envelopes.append(_keyed(tasks.send_welcome_email.envelope(user_id=user_id), f"welcome:{user_id}"))
+        for days in range(5):
+            day = (today - timedelta(days=days)).isoformat()
+            envelopes.append(_keyed(tasks.build_report.envelope(day=day), f"report:{day}"))
+        envelopes.append(_keyed(tasks.import_pages.envelope(pages=30), "import:demo"))
+        envelopes.append(_keyed(tasks.wait_for_partner.envelope(order=42), "partner:42"))
+        created = 0
+        for env in envelopes:
+            try:
+                enqueue(env)
+                created += 1
+            except DuplicateError:
+                pass  # already waiting from an earlier run
+        self.stdout.write(self.style.SUCCESS(f"Enqueued {created} demo job(s)."))
+        self.stdout.write(f"Admin user: {USERNAME} / password: {PASSWORD}")
+
+
+def _keyed(env: Envelope, key: str) -> Envelope:
+    from dataclasses import replace
+
+    return replace(env, unique_key=key)

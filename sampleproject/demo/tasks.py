@@ -1,0 +1,47 @@
+"""Example tasks of the sample project (autodiscovered by headgate_django)."""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import timedelta
+
+from headgate_django import JobContext, Snooze, task
+
+
+@task(queue="default")
+def send_welcome_email(ctx: JobContext, user_id: int) -> dict:
+    time.sleep(random.uniform(0.05, 0.3))
+    return {"sent_to": user_id}
+
+
+@task(queue="reports", max_attempts=5)
+def build_report(ctx: JobContext, day: str) -> dict:
+    """Fails on its first attempt half of the time, to show retries with backoff."""
+    if ctx.attempt == 1 and random.random() < 0.5:
+        raise RuntimeError("the warehouse was busy; will retry")
+    time.sleep(random.uniform(0.2, 0.8))
+    return {"day": day, "rows": random.randint(100, 1000)}
+
+
+@task(queue="imports")
+def import_pages(ctx: JobContext, pages: int = 20) -> int:
+    """A resumable cursor step: a retry continues from the last saved page."""
+
+    def walk(cursor: bytes | None) -> int:
+        for page in range(int(cursor or b"0"), pages):
+            time.sleep(0.1)
+            ctx.set_progress(page + 1, pages, f"page {page + 1} of {pages}")
+            ctx.set_cursor(str(page + 1).encode())
+        return pages
+
+    return ctx.step_cursor("import-pages", walk)
+
+
+@task(queue="default")
+def wait_for_partner(ctx: JobContext, order: int) -> str:
+    """Snoozes once (no attempt consumed), then finishes."""
+    if ctx.attempt == 1 and not ctx.completed_steps:
+        ctx.step("asked", lambda: True)
+        raise Snooze(timedelta(seconds=3))
+    return f"order {order} confirmed"
