@@ -166,3 +166,31 @@ class QueueState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class WorkflowCheckpoint(models.Model):
+    """A workflow's durable memory: revision, generation, completion evidence, history.
+
+    Written only by the workflow's coordinator under its job lease (fenced), so a stale
+    coordinator attempt can never overwrite a newer one's evidence.
+    """
+
+    workflow_id = models.CharField(primary_key=True, max_length=255)
+    coordinator_job_id = models.CharField(max_length=255)
+    revision = models.PositiveIntegerField(default=1)
+    generation = models.PositiveIntegerField(default=1)
+    completed = models.JSONField(default=dict, blank=True, help_text="node → completed_at_ms")
+    failed = models.BooleanField(default=False)
+    started = models.BooleanField(default=False)
+    outcome = models.CharField(max_length=16, default="waiting")
+    history = models.JSONField(default=list, blank=True, help_text="Newest 256 events.")
+    next_sequence = models.BigIntegerField(default=1)
+    grafts = models.JSONField(default=list, blank=True, help_text="Accepted grafted nodes.")
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "headgate_workflow_checkpoint"
+        ordering = ["workflow_id"]
+
+    def __str__(self) -> str:
+        return self.workflow_id

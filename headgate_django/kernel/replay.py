@@ -20,7 +20,10 @@ among them, and parks when none has one. Facts are only ever appended with large
 every decision made against the position comes out the same on every later replay: a late
 signal cannot flip an earlier select (azync hazard 2), and an unfired losing timer is simply
 never consulted again (hazard 1). Selects are also recorded (``SelectResolved``) so replay
-proves the decision and catches reordered arguments.
+proves the decision and catches reordered arguments. The code behaves as if each pass ran the
+instant its awaited fact was appended: what it does depends on the order of events, never on
+how late a worker got to them. One consequence: a signal delivered before anything was waited
+for is not ``ready`` yet — ``select`` on it (that waits up to it) rather than poll ``ready``.
 
 ``ctx.now()`` is the store time (``at_ms``) of the event at the position — WorkflowStarted's
 time until the code first waits — so it is identical on every replay and never reads a worker
@@ -40,14 +43,17 @@ in-flight runs.
 
 Runtime contract
 ----------------
-Every event: ``seq`` contiguous from 1 per execution, ``at_ms`` = the store clock at append.
-``history[0]`` is ``WorkflowStarted {"input": <input>, "seed": <str, optional>}``.
+Event types, commands, outcomes and :func:`due_timers` live in
+:mod:`headgate_django.kernel.replay_events`. Every event: ``seq`` contiguous from 1 per
+execution, ``at_ms`` = the store clock at append. ``history[0]`` is ``WorkflowStarted
+{"input": <input>, "seed": <str, optional>}``; pass the same ``input`` on every pass.
 
 One pass, holding the execution's lock (at most one pass per execution at a time):
 
 1. Read ``now_ms`` from the store clock and the whole history.
 2. Append ``TimerFired {"command_id"}`` for each id in ``due_timers(history, now_ms)``.
-3. ``outcome = replay(fn, input, history, workflow_id=…, run_id=…, now_ms=now_ms)``.
+3. ``outcome = replay(fn, input, history, workflow_id=…, run_id=…, now_ms=now_ms)`` over the
+   history including those TimerFired events.
 4. For each command in ``outcome.commands`` (Parked, Completed and Failed all carry them),
    in order, append ``command.event_type`` with ``command.event_payload()``, and:
 
@@ -65,7 +71,10 @@ One pass, holding the execution's lock (at most one pass per execution at a time
    {"reason"}`` (use ``outcome.event_type``/``event_payload()``), and end the execution.
    ``Parked`` → schedule a wake pass at ``wake_at_ms`` when it is not None.
    ``Nondeterministic`` → append nothing; back off, then suspend with ``str(error)``.
-   Steps 2–5 commit in one transaction.
+   Steps 2–5 commit in one transaction. Facts appended by others in between are harmless
+   (matching is by id, not position), but two passes of one execution must never overlap:
+   both would append the same command ids. A pass retried after a crash re-issues the same
+   commands with the same execution keys, so enqueueing an Operation must dedupe on it.
 
 External facts — append, then wake a pass (``execution_key`` = the ScheduleOperation's):
 

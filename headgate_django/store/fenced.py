@@ -42,6 +42,7 @@ class Completion:
     ref: LeaseRef
     result: Any = None
     delete: bool = False  # retention 0: the row goes away at ack
+    workflow_id: str | None = None  # a workflow child: its coordinator is woken
 
 
 def _fenced_ids(
@@ -131,16 +132,22 @@ def job_complete_many(completions: Sequence[Completion], *, using: str = "defaul
                     params += [c.ref.job_id, value]
                 set_sql += f", result = CASE id {' '.join(cases)} ELSE result END"
             done |= _fenced_ids(cursor, conn, set_sql, params, [c.ref for c in keeps])
-        _after_finish(cursor, conn, done)
+        _after_finish(
+            cursor,
+            conn,
+            {c.workflow_id for c in completions if c.workflow_id and c.ref.job_id in done},
+        )
     return done
 
 
-def _after_finish(cursor: Any, conn: BaseDatabaseWrapper, job_ids: set[str]) -> None:
+def _after_finish(cursor: Any, conn: BaseDatabaseWrapper, workflow_ids: set[str | None]) -> None:
     """Hooks that must commit with a finished job (workflows wake their coordinator)."""
     from headgate_django.store import hooks
 
-    for hook in hooks.ON_FINISH:
-        hook(cursor, conn, job_ids)
+    ids = {w for w in workflow_ids if w}
+    if ids:
+        for hook in hooks.ON_FINISH:
+            hook(cursor, conn, ids)
 
 
 def job_renew_leases(
@@ -213,8 +220,8 @@ def job_retry(
     conn = v.connection_for(using)
     s = headgate_settings
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        errors, attempt, max_attempts, at = _lock_one(
-            cursor, conn, ref, "errors, attempt, max_attempts"
+        errors, attempt, max_attempts, workflow_id, at = _lock_one(
+            cursor, conn, ref, "errors, attempt, max_attempts, workflow_id"
         )
         target = retry_target(attempt, max_attempts)
         entry = _error_entry(conn, at, attempt + 1, "error", error, traceback)
@@ -241,7 +248,7 @@ def job_retry(
             f"{when}, {_CLEAR_LEASE} WHERE id = %s",
             [*params, ref.job_id],
         )
-        _after_finish(cursor, conn, {ref.job_id})
+        _after_finish(cursor, conn, {workflow_id})
     return target
 
 
@@ -250,7 +257,9 @@ def _finish_with(
 ) -> None:
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        errors, attempt, at = _lock_one(cursor, conn, ref, "errors, attempt")
+        errors, attempt, workflow_id, at = _lock_one(
+            cursor, conn, ref, "errors, attempt, workflow_id"
+        )
         entry = _error_entry(conn, at, attempt + 1, kind, message, trace)
         cursor.execute(
             f"UPDATE headgate_job SET state = %s, errors = %s, finalized_at = {v.now(conn)}, "
@@ -258,7 +267,7 @@ def _finish_with(
             "WHERE id = %s",
             [state.value, prep(conn, "errors", _append(errors, entry)), ref.job_id],
         )
-        _after_finish(cursor, conn, {ref.job_id})
+        _after_finish(cursor, conn, {workflow_id})
 
 
 def job_skip(ref: LeaseRef, *, reason: str, using: str = "default") -> None:
@@ -287,8 +296,12 @@ def job_snooze(ref: LeaseRef, *, delay: timedelta, using: str = "default") -> No
         held = _fenced_ids(
             cursor,
             conn,
-            f"state = %s, scheduled_at = {v.plus_ms(conn)}, {_CLEAR_LEASE}",
-            [State.SCHEDULED.value, int(delay.total_seconds() * 1000)],
+            # A wake-up that arrived while the job ran (a workflow child finishing while its
+            # coordinator ticks) moved scheduled_at past claimed_at: honour it, run again now.
+            "state = CASE WHEN scheduled_at > claimed_at THEN %s ELSE %s END, "
+            f"scheduled_at = CASE WHEN scheduled_at > claimed_at THEN {v.now(conn)} "
+            f"ELSE {v.plus_ms(conn)} END, {_CLEAR_LEASE}",
+            [State.AVAILABLE.value, State.SCHEDULED.value, int(delay.total_seconds() * 1000)],
             [ref],
         )
     if not held:

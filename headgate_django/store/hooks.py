@@ -1,8 +1,8 @@
 """Extension points the upper layers register into, so ``store`` never imports them.
 
-``ON_FINISH`` callbacks run inside the transaction that moves jobs out of ``running``,
-with ``(cursor, connection, job_ids)``; the workflow layer uses it to wake a coordinator
-in the same commit as its child's completion.
+``ON_FINISH`` callbacks run inside the transaction that moves workflow children out of
+``running`` (or cancels them), with ``(cursor, connection, workflow_ids)``; the workflow
+layer uses it to wake the coordinators in the same commit as their children's outcome.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def job_cancel(job_id: str, *, using: str = "default") -> bool:
         from headgate_django.store.fenced import _after_finish
 
         with conn.cursor() as cursor:
-            _after_finish(cursor, conn, {job_id})
+            _after_finish(cursor, conn, {job.workflow_id})
     return True
 
 
@@ -161,3 +161,23 @@ def job_delete(job_id: str, *, using: str = "default") -> None:
 
 def queue_set_paused(name: str, paused: bool, *, using: str = "default") -> None:
     QueueState.objects.using(using).update_or_create(name=name, defaults={"paused": paused})
+
+
+def job_cancel_many(job_ids: list[str], *, using: str = "default") -> int:
+    """Cancel every listed job that has not finished; return how many were cancelled.
+
+    Running handlers learn at their next fenced write or renewal (their lease is cleared).
+    """
+    if not job_ids:
+        return 0
+    live = [State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE]
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)}, "
+            f"expires_at = {v.plus_duration_column(conn, 'retention')}, "
+            f"lease_id = NULL, lease_expires_at = NULL WHERE id IN ({v.placeholders(len(job_ids))}) "
+            f"AND state IN ({v.placeholders(len(live))})",
+            [State.CANCELLED.value, *job_ids, *(s.value for s in live)],
+        )
+        return cursor.rowcount

@@ -16,7 +16,12 @@ log = logging.getLogger("headgate_django.worker")
 
 
 def completion(job: ClaimedJob, outcome: execute.Succeeded) -> Completion:
-    return Completion(job.ref, outcome.result, delete=job.retention <= timedelta(0))
+    return Completion(
+        job.ref,
+        outcome.result,
+        delete=job.retention <= timedelta(0),
+        workflow_id=job.workflow_id,
+    )
 
 
 def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default") -> str:

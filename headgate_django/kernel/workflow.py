@@ -1,0 +1,216 @@
+"""One coordinator tick, decided without I/O.
+
+The coordinator reads the graph, its checkpoint and the state of every node's job, then
+asks :func:`evaluate` what to do. The answer (a :class:`Plan`) lists the completions to
+record as evidence, the history events to append, and the mutations to apply; the store
+writes the checkpoint first and applies the mutations in the same fenced transaction.
+
+Node semantics:
+- a task or child-workflow node is complete when its job completed (or the checkpoint
+  holds evidence that it did — the row may since have been evicted);
+- a signal, timer or condition node is complete only when its job completed AND all of
+  its own dependencies are complete, so an early signal or an early absolute timer is
+  buffered until the graph reaches it;
+- a node whose job is archived, cancelled, quarantined, undecodable, or missing without
+  evidence has failed; it and its descendants are the failure closure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from headgate_django.exceptions import ConditionEvaluationError
+from headgate_django.kernel import cel
+from headgate_django.kernel.graph import GraphSpec, NodeKind, failure_closure, topological_order
+from headgate_django.kernel.states import State
+
+MAX_HISTORY = 256
+MISSING = "missing"
+
+#: Job states that fail their node.
+FAILED_STATES = frozenset(
+    {State.ARCHIVED, State.CANCELLED, State.QUARANTINED, State.UNDECODABLE, MISSING}
+)
+#: States of doomed descendants that are deleted because they never ran.
+DELETABLE_STATES = frozenset({State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE})
+_BUFFERED = frozenset({NodeKind.SIGNAL, NodeKind.TIMER, NodeKind.CONDITION})
+
+
+class Outcome(StrEnum):
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """What the store says about one node's job."""
+
+    state: str  # a job state, or "missing" when the row is gone
+    finalized_at_ms: int | None = None
+
+
+@dataclass
+class Checkpoint:
+    """The coordinator's durable memory (one row per workflow, fenced by its lease)."""
+
+    revision: int = 1
+    generation: int = 1
+    completed: dict[str, int] = field(default_factory=dict)  # node → completed_at_ms
+    failed: bool = False
+    started: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+    next_sequence: int = 1
+
+    def record(self, event: str, at_ms: int | None = None, **extra: Any) -> dict[str, Any]:
+        """Append a history event, keeping the newest :data:`MAX_HISTORY`."""
+        entry = {
+            "sequence": self.next_sequence,
+            "event": event,
+            "revision": self.revision,
+            "generation": self.generation,
+            **({"at_ms": at_ms} if at_ms is not None else {}),
+            **extra,
+        }
+        self.next_sequence += 1
+        self.history.append(entry)
+        del self.history[:-MAX_HISTORY]
+        return entry
+
+
+@dataclass
+class Plan:
+    """What one tick decided. Job ids, not node names, so the store can apply it."""
+
+    new_completions: dict[str, int] = field(default_factory=dict)
+    promote: list[str] = field(default_factory=list)
+    schedule: list[tuple[str, int]] = field(default_factory=list)  # (job id, at_ms)
+    delete: list[str] = field(default_factory=list)
+    fail: list[tuple[str, str]] = field(default_factory=list)  # (job id, reason)
+    outcome: Outcome = Outcome.WAITING
+    reason: str | None = None
+
+    @property
+    def mutates(self) -> bool:
+        return bool(self.promote or self.schedule or self.delete or self.fail)
+
+    @property
+    def changed(self) -> bool:
+        return self.mutates or bool(self.new_completions)
+
+
+def node_states(
+    graph: GraphSpec, checkpoint: Checkpoint, rows: Mapping[str, NodeRow]
+) -> dict[str, str]:
+    """Each node's effective state: evidence wins over an evicted or missing row."""
+    return {
+        node.name: State.COMPLETED.value
+        if node.name in checkpoint.completed
+        else rows.get(node.name, NodeRow(MISSING)).state
+        for node in graph.nodes
+    }
+
+
+def evaluate(
+    graph: GraphSpec,
+    checkpoint: Checkpoint,
+    rows: Mapping[str, NodeRow],
+    *,
+    keep_blocked: bool = False,
+    now_ms: int = 0,
+) -> Plan:
+    """Decide one tick and update ``checkpoint`` in memory (evidence and history).
+
+    ``keep_blocked`` (failed-subgraph retry) keeps doomed pending descendants instead of
+    deleting them, so a later generation can resume them.
+    """
+    plan = Plan()
+    if not checkpoint.started:
+        checkpoint.started = True
+        checkpoint.record("workflow_started", now_ms or None)
+    _record_completions(graph, checkpoint, rows, plan)
+    states = node_states(graph, checkpoint, rows)
+    failed = [n.name for n in graph.nodes if states[n.name] in FAILED_STATES]
+    if failed:
+        _fail(graph, states, failed, plan, keep_blocked)
+        checkpoint.failed = True
+        checkpoint.record("workflow_failed", now_ms or None, reason=plan.reason)
+        return plan
+    _advance(graph, checkpoint, states, plan)
+    if len(checkpoint.completed) == len(graph.nodes):
+        plan.outcome = Outcome.SUCCEEDED
+        checkpoint.record("workflow_succeeded", now_ms or None)
+    return plan
+
+
+def _record_completions(
+    graph: GraphSpec, checkpoint: Checkpoint, rows: Mapping[str, NodeRow], plan: Plan
+) -> None:
+    """Topological order makes the buffered-node fixpoint a single pass."""
+    for name in topological_order(graph):
+        if name in checkpoint.completed:
+            continue
+        node = graph.node(name)
+        row = rows.get(name)
+        if row is None or row.state != State.COMPLETED:
+            continue
+        if node.kind in _BUFFERED and not all(d in checkpoint.completed for d in node.deps):
+            continue
+        at = row.finalized_at_ms or 0
+        checkpoint.completed[name] = at
+        plan.new_completions[name] = at
+        checkpoint.record("node_completed", at, node=name)
+
+
+def _fail(
+    graph: GraphSpec, states: dict[str, str], failed: list[str], plan: Plan, keep_blocked: bool
+) -> None:
+    first = failed[0]
+    plan.outcome = Outcome.FAILED
+    plan.reason = f"node {first!r} is {states[first]}"
+    if len(failed) > 1:
+        plan.reason += f" (and {len(failed) - 1} more failed node(s))"
+    if keep_blocked:
+        return
+    for name in sorted(failure_closure(graph, failed) - set(failed)):
+        if states[name] in DELETABLE_STATES:
+            plan.delete.append(graph.node(name).job_id)
+
+
+def _advance(graph: GraphSpec, checkpoint: Checkpoint, states: dict[str, str], plan: Plan) -> None:
+    done = checkpoint.completed
+    completed_map = {n.name: n.name in done for n in graph.nodes}
+    for node in graph.nodes:
+        if states[node.name] != State.PENDING or not all(d in done for d in node.deps):
+            continue
+        if node.kind in (NodeKind.TASK, NodeKind.CHILD_WORKFLOW):
+            plan.promote.append(node.job_id)
+        elif node.kind is NodeKind.CONDITION:
+            _condition(node.condition or "", node.job_id, checkpoint, states, completed_map, plan)
+        elif node.kind is NodeKind.TIMER and node.delay_ms is not None:
+            anchor = max(done[d] for d in node.deps)
+            plan.schedule.append((node.job_id, anchor + node.delay_ms))
+        # Signal nodes wait for an emission; absolute timers were enqueued scheduled.
+
+
+def _condition(
+    expression: str,
+    job_id: str,
+    checkpoint: Checkpoint,
+    states: dict[str, str],
+    completed: dict[str, bool],
+    plan: Plan,
+) -> None:
+    try:
+        compiled = cel.compile(expression)
+        result = cel.evaluate(
+            compiled, checkpoint.revision, checkpoint.generation, states, completed
+        )
+    except ConditionEvaluationError as exc:
+        plan.fail.append((job_id, str(exc)))
+        return
+    if result:
+        plan.promote.append(job_id)

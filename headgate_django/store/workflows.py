@@ -1,0 +1,245 @@
+"""Store verbs of the workflow layer: node reads, the fenced tick write, wake-ups.
+
+Node reads are set-based and bounded (chunks of job ids, never a queue scan). The tick
+write locks the coordinator's job row under its lease first, so a stale coordinator
+attempt cannot write evidence or move a node; the checkpoint is saved before any node
+is promoted, in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import transaction
+
+from headgate_django.kernel.states import State
+from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
+from headgate_django.models import Job, WorkflowCheckpoint
+from headgate_django.store import hooks
+from headgate_django.store import vendor as v
+from headgate_django.store.fenced import LeaseRef, _append, _error_entry, _lock_one
+from headgate_django.store.rows import prep
+
+COORDINATOR_KIND = "headgate:workflow"
+_CHUNK = 500
+
+
+def coordinator_job_id(workflow_id: str) -> str:
+    return f"{workflow_id}:coordinator"
+
+
+def to_ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def from_ms(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+def workflow_nodes_read(
+    job_ids: Mapping[str, str], *, using: str = "default"
+) -> dict[str, NodeRow]:
+    """``{node: job_id}`` → ``{node: NodeRow}``; absent rows are ``missing``."""
+    by_job = {job_id: name for name, job_id in job_ids.items()}
+    rows: dict[str, NodeRow] = {}
+    ids = list(by_job)
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        for job_id, state, finalized_at in (
+            Job.objects.using(using).filter(pk__in=chunk).values_list("id", "state", "finalized_at")
+        ):
+            rows[by_job[job_id]] = NodeRow(state, to_ms(finalized_at))
+    for name in job_ids:
+        rows.setdefault(name, NodeRow(MISSING))
+    return rows
+
+
+def workflow_checkpoint_load(
+    workflow_id: str, *, using: str = "default"
+) -> WorkflowCheckpoint | None:
+    return WorkflowCheckpoint.objects.using(using).filter(pk=workflow_id).first()
+
+
+def checkpoint_from_row(row: WorkflowCheckpoint | None) -> Checkpoint:
+    if row is None:
+        return Checkpoint()
+    return Checkpoint(
+        revision=row.revision,
+        generation=row.generation,
+        completed=dict(row.completed),
+        failed=row.failed,
+        started=row.started,
+        history=list(row.history),
+        next_sequence=row.next_sequence,
+    )
+
+
+def workflow_tick_save(
+    ref: LeaseRef,
+    *,
+    workflow_id: str,
+    checkpoint: Checkpoint,
+    plan: Plan,
+    grafts: list[dict[str, Any]] | None = None,
+    using: str = "default",
+) -> None:
+    """Save the checkpoint, then apply the plan's mutations: one fenced transaction."""
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        _lock_one(cursor, conn, ref, "id")  # LeaseLostError if the coordinator moved on
+        _save_checkpoint(cursor, conn, ref.job_id, workflow_id, checkpoint, plan, grafts)
+        _delete(cursor, plan.delete)
+        _promote(cursor, conn, plan.promote)
+        _schedule(cursor, conn, plan.schedule)
+        _fail_pending(cursor, conn, plan.fail)
+
+
+def _save_checkpoint(
+    cursor: Any,
+    conn: Any,
+    coordinator_id: str,
+    workflow_id: str,
+    cp: Checkpoint,
+    plan: Plan,
+    grafts: list[dict[str, Any]] | None,
+) -> None:
+    values = {
+        "coordinator_job_id": coordinator_id,
+        "revision": cp.revision,
+        "generation": cp.generation,
+        "completed": cp.completed,
+        "failed": cp.failed,
+        "started": cp.started,
+        "outcome": plan.outcome.value,
+        "history": cp.history,
+        "next_sequence": cp.next_sequence,
+    }
+    if grafts is not None:
+        values["grafts"] = grafts
+    fields = WorkflowCheckpoint._meta
+    params = [
+        fields.get_field(k).get_db_prep_save(val, connection=conn) for k, val in values.items()
+    ]
+    assignments = ", ".join(f"{k} = %s" for k in values)
+    cursor.execute(
+        f"UPDATE headgate_workflow_checkpoint SET {assignments}, updated_at = {v.now(conn)} "
+        "WHERE workflow_id = %s",
+        [*params, workflow_id],
+    )
+    if cursor.rowcount == 0:
+        if "grafts" not in values:
+            values["grafts"] = []
+            params.append(fields.get_field("grafts").get_db_prep_save([], connection=conn))
+        columns = ", ".join(["workflow_id", *values, "updated_at"])
+        cursor.execute(
+            f"INSERT INTO headgate_workflow_checkpoint ({columns}) "
+            f"VALUES (%s, {v.placeholders(len(values))}, {v.now(conn)})",
+            [workflow_id, *params],
+        )
+
+
+def _in(ids: list[str]) -> str:
+    return v.placeholders(len(ids))
+
+
+def _delete(cursor: Any, job_ids: list[str]) -> None:
+    """Doomed descendants that never ran go away (the failure is explained by history)."""
+    if job_ids:
+        states = [State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE]
+        cursor.execute(
+            f"DELETE FROM headgate_job WHERE id IN ({_in(job_ids)}) AND state IN ({_in(states)})",
+            [*job_ids, *(s.value for s in states)],
+        )
+
+
+def _promote(cursor: Any, conn: Any, job_ids: list[str]) -> None:
+    if job_ids:
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, scheduled_at = {v.now(conn)} "
+            f"WHERE id IN ({_in(job_ids)}) AND state = %s",
+            [State.AVAILABLE.value, *job_ids, State.PENDING.value],
+        )
+
+
+def _schedule(cursor: Any, conn: Any, items: list[tuple[str, int]]) -> None:
+    """Pending relative timers → scheduled at their store-anchored instant."""
+    for job_id, at_ms in items:
+        at = prep(conn, "scheduled_at", from_ms(at_ms))
+        cursor.execute(
+            f"UPDATE headgate_job SET state = CASE WHEN %s <= {v.now(conn)} THEN %s ELSE %s END, "
+            "scheduled_at = %s WHERE id = %s AND state = %s",
+            [at, State.AVAILABLE.value, State.SCHEDULED.value, at, job_id, State.PENDING.value],
+        )
+
+
+def _fail_pending(cursor: Any, conn: Any, items: list[tuple[str, str]]) -> None:
+    """A node that cannot be decided (a failing condition) is cancelled with the reason."""
+    for job_id, reason in items:
+        cursor.execute(
+            f"SELECT errors, attempt, {v.now(conn)} FROM headgate_job WHERE id = %s AND state = %s",
+            [job_id, State.PENDING.value],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            continue
+        errors = _append(row[0], _error_entry(conn, row[2], row[1], "condition", reason, None))
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, errors = %s, finalized_at = {v.now(conn)}, "
+            f"expires_at = {v.plus_duration_column(conn, 'retention')} WHERE id = %s",
+            [State.CANCELLED.value, prep(conn, "errors", errors), job_id],
+        )
+
+
+def _wake_coordinators(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
+    """A child finished: make its snoozing coordinator available now.
+
+    A coordinator that is running right now gets ``scheduled_at`` moved past its
+    ``claimed_at``, which its snooze honours (see ``job_snooze``): no wake-up is lost.
+    """
+    ids = sorted(coordinator_job_id(w) for w in workflow_ids)
+    cursor.execute(
+        f"UPDATE headgate_job SET state = CASE WHEN state = %s THEN %s ELSE state END, "
+        f"scheduled_at = {v.now(conn)} WHERE id IN ({_in(ids)}) AND state IN (%s, %s)",
+        [
+            State.SCHEDULED.value,
+            State.AVAILABLE.value,
+            *ids,
+            State.SCHEDULED.value,
+            State.RUNNING.value,
+        ],
+    )
+
+
+hooks.ON_FINISH.append(_wake_coordinators)
+
+
+def workflow_coordinators(
+    *, after: str | None = None, limit: int = 50, using: str = "default"
+) -> list[dict[str, Any]]:
+    """A page of coordinators ordered by workflow id (cursor = the last workflow id)."""
+    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND)
+    if after is not None:
+        qs = qs.filter(workflow_id__gt=after)
+    return list(
+        qs.order_by("workflow_id").values(
+            "workflow_id", "id", "state", "queue", "enqueued_at", "finalized_at"
+        )[:limit]
+    )
+
+
+def workflow_live_node_ids(job_ids: Iterable[str], *, using: str = "default") -> list[str]:
+    live = [
+        s.value
+        for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE)
+    ]
+    ids = list(job_ids)
+    found: list[str] = []
+    for start in range(0, len(ids), _CHUNK):
+        found += list(
+            Job.objects.using(using)
+            .filter(pk__in=ids[start : start + _CHUNK], state__in=live)
+            .values_list("id", flat=True)
+        )
+    return found

@@ -1,0 +1,49 @@
+"""Handlers of the workflow's internal node jobs. Their jobs only become runnable when the
+coordinator (or an emission, or the clock) releases them, so running one means "done"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headgate_django.conf import headgate_settings
+from headgate_django.context import JobContext
+from headgate_django.control import Skip, Snooze
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from headgate_django.registry import task
+from headgate_django.store.workflows import coordinator_job_id
+from headgate_django.workflows.builder import CHILD_KIND, CONDITION_KIND, SIGNAL_KIND, TIMER_KIND
+
+_FAILED = {State.ARCHIVED, State.CANCELLED, State.QUARANTINED, State.UNDECODABLE}
+
+
+@task(kind=TIMER_KIND, queue="headgate-workflow")
+def timer_fired(ctx: JobContext, **_: Any) -> None:
+    return None
+
+
+@task(kind=CONDITION_KIND, queue="headgate-workflow")
+def condition_met(ctx: JobContext, **_: Any) -> None:
+    return None
+
+
+@task(kind=SIGNAL_KIND, queue="headgate-workflow")
+def signal_received(ctx: JobContext, **_: Any) -> None:
+    return None
+
+
+@task(kind=CHILD_KIND, queue="headgate-workflow")
+def child_link(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any) -> dict[str, Any]:
+    """Waits for the linked child workflow: completes with it, archives when it fails."""
+    from headgate_django.workflows.inspect import load_graph_of
+
+    graph = load_graph_of(workflow_id)
+    child_id = graph.node(node).child_workflow_id or ""
+    state = (
+        Job.objects.filter(pk=coordinator_job_id(child_id)).values_list("state", flat=True).first()
+    )
+    if state == State.COMPLETED:
+        return {"child_workflow_id": child_id, "outcome": "succeeded"}
+    if state is None or State(state) in _FAILED:
+        raise Skip(f"child workflow {child_id!r} is {state or 'missing'}")
+    raise Snooze(headgate_settings.COORDINATOR_POLL)
