@@ -194,3 +194,51 @@ class WorkflowCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return self.workflow_id
+
+
+class SignalEmission(models.Model):
+    """One emitted workflow signal: the fact (payload), who sent it (source), when (store).
+
+    The idempotency key is unique per workflow while the record is kept (the newest 100
+    per workflow), which is the idempotency horizon.
+    """
+
+    workflow_id = models.CharField(max_length=255)
+    signal = models.CharField(max_length=128)
+    idempotency_key = models.CharField(max_length=255)
+    payload = models.JSONField(null=True, blank=True)
+    source = models.JSONField(default=dict, blank=True)
+    content_hash = models.CharField(max_length=64)
+    emitted_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_signal_emission"
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow_id", "idempotency_key"], name="headgate_signal_key"
+            )
+        ]
+        indexes = [models.Index(fields=["workflow_id", "-id"], name="headgate_signal_wf")]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id} {self.signal} ({self.idempotency_key})"
+
+
+class Graft(models.Model):
+    """An audit record of a graft request: what was asked and whether it was accepted."""
+
+    workflow_id = models.CharField(max_length=255, db_index=True)
+    revision = models.PositiveIntegerField(help_text="The revision the graft creates.")
+    receipt_job_id = models.CharField(max_length=255, unique=True)
+    nodes = models.JSONField(default=list)
+    status = models.CharField(max_length=16, default="accepted")
+    reason = models.TextField(blank=True, default="")
+    decided_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_graft"
+        ordering = ["workflow_id", "revision"]
+
+    def __str__(self) -> str:
+        return self.receipt_job_id
