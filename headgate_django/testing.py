@@ -76,18 +76,26 @@ def run_jobs(
     """Run available jobs until none is left (or ``max_jobs`` ran).
 
     With ``include_scheduled=True``, scheduled, snoozed and backing-off jobs are treated
-    as due, so retries and timers run too; stop conditions still hold because a job that
-    keeps failing is archived at its ``max_attempts``.
+    as due, so retries and timers run too. It stops when a round of due jobs only snoozed
+    (everything left waits for something external, like a workflow signal); a job that
+    keeps failing stops at its ``max_attempts``.
     """
     report = RunReport()
     while len(report.outcomes) < max_jobs:
-        store.job_promote_due(using=using)
-        ran = run_one(queues=queues, using=using)
-        if ran is None and include_scheduled and job_make_due(queues=queues, using=using):
-            continue
-        if ran is None:
+        round_labels: list[str] = []
+        while len(report.outcomes) < max_jobs:
+            store.job_promote_due(using=using)
+            ran = run_one(queues=queues, using=using)
+            if ran is None:
+                break
+            report.outcomes.append(ran)
+            round_labels.append(ran[1])
+        # Stop when nothing is left to make due, or when a whole round only snoozed: what
+        # remains waits for something outside (a signal, a real deadline), not for time.
+        if not include_scheduled or (round_labels and set(round_labels) == {"snoozed"}):
             break
-        report.outcomes.append(ran)
+        if not job_make_due(queues=queues, using=using):
+            break
     return report
 
 

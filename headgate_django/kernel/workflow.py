@@ -37,12 +37,18 @@ FAILED_STATES = frozenset(
 #: States of doomed descendants that are deleted because they never ran.
 DELETABLE_STATES = frozenset({State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE})
 _BUFFERED = frozenset({NodeKind.SIGNAL, NodeKind.TIMER, NodeKind.CONDITION})
+_EVENT_BY_KIND = {
+    NodeKind.SIGNAL: "signal_consumed",
+    NodeKind.TIMER: "timer_fired",
+    NodeKind.CONDITION: "condition_satisfied",
+}
 
 
 class Outcome(StrEnum):
     WAITING = "waiting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    RETRY_PENDING = "retry_pending"  # failed; an automatic retry is due after its backoff
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,8 @@ def _record_completions(
         checkpoint.completed[name] = at
         plan.new_completions[name] = at
         checkpoint.record("node_completed", at, node=name)
+        if node.kind in _EVENT_BY_KIND:
+            checkpoint.record(_EVENT_BY_KIND[node.kind], at, node=name)
 
 
 def _fail(
@@ -193,6 +201,9 @@ def _advance(graph: GraphSpec, checkpoint: Checkpoint, states: dict[str, str], p
         elif node.kind is NodeKind.TIMER and node.delay_ms is not None:
             anchor = max(done[d] for d in node.deps)
             plan.schedule.append((node.job_id, anchor + node.delay_ms))
+            checkpoint.record(
+                "timer_scheduled", None, node=node.name, fire_at_ms=anchor + node.delay_ms
+            )
         # Signal nodes wait for an emission; absolute timers were enqueued scheduled.
 
 
@@ -211,6 +222,7 @@ def _condition(
         )
     except ConditionEvaluationError as exc:
         plan.fail.append((job_id, str(exc)))
+        checkpoint.record("condition_failed", None, job_id=job_id, reason=str(exc))
         return
     if result:
         plan.promote.append(job_id)

@@ -82,14 +82,16 @@ def workflow_tick_save(
     workflow_id: str,
     checkpoint: Checkpoint,
     plan: Plan,
-    grafts: list[dict[str, Any]] | None = None,
+    outcome: str | None = None,
     using: str = "default",
 ) -> None:
     """Save the checkpoint, then apply the plan's mutations: one fenced transaction."""
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         _lock_one(cursor, conn, ref, "id")  # LeaseLostError if the coordinator moved on
-        _save_checkpoint(cursor, conn, ref.job_id, workflow_id, checkpoint, plan, grafts)
+        _save_checkpoint(
+            cursor, conn, ref.job_id, workflow_id, checkpoint, outcome or plan.outcome.value, None
+        )
         _delete(cursor, plan.delete)
         _promote(cursor, conn, plan.promote)
         _schedule(cursor, conn, plan.schedule)
@@ -102,7 +104,7 @@ def _save_checkpoint(
     coordinator_id: str,
     workflow_id: str,
     cp: Checkpoint,
-    plan: Plan,
+    outcome: str,
     grafts: list[dict[str, Any]] | None,
 ) -> None:
     values = {
@@ -112,7 +114,7 @@ def _save_checkpoint(
         "completed": cp.completed,
         "failed": cp.failed,
         "started": cp.started,
-        "outcome": plan.outcome.value,
+        "outcome": outcome,
         "history": cp.history,
         "next_sequence": cp.next_sequence,
     }
@@ -243,3 +245,103 @@ def workflow_live_node_ids(job_ids: Iterable[str], *, using: str = "default") ->
             .values_list("id", flat=True)
         )
     return found
+
+
+GRAFT_KIND = "headgate:graft"
+RETRY_KIND = "headgate:workflow-retry"
+
+
+def graft_receipt_id(workflow_id: str, revision: int) -> str:
+    return f"{workflow_id}:graft:{revision}"
+
+
+def retry_receipt_id(workflow_id: str, revision: int) -> str:
+    return f"{workflow_id}:retry:{revision}"
+
+
+def workflow_pending_receipt(job_id: str, *, using: str = "default") -> Job | None:
+    """A receipt job waiting for the coordinator (a point read, never a scan)."""
+    return Job.objects.using(using).filter(pk=job_id, state=State.PENDING.value).first()
+
+
+def workflow_graft_decide(
+    ref: LeaseRef,
+    *,
+    workflow_id: str,
+    receipt: Job,
+    accepted: bool,
+    checkpoint: Checkpoint,
+    grafts: list[dict[str, Any]],
+    node_job_ids: list[str],
+    reason: str = "",
+    using: str = "default",
+) -> None:
+    """Accept (checkpoint the new revision, then release the receipt) or reject (remove
+    the receipt and its never-run tasks). Fenced; one transaction; audited in ``Graft``."""
+    from headgate_django.kernel.workflow import Outcome
+    from headgate_django.models import Graft
+
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        _lock_one(cursor, conn, ref, "id")
+        if accepted:
+            _save_checkpoint(
+                cursor, conn, ref.job_id, workflow_id, checkpoint, Outcome.WAITING.value, grafts
+            )
+            _promote(cursor, conn, [receipt.id])
+        else:
+            _delete(cursor, [receipt.id, *node_job_ids])
+        cursor.execute(f"SELECT {v.now(conn)}", [])
+        decided = v.parse_instant(conn, cursor.fetchone()[0])
+    Graft.objects.using(using).update_or_create(
+        receipt_job_id=receipt.id,
+        defaults={
+            "workflow_id": workflow_id,
+            "revision": checkpoint.revision if accepted else _revision_of(receipt.id),
+            "nodes": grafts[-len(node_job_ids) :] if accepted and node_job_ids else [],
+            "status": "accepted" if accepted else "rejected",
+            "reason": reason,
+            "decided_at": decided,
+        },
+    )
+
+
+def _revision_of(receipt_id: str) -> int:
+    try:
+        return int(receipt_id.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def workflow_retry_apply(
+    ref: LeaseRef,
+    *,
+    workflow_id: str,
+    checkpoint: Checkpoint,
+    reopen_job_ids: list[str],
+    receipt_id: str | None,
+    reject_receipt_id: str | None,
+    using: str = "default",
+) -> None:
+    """Open a new generation: checkpoint first, then failed nodes back to ``pending`` (the
+    coordinator promotes them when their dependencies are complete, as always)."""
+    from headgate_django.kernel.workflow import Outcome
+
+    conn = v.connection_for(using)
+    failed = [State.ARCHIVED.value, State.CANCELLED.value, State.UNDECODABLE.value]
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        _lock_one(cursor, conn, ref, "id")
+        _save_checkpoint(
+            cursor, conn, ref.job_id, workflow_id, checkpoint, Outcome.WAITING.value, None
+        )
+        if reopen_job_ids:
+            cursor.execute(
+                f"UPDATE headgate_job SET state = %s, attempt = 0, crash_attempt = 0, "
+                f"scheduled_at = {v.now(conn)}, finalized_at = NULL, expires_at = NULL "
+                f"WHERE id IN ({_in(reopen_job_ids)}) AND state IN ({_in(failed)})",
+                [State.PENDING.value, *reopen_job_ids, *failed],
+            )
+        if receipt_id:
+            _promote(cursor, conn, [receipt_id])
+        if reject_receipt_id:
+            _delete(cursor, [reject_receipt_id])

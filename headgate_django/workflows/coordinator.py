@@ -1,33 +1,48 @@
 """The coordinator: an ordinary job (kind ``headgate:workflow``) that drives one workflow.
 
 Each tick revalidates the stored graph (a forged or corrupted payload archives the
-coordinator before any node is touched), reads every node's job in bounded set-based
-queries, records new completions in the fenced checkpoint and applies the kernel's plan
-in the same transaction. It loops while ticks make progress and otherwise snoozes for the
-poll interval; a child finishing wakes it at once (see ``store.workflows``).
+coordinator before any node is touched), settles retry and graft receipts, reads every
+node's job in bounded set-based queries, and writes the kernel's plan through one fenced
+transaction that saves the checkpoint before it promotes anything. It loops while ticks
+make progress and otherwise snoozes for the poll interval; a child finishing wakes it at
+once (see ``store.workflows``).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
 from headgate_django.exceptions import DefinitionError
-from headgate_django.kernel.graph import GraphSpec
-from headgate_django.kernel.workflow import Outcome, evaluate
+from headgate_django.kernel.graph import GraphSpec, NodeSpec, combine
+from headgate_django.kernel.workflow import (
+    FAILED_STATES,
+    Checkpoint,
+    Outcome,
+    evaluate,
+    node_states,
+)
+from headgate_django.models import WorkflowCheckpoint
 from headgate_django.registry import task
 from headgate_django.store import db_now
 from headgate_django.store.workflows import (
     COORDINATOR_KIND,
     checkpoint_from_row,
     coordinator_job_id,
+    graft_receipt_id,
+    retry_receipt_id,
     to_ms,
     workflow_checkpoint_load,
+    workflow_graft_decide,
     workflow_nodes_read,
+    workflow_pending_receipt,
+    workflow_retry_apply,
     workflow_tick_save,
 )
+from headgate_django.workflows.grafts import graft_nodes_of
 
 #: Ticks per attempt while each one makes progress, before yielding the worker.
 MAX_PASSES = 50
@@ -45,41 +60,157 @@ def load_graph(graph: Any) -> GraphSpec:
 def coordinate(
     ctx: JobContext, graph: Any = None, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    spec = load_graph(graph)
-    if ctx.job_id != coordinator_job_id(spec.workflow_id):
-        raise Skip(f"coordinator {ctx.job_id} does not belong to workflow {spec.workflow_id!r}")
-    options = options or {}
+    base = load_graph(graph)
+    if ctx.job_id != coordinator_job_id(base.workflow_id):
+        raise Skip(f"coordinator {ctx.job_id} does not belong to workflow {base.workflow_id!r}")
+    tick = Tick(ctx, base, options or {})
     for _ in range(MAX_PASSES):
-        outcome, mutated = tick(ctx, spec, options)
+        outcome, progressed = tick.run()
         if outcome is Outcome.SUCCEEDED:
-            return {"workflow_id": spec.workflow_id, "outcome": "succeeded"}
-        if not mutated:
+            return {"workflow_id": base.workflow_id, "outcome": "succeeded"}
+        if not progressed:
             break
     raise Snooze(headgate_settings.COORDINATOR_POLL)
 
 
-def tick(ctx: JobContext, spec: GraphSpec, options: dict[str, Any]) -> tuple[Outcome, bool]:
-    row = workflow_checkpoint_load(spec.workflow_id)
-    if row is not None and row.outcome == Outcome.SUCCEEDED:
-        return Outcome.SUCCEEDED, False
-    if row is not None and row.outcome == Outcome.FAILED:
-        raise Skip(_failure_reason(row.history))
-    checkpoint = checkpoint_from_row(row)
-    rows = workflow_nodes_read({n.name: n.job_id for n in spec.nodes})
-    plan = evaluate(
-        spec,
-        checkpoint,
-        rows,
-        keep_blocked=bool(options.get("failed_subgraph_retry")),
-        now_ms=to_ms(db_now()) or 0,
-    )
-    if plan.changed or row is None or plan.outcome is not Outcome.WAITING:
-        workflow_tick_save(
-            ctx.lease, workflow_id=spec.workflow_id, checkpoint=checkpoint, plan=plan
+class Tick:
+    def __init__(self, ctx: JobContext, base: GraphSpec, options: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.base = base
+        self.options = options
+        self.workflow_id = base.workflow_id
+
+    def run(self) -> tuple[Outcome, bool]:
+        row = workflow_checkpoint_load(self.workflow_id)
+        checkpoint = checkpoint_from_row(row)
+        grafts = list(row.grafts) if row is not None else []
+        graph = self._graph(grafts)
+        if row is not None and row.outcome == Outcome.SUCCEEDED:
+            return Outcome.SUCCEEDED, False
+        if row is not None and row.outcome in (Outcome.FAILED, Outcome.RETRY_PENDING):
+            return self._retry(row, checkpoint, graph), True
+        if self._graft(checkpoint, graph, grafts):
+            return Outcome.WAITING, True
+        return self._evaluate(row, checkpoint, graph)
+
+    def _graph(self, grafts: list[dict[str, Any]]) -> GraphSpec:
+        if not grafts:
+            return self.base
+        try:
+            return combine(self.base, [NodeSpec.from_json(n) for n in grafts])
+        except DefinitionError as exc:
+            raise Skip(f"invalid grafted graph: {exc}") from exc
+
+    def _evaluate(
+        self, row: WorkflowCheckpoint | None, checkpoint: Checkpoint, graph: GraphSpec
+    ) -> tuple[Outcome, bool]:
+        rows = workflow_nodes_read({n.name: n.job_id for n in graph.nodes})
+        plan = evaluate(
+            graph,
+            checkpoint,
+            rows,
+            keep_blocked=bool(self.options.get("failed_subgraph_retry")),
+            now_ms=to_ms(db_now()) or 0,
         )
-    if plan.outcome is Outcome.FAILED:
-        raise Skip(plan.reason or "a node failed")
-    return plan.outcome, plan.mutates
+        outcome: str | None = None
+        if plan.outcome is Outcome.FAILED and self._auto_retry_due(checkpoint):
+            checkpoint.record("automatic_retry_scheduled", to_ms(db_now()), reason=plan.reason)
+            outcome = Outcome.RETRY_PENDING.value
+        if plan.changed or row is None or plan.outcome is not Outcome.WAITING:
+            workflow_tick_save(
+                self.ctx.lease,
+                workflow_id=self.workflow_id,
+                checkpoint=checkpoint,
+                plan=plan,
+                outcome=outcome,
+            )
+        if outcome == Outcome.RETRY_PENDING:
+            raise Snooze(timedelta(milliseconds=self.options["automatic_retry"]["backoff_ms"]))
+        if plan.outcome is Outcome.FAILED:
+            raise Skip(plan.reason or "a node failed")
+        return plan.outcome, plan.mutates
+
+    def _auto_retry_due(self, checkpoint: Checkpoint) -> bool:
+        policy = self.options.get("automatic_retry")
+        return bool(policy) and checkpoint.generation < int(policy["max_generations"])
+
+    # -- failed-subgraph retry ------------------------------------------------------------
+    def _retry(self, row: WorkflowCheckpoint, checkpoint: Checkpoint, graph: GraphSpec) -> Outcome:
+        """Open the next generation if a retry receipt (or an automatic retry) is due."""
+        revision = checkpoint.revision + 1
+        receipt = workflow_pending_receipt(retry_receipt_id(self.workflow_id, revision))
+        automatic = row.outcome == Outcome.RETRY_PENDING
+        if receipt is None and not automatic:
+            raise Skip(_failure_reason(row.history))
+        rows = workflow_nodes_read({n.name: n.job_id for n in graph.nodes})
+        states = node_states(graph, checkpoint, rows)
+        reopen = [
+            n.job_id
+            for n in graph.nodes
+            if states[n.name] in FAILED_STATES and states[n.name] != "missing"
+        ]
+        checkpoint.revision = revision
+        checkpoint.generation += 1
+        checkpoint.failed = False
+        checkpoint.record(
+            "workflow_retry_accepted",
+            to_ms(db_now()),
+            automatic=automatic,
+            nodes=[n.name for n in graph.nodes if n.job_id in reopen],
+        )
+        competing = workflow_pending_receipt(graft_receipt_id(self.workflow_id, revision))
+        workflow_retry_apply(
+            self.ctx.lease,
+            workflow_id=self.workflow_id,
+            checkpoint=checkpoint,
+            reopen_job_ids=reopen,
+            receipt_id=receipt.id if receipt is not None else None,
+            reject_receipt_id=competing.id if competing is not None else None,
+        )
+        return Outcome.WAITING
+
+    # -- grafts ---------------------------------------------------------------------------
+    def _graft(
+        self, checkpoint: Checkpoint, graph: GraphSpec, grafts: list[dict[str, Any]]
+    ) -> bool:
+        """Accept or reject a pending graft receipt for the next revision."""
+        receipt = workflow_pending_receipt(
+            graft_receipt_id(self.workflow_id, checkpoint.revision + 1)
+        )
+        if receipt is None:
+            return False
+        expected, specs = graft_nodes_of(receipt)
+        job_ids = [str(s.get("job_id", "")) for s in specs if isinstance(s, dict)]
+        reason = ""
+        try:
+            if expected != checkpoint.revision:
+                raise DefinitionError(
+                    f"graft expects revision {expected}, workflow is at {checkpoint.revision}"
+                )
+            if checkpoint.failed:
+                raise DefinitionError("the workflow has failed")
+            new_nodes = [NodeSpec.from_json(s) for s in specs]
+            combine(graph, new_nodes)
+        except DefinitionError as exc:
+            reason = str(exc)
+        accepted = not reason
+        if accepted:
+            checkpoint.revision += 1
+            grafts = [*grafts, *specs]
+            checkpoint.record(
+                "workflow_graft_accepted", to_ms(db_now()), nodes=[s["name"] for s in specs]
+            )
+        workflow_graft_decide(
+            self.ctx.lease,
+            workflow_id=self.workflow_id,
+            receipt=receipt,
+            accepted=accepted,
+            checkpoint=checkpoint,
+            grafts=grafts,
+            node_job_ids=job_ids,
+            reason=reason,
+        )
+        return True
 
 
 def _failure_reason(history: list[dict[str, Any]]) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from headgate_django.envelope import decode_call
 from headgate_django.exceptions import DefinitionError, NotFoundError
-from headgate_django.kernel.graph import GraphSpec, NodeKind
+from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, combine
 from headgate_django.kernel.workflow import node_states
 from headgate_django.models import Job
 from headgate_django.store.workflows import (
@@ -109,7 +109,10 @@ def inspect_workflow(workflow_id: str) -> WorkflowSnapshot:
     """The graph with every node's current state; no payloads."""
     job = _coordinator(workflow_id)
     graph, options = _stored(job)
-    checkpoint = checkpoint_from_row(workflow_checkpoint_load(workflow_id))
+    row = workflow_checkpoint_load(workflow_id)
+    checkpoint = checkpoint_from_row(row)
+    if row is not None and row.grafts:
+        graph = combine(graph, [NodeSpec.from_json(n) for n in row.grafts])
     rows = workflow_nodes_read({n.name: n.job_id for n in graph.nodes})
     states = node_states(graph, checkpoint, rows)
     dependents: dict[str, list[str]] = {n.name: [] for n in graph.nodes}

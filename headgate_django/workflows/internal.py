@@ -11,7 +11,7 @@ from headgate_django.control import Skip, Snooze
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import task
-from headgate_django.store.workflows import coordinator_job_id
+from headgate_django.store.workflows import GRAFT_KIND, RETRY_KIND, coordinator_job_id
 from headgate_django.workflows.builder import CHILD_KIND, CONDITION_KIND, SIGNAL_KIND, TIMER_KIND
 
 _FAILED = {State.ARCHIVED, State.CANCELLED, State.QUARANTINED, State.UNDECODABLE}
@@ -28,7 +28,25 @@ def condition_met(ctx: JobContext, **_: Any) -> None:
 
 
 @task(kind=SIGNAL_KIND, queue="headgate-workflow")
-def signal_received(ctx: JobContext, **_: Any) -> None:
+def signal_received(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any) -> Any:
+    """Completes with the payload of the latest matching emission, for inspection."""
+    from headgate_django.store.signals import signal_latest
+    from headgate_django.workflows.inspect import load_graph_of
+
+    signal = load_graph_of(workflow_id).node(node).signal or ""
+    latest = signal_latest(workflow_id, signal)
+    return None if latest is None else {"signal": signal, "payload": latest.payload}
+
+
+@task(kind=GRAFT_KIND, queue="headgate-workflow")
+def graft_accepted(ctx: JobContext, **_: Any) -> None:
+    """Released by the coordinator once the graft is checkpointed."""
+    return None
+
+
+@task(kind=RETRY_KIND, queue="headgate-workflow")
+def retry_accepted(ctx: JobContext, **_: Any) -> None:
+    """Released by the coordinator once the new generation is checkpointed."""
     return None
 
 

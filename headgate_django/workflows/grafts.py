@@ -1,0 +1,148 @@
+"""``WorkflowGraft``: add ordinary tasks to a running workflow, at an expected revision.
+
+The batch is a pending receipt ``{id}:graft:{expected_revision + 1}`` plus the new pending
+tasks. The receipt id is deterministic, so two writers grafting onto the same revision
+collide at enqueue and exactly one wins. The coordinator validates the combined graph,
+checkpoints the new revision and only then releases the receipt; a rejected graft's
+receipt and tasks are removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.db import transaction
+
+from headgate_django.envelope import Envelope, encode_call
+from headgate_django.exceptions import DefinitionError, GraphError, InvalidTransitionError
+from headgate_django.kernel.graph import NodeKind, NodeSpec
+from headgate_django.kernel.names import validate_queue
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from headgate_django.store import job_insert_many
+from headgate_django.store.workflows import GRAFT_KIND, coordinator_job_id, graft_receipt_id
+
+
+@dataclass(frozen=True)
+class PreparedGraft:
+    workflow_id: str
+    revision: int  # the revision this graft creates
+    receipt_job_id: str
+    nodes: tuple[NodeSpec, ...]
+    envelopes: list[Envelope] = field(repr=False)
+
+
+class WorkflowGraft:
+    def __init__(self, workflow_id: str, expected_revision: int) -> None:
+        if not isinstance(expected_revision, int) or expected_revision < 1:
+            raise DefinitionError(
+                "expected_revision must be a positive integer (1 = the initial graph)"
+            )
+        self.workflow_id = workflow_id
+        self.expected_revision = expected_revision
+        self._queue: str | None = None
+        self._nodes: list[tuple[NodeSpec, Envelope]] = []
+
+    def queue(self, queue: str) -> WorkflowGraft:
+        self._queue = validate_queue(queue)
+        return self
+
+    def add(
+        self, name: str, envelope: Envelope, deps: Sequence[str] | None = None
+    ) -> WorkflowGraft:
+        """Only ordinary task nodes can be grafted (signals, timers, conditions and child
+        links need durable rules that must exist from the start)."""
+        if not isinstance(envelope, Envelope):
+            raise GraphError(
+                f"graft node {name!r}: only ordinary tasks (an Envelope) can be grafted", node=name
+            )
+        if isinstance(deps, str):
+            raise GraphError(f"graft node {name!r}: deps must be a list", node=name)
+        job_id = envelope.id or f"{self.workflow_id}:{name}"
+        node = NodeSpec(name, job_id, NodeKind.TASK, tuple(deps or ()), envelope.kind)
+        self._nodes.append((node, envelope))
+        return self
+
+    def prepare(self) -> PreparedGraft:
+        from headgate_django.conf import headgate_settings
+
+        if not self._nodes:
+            raise GraphError("a graft needs at least one node")
+        revision = self.expected_revision + 1
+        receipt_id = graft_receipt_id(self.workflow_id, revision)
+        nodes = tuple(n for n, _ in self._nodes)
+        queue = self._queue or headgate_settings.WORKFLOW_QUEUE
+        receipt = Envelope(
+            kind=GRAFT_KIND,
+            id=receipt_id,
+            queue=queue,
+            payload=encode_call(
+                (),
+                {
+                    "workflow_id": self.workflow_id,
+                    "expected_revision": self.expected_revision,
+                    "nodes": [n.to_json() for n in nodes],
+                },
+            ),
+            pending=True,
+            retention=headgate_settings.WORKFLOW_RETENTION,
+            workflow_id=self.workflow_id,
+        )
+        tasks = [
+            replace(
+                env,
+                id=node.job_id,
+                pending=True,
+                scheduled_at=None,
+                delay=None,
+                workflow_id=self.workflow_id,
+                retention=max(
+                    env.retention or headgate_settings.RETENTION,
+                    headgate_settings.WORKFLOW_RETENTION,
+                ),
+            )
+            for node, env in self._nodes
+        ]
+        return PreparedGraft(self.workflow_id, revision, receipt_id, nodes, [receipt, *tasks])
+
+
+def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
+    """Enqueue a prepared graft, refusing a workflow that has already finished.
+
+    ``enqueue(graft)`` works too; this also locks the coordinator so a workflow cannot
+    finish between the check and the enqueue. Returns the receipt job id.
+    """
+    with transaction.atomic(using=using):
+        state = (
+            Job.objects.using(using)
+            .select_for_update()
+            .filter(pk=coordinator_job_id(graft.workflow_id))
+            .values_list("state", flat=True)
+            .first()
+        )
+        if state is None:
+            from headgate_django.exceptions import NotFoundError
+
+            raise NotFoundError(f"workflow {graft.workflow_id!r} does not exist")
+        if state not in {
+            State.PENDING,
+            State.SCHEDULED,
+            State.AVAILABLE,
+            State.RUNNING,
+            State.RETRYABLE,
+        }:
+            raise InvalidTransitionError(
+                f"workflow {graft.workflow_id!r} has finished ({state}); a graft cannot revive it"
+            )
+        job_insert_many(graft.envelopes, using=using)
+    return graft.receipt_job_id
+
+
+def graft_nodes_of(receipt: Job) -> tuple[int, list[dict[str, Any]]]:
+    """The expected revision and node specs carried by a graft receipt's payload."""
+    from headgate_django.envelope import decode_call
+
+    _, kwargs = decode_call(bytes(receipt.payload))
+    return int(kwargs.get("expected_revision", 0)), list(kwargs.get("nodes") or [])

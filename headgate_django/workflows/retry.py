@@ -1,0 +1,172 @@
+"""``request_failed_subgraph_retry``: reopen a failed workflow as a new generation.
+
+The request checks the exact revision, applies the operator's repairs (release a
+quarantined node's fingerprint, replace an undecodable node's payload), requests linked
+children's retries first, then — in one transaction — enqueues the deterministic retry
+receipt and reopens the coordinator. The coordinator checkpoints generation + 1 and
+revision + 1 before it puts the failed nodes back; completed ancestors never rerun.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from headgate_django.envelope import Envelope, encode_call
+from headgate_django.exceptions import (
+    DefinitionError,
+    InvalidTransitionError,
+    NotFoundError,
+    RevisionConflictError,
+)
+from headgate_django.kernel.graph import NodeKind
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from headgate_django.store import (
+    job_insert_many,
+    job_operator_retry,
+    job_replace_payload,
+    quarantine_release,
+)
+from headgate_django.store.workflows import (
+    RETRY_KIND,
+    checkpoint_from_row,
+    coordinator_job_id,
+    retry_receipt_id,
+    workflow_checkpoint_load,
+)
+from headgate_django.workflows.inspect import _coordinator, _stored
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """A repair for one node: release its quarantine, or replace its undecodable payload."""
+
+    node: str
+    release_quarantine: bool = False
+    payload: bytes | None = None
+    schema_version: int | None = None
+
+    @classmethod
+    def from_value(cls, value: Recovery | Mapping[str, Any]) -> Recovery:
+        if isinstance(value, Recovery):
+            return value
+        payload = value.get("payload")
+        if isinstance(payload, str):
+            try:
+                payload = base64.b64decode(payload, validate=True)
+            except ValueError as exc:
+                raise DefinitionError(
+                    f"recovery for {value.get('node')!r}: payload is not base64"
+                ) from exc
+        return cls(
+            node=str(value.get("node", "")),
+            release_quarantine=bool(value.get("release_quarantine", False)),
+            payload=payload,
+            schema_version=value.get("schema_version"),
+        )
+
+
+@dataclass(frozen=True)
+class RetryReceipt:
+    workflow_id: str
+    revision: int
+    generation: int
+    receipt_job_id: str
+
+
+def request_failed_subgraph_retry(
+    workflow_id: str,
+    expected_revision: int,
+    recoveries: Iterable[Recovery | Mapping[str, Any]] = (),
+) -> RetryReceipt:
+    repairs = [Recovery.from_value(r) for r in recoveries]
+    with transaction.atomic():
+        coordinator = _coordinator(workflow_id)
+        graph, options = _stored(coordinator)
+        if not options.get("failed_subgraph_retry"):
+            raise DefinitionError(
+                f"workflow {workflow_id!r} was not prepared with failed_subgraph_retry()"
+            )
+        if coordinator.state != State.ARCHIVED:
+            raise InvalidTransitionError(
+                f"workflow {workflow_id!r} is {coordinator.state}; only a failed (archived) "
+                "workflow can be retried"
+            )
+        checkpoint = checkpoint_from_row(workflow_checkpoint_load(workflow_id))
+        if checkpoint.revision != expected_revision:
+            raise RevisionConflictError(
+                f"revision conflict: workflow {workflow_id!r} is at revision "
+                f"{checkpoint.revision}, not {expected_revision}",
+                current_revision=checkpoint.revision,
+            )
+        jobs = {j.id: j for j in Job.objects.filter(pk__in=[n.job_id for n in graph.nodes])}
+        by_name = {n.name: n for n in graph.nodes}
+        for repair in repairs:
+            _repair(repair, by_name, jobs)
+        _retry_children(graph.nodes, jobs)
+        stuck = Job.objects.filter(
+            pk__in=[n.job_id for n in graph.nodes],
+            state__in=[State.QUARANTINED.value, State.UNDECODABLE.value],
+        ).values_list("id", "state")
+        stuck_nodes = [f"{jid} ({state})" for jid, state in stuck]
+        if stuck_nodes:
+            raise InvalidTransitionError(
+                "cannot reopen the workflow while nodes stay quarantined or undecodable: "
+                + ", ".join(stuck_nodes)
+                + " — pass recoveries (release_quarantine, or payload + schema_version)"
+            )
+        revision = expected_revision + 1
+        receipt_id = retry_receipt_id(workflow_id, revision)
+        job_insert_many(
+            [
+                Envelope(
+                    kind=RETRY_KIND,
+                    id=receipt_id,
+                    queue=coordinator.queue,
+                    payload=encode_call((), {"workflow_id": workflow_id, "revision": revision}),
+                    pending=True,
+                    retention=coordinator.retention,
+                    workflow_id=workflow_id,
+                )
+            ]
+        )
+        job_operator_retry(coordinator.id)
+    return RetryReceipt(workflow_id, revision, checkpoint.generation + 1, receipt_id)
+
+
+def _repair(repair: Recovery, by_name: dict[str, Any], jobs: dict[str, Job]) -> None:
+    node = by_name.get(repair.node)
+    if node is None:
+        raise NotFoundError(f"recovery names unknown node {repair.node!r}")
+    job = jobs.get(node.job_id)
+    if job is None:
+        raise NotFoundError(f"node {repair.node!r} has no job to repair")
+    if job.state == State.QUARANTINED:
+        if not repair.release_quarantine:
+            raise DefinitionError(f"node {repair.node!r} is quarantined: set release_quarantine")
+        quarantine_release(job.fingerprint)
+    elif job.state == State.UNDECODABLE:
+        if repair.payload is None or not repair.schema_version or repair.schema_version < 1:
+            raise DefinitionError(
+                f"node {repair.node!r} is undecodable: give a replacement payload and a "
+                "positive schema_version"
+            )
+        job_replace_payload(job.id, payload=repair.payload, schema_version=repair.schema_version)
+
+
+def _retry_children(nodes: Iterable[Any], jobs: dict[str, Job]) -> None:
+    """A failed child link is reopened only after its child workflow's own retry."""
+    for node in nodes:
+        job = jobs.get(node.job_id)
+        if node.kind is not NodeKind.CHILD_WORKFLOW or job is None or job.state != State.ARCHIVED:
+            continue
+        child = node.child_workflow_id or ""
+        child_job = Job.objects.filter(pk=coordinator_job_id(child)).first()
+        if child_job is not None and child_job.state == State.ARCHIVED:
+            child_cp = checkpoint_from_row(workflow_checkpoint_load(child))
+            request_failed_subgraph_retry(child, child_cp.revision)
