@@ -105,7 +105,8 @@ def _insert(
     ]
     with conn.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO headgate_signal_emission ({', '.join(values)}, emitted_at) "
+            f"INSERT INTO headgate_signal_emission ({', '.join(map(conn.ops.quote_name, values))}, "
+            "emitted_at) "
             f"VALUES ({v.placeholders(len(values))}, {v.now(conn)})",
             params,
         )

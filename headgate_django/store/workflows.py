@@ -124,7 +124,7 @@ def _save_checkpoint(
     params = [
         fields.get_field(k).get_db_prep_save(val, connection=conn) for k, val in values.items()
     ]
-    assignments = ", ".join(f"{k} = %s" for k in values)
+    assignments = ", ".join(f"{conn.ops.quote_name(k)} = %s" for k in values)
     cursor.execute(
         f"UPDATE headgate_workflow_checkpoint SET {assignments}, updated_at = {v.now(conn)} "
         "WHERE workflow_id = %s",
@@ -134,7 +134,7 @@ def _save_checkpoint(
         if "grafts" not in values:
             values["grafts"] = []
             params.append(fields.get_field("grafts").get_db_prep_save([], connection=conn))
-        columns = ", ".join(["workflow_id", *values, "updated_at"])
+        columns = ", ".join(map(conn.ops.quote_name, ["workflow_id", *values, "updated_at"]))
         cursor.execute(
             f"INSERT INTO headgate_workflow_checkpoint ({columns}) "
             f"VALUES (%s, {v.placeholders(len(values))}, {v.now(conn)})",

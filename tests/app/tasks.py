@@ -89,6 +89,17 @@ def crashy(ctx, marker: str = ""):
         time.sleep(0.05)
 
 
+@task(kind="test.crash_once")
+def crash_once(ctx, marker: str = ""):
+    """Hangs (until killed or cancelled) while no crash was charged; then completes."""
+    record(ctx, f"crash_attempt:{ctx.crash_attempt}")
+    if ctx.crash_attempt >= 1:
+        return {"recovered_after": ctx.crash_attempt}
+    while not ctx.cancelled:
+        time.sleep(0.05)
+    return None
+
+
 @task(kind="test.steps")
 def steps(ctx, fail_at: str = ""):
     a = ctx.step("a", lambda: (record(ctx, "a"), 1)[1])
@@ -129,3 +140,13 @@ def versioned(ctx, **kwargs):
 @task(kind="test.ephemeral", retention=timedelta(0))
 def ephemeral(ctx):
     return "gone"
+
+
+@task(kind="test.fail_times")
+def fail_times(ctx, times: int = 1):
+    """Fails the first ``times`` executions of this job (counted in Execution rows), across
+    attempts, operator retries and workflow generations."""
+    record(ctx, "fail_times")
+    if Execution.objects.filter(job_id=ctx.job_id).count() <= times:
+        raise RuntimeError(f"execution fails ({times} planned failure(s))")
+    return "ok"
