@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 from sampleproject.dburl import database_from_env
@@ -58,4 +60,48 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     }
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 HEADGATE: dict[str, object] = {}
+
+# Worker subprocesses started by the integration tests take extra HEADGATE settings from
+# HEADGATE_TEST_SETTINGS_JSON, a JSON object of HEADGATE keys, e.g.
+# '{"SHUTDOWN_TIMEOUT": 0.5, "CRASH_BACKOFF": 0.1}'. A number given for a duration setting
+# (one whose default is a timedelta, or RENEW_INTERVAL) is a number of seconds.
+_extra = os.environ.get("HEADGATE_TEST_SETTINGS_JSON")
+if _extra:
+    from headgate_django.conf import DEFAULTS as _HEADGATE_DEFAULTS
+
+    for _key, _value in json.loads(_extra).items():
+        _duration = isinstance(_HEADGATE_DEFAULTS.get(_key), timedelta)
+        if (_duration or _key == "RENEW_INTERVAL") and isinstance(_value, int | float):
+            _value = timedelta(seconds=_value)
+        HEADGATE[_key] = _value
+
+# Worker subprocesses log headgate_django at HEADGATE_TEST_LOG_LEVEL (set by the
+# ``worker_env`` fixture) to stderr, so tests can read what a worker reported.
+if os.environ.get("HEADGATE_TEST_LOG_LEVEL"):
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "worker": {"format": "%(asctime)s pid=%(process)d %(levelname)s %(name)s %(message)s"}
+        },
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "worker"}},
+        "loggers": {
+            "headgate_django": {
+                "handlers": ["stderr"],
+                "level": os.environ["HEADGATE_TEST_LOG_LEVEL"],
+            }
+        },
+    }
 SILENCED_SYSTEM_CHECKS = ["models.W037"]
+
+import django  # noqa: E402
+
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")  # the backport of django.tasks
+
+TASKS = {
+    "default": {
+        "BACKEND": "headgate_django.tasks.HeadgateBackend",
+        "QUEUES": ["default", "emails"],
+    }
+}

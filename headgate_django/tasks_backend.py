@@ -1,0 +1,193 @@
+"""The implementation behind :mod:`headgate_django.tasks` (see there).
+
+``HeadgateBackend``: Django's Tasks framework (``django.tasks`` on Django 6, the
+``django-tasks`` backport on 5.2) stored and run by headgate-django.
+
+Configure it with::
+
+    TASKS = {"default": {"BACKEND": "headgate_django.tasks.HeadgateBackend",
+                         "QUEUES": ["default", "emails"]}}
+
+Every ``@task`` becomes an ordinary headgate job kind (its dotted path), so ``runworkers``
+runs it with leases, retries, crash quarantine and the console. ``enqueue`` writes the job
+inside the caller's ``transaction.atomic()`` when there is one: the task exists exactly
+when your own rows do — something a broker-backed backend cannot promise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+try:  # Django 6.x
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
+    from django_tasks.base import (  # type: ignore[no-redef,assignment]
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+    from django_tasks.signals import (  # type: ignore[no-redef]
+        task_enqueued,
+        task_finished,
+        task_started,
+    )
+
+from headgate_django.context import JobContext
+from headgate_django.envelope import Envelope, decode_call, encode_call
+from headgate_django.exceptions import DefinitionError
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from headgate_django.registry import TaskDef, find_task, register
+
+_STATUS = {
+    State.PENDING: TaskResultStatus.READY,
+    State.SCHEDULED: TaskResultStatus.READY,
+    State.AVAILABLE: TaskResultStatus.READY,
+    State.RETRYABLE: TaskResultStatus.READY,
+    State.RUNNING: TaskResultStatus.RUNNING,
+    State.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    State.ARCHIVED: TaskResultStatus.FAILED,
+    State.CANCELLED: TaskResultStatus.FAILED,
+    State.QUARANTINED: TaskResultStatus.FAILED,
+    State.UNDECODABLE: TaskResultStatus.FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeadgateTask(Task):  # type: ignore[misc]
+    """A Task with headgate's per-task options, set on the decorator where Django forwards
+    extra keyword arguments: ``@task(max_attempts=5, retention=timedelta(days=1))``."""
+
+    max_attempts: int | None = None
+    retention: timedelta | None = None
+
+
+class HeadgateBackend(BaseTaskBackend):
+    task_class = HeadgateTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        max_attempts = getattr(task, "max_attempts", None)
+        if max_attempts is not None and max_attempts < 1:
+            raise DefinitionError(f"{task.module_path}: max_attempts must be at least 1")
+        retention = getattr(task, "retention", None)
+        if retention is not None and retention < timedelta(0):
+            raise DefinitionError(f"{task.module_path}: retention cannot be negative")
+        _register(task)
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        from headgate_django.enqueue import enqueue
+
+        envelope = task_envelope(task, *args, **kwargs)
+        job_id = enqueue(envelope, using=self.options.get("DATABASE", "default"))[0]
+        result = self.get_result(job_id)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        job = (
+            Job.objects.using(self.options.get("DATABASE", "default")).filter(pk=result_id).first()
+        )
+        if job is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self._result(job)
+
+    def _result(self, job: Job) -> TaskResult:
+        args, kwargs = decode_call(bytes(job.payload))
+        task = import_string(job.kind)
+        attempts = job.attempt + job.crash_attempt
+        if job.state in (State.RUNNING, State.COMPLETED):
+            attempts += 1
+        errors = [
+            TaskError(
+                exception_class_path=e.get("exception") or "builtins.Exception",
+                traceback=e.get("traceback") or e.get("error", ""),
+            )
+            for e in job.errors
+            if e.get("kind") in ("error", "crash", "skip", "undecodable")
+        ]
+        result = TaskResult(
+            task=task,
+            id=job.id,
+            status=_STATUS[State(job.state)],
+            enqueued_at=job.enqueued_at,
+            started_at=job.claimed_at,
+            finished_at=job.finalized_at,
+            last_attempted_at=job.claimed_at,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=errors,
+            worker_ids=[job.claimed_by] * attempts if job.claimed_by else [],
+        )
+        if job.state == State.COMPLETED:
+            object.__setattr__(result, "_return_value", job.result)
+        return result
+
+
+def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
+    """The job a Django task call would be, not yet enqueued: add it to a ``Workflow``
+    with ``Workflow(...).add("send", task_envelope(send_email, to), [...])``."""
+    task.get_backend().validate_task(task)
+    return Envelope(
+        kind=task.module_path,
+        payload=encode_call(tuple(args), dict(kwargs)),
+        queue=task.queue_name,
+        priority=task.priority,
+        scheduled_at=task.run_after,
+        max_attempts=getattr(task, "max_attempts", None),
+        retention=getattr(task, "retention", None),
+    )
+
+
+def _register(task: Task) -> None:
+    """Make the task a headgate job kind the worker can run (idempotent)."""
+    if find_task(task.module_path) is None:
+        register(TaskDef(fn=run_django_task, kind=task.module_path, queue=task.queue_name))
+
+
+def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
+    """The handler of every Django task: look the Task up by its path, send Django's task
+    signals, and pass a TaskContext when the task takes one."""
+    from asgiref.sync import async_to_sync
+
+    task: Task = import_string(ctx.kind)
+    backend = task.get_backend()
+    job = Job.objects.get(pk=ctx.job_id)
+    result = backend._result(job)
+    task_started.send(type(backend), task_result=result)
+    try:
+        call_args = (TaskContext(task_result=result), *args) if task.takes_context else args
+        if _is_async(task):
+            value = async_to_sync(task.func)(*call_args, **kwargs)
+        else:
+            value = task.func(*call_args, **kwargs)
+    except BaseException:
+        failed = replace(result, status=TaskResultStatus.FAILED)  # type: ignore[type-var]
+        task_finished.send(type(backend), task_result=failed)
+        raise
+    done = replace(result, status=TaskResultStatus.SUCCESSFUL)  # type: ignore[type-var]
+    object.__setattr__(done, "_return_value", value)
+    task_finished.send(type(backend), task_result=done)
+    return value
+
+
+def _is_async(task: Task) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(task.func)

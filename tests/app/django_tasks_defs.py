@@ -1,0 +1,43 @@
+"""Django Tasks framework tasks (``@task`` from django.tasks / django_tasks) for the
+backend conformance tests."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+@task()
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(queue_name="emails", priority=10)
+def send(to: str) -> str:
+    return f"sent to {to}"
+
+
+@task(takes_context=True)
+def which_attempt(context, fail_first: bool = False) -> int:
+    if fail_first and context.attempt == 1:
+        raise ValueError("first attempt fails")
+    return context.attempt
+
+
+@task()
+def explode() -> None:
+    raise KeyError("no such thing")
+
+
+@task()
+async def async_double(x: int) -> int:
+    return x * 2
+
+
+@task(max_attempts=2, retention=timedelta(hours=1))
+def limited() -> None:
+    raise RuntimeError("always")
