@@ -45,3 +45,24 @@ def wait_for_partner(ctx: JobContext, order: int) -> str:
         ctx.step("asked", lambda: True)
         raise Snooze(timedelta(seconds=3))
     return f"order {order} confirmed"
+
+
+# -- the workflow examples of the guide ----------------------------------------------
+
+
+@task(queue="default")
+def extract(ctx: JobContext, day: str) -> dict:
+    time.sleep(random.uniform(0.5, 1.5))
+    return {"day": day, "files": 3}
+
+
+@task(queue="default")
+def load(ctx: JobContext, table: str) -> dict:
+    time.sleep(random.uniform(0.5, 2.0))
+    return {"table": table, "rows": random.randint(1000, 5000)}
+
+
+@task(queue="default")
+def step(ctx: JobContext, name: str) -> str:
+    time.sleep(random.uniform(0.2, 1.0))
+    return name

@@ -25,21 +25,43 @@ class Command(BaseCommand):
         today = date.today()
         envelopes: list[Envelope] = []
         for user_id in range(1, 21):
-            envelopes.append(_keyed(tasks.send_welcome_email.envelope(user_id=user_id), f"welcome:{user_id}"))
+            envelopes.append(
+                _keyed(tasks.send_welcome_email.envelope(user_id=user_id), f"welcome:{user_id}")
+            )
         for days in range(5):
             day = (today - timedelta(days=days)).isoformat()
             envelopes.append(_keyed(tasks.build_report.envelope(day=day), f"report:{day}"))
         envelopes.append(_keyed(tasks.import_pages.envelope(pages=30), "import:demo"))
         envelopes.append(_keyed(tasks.wait_for_partner.envelope(order=42), "partner:42"))
-        created = 0
+        created = self._workflows(today.isoformat())
         for env in envelopes:
             try:
                 enqueue(env)
                 created += 1
             except DuplicateError:
                 pass  # already waiting from an earlier run
-        self.stdout.write(self.style.SUCCESS(f"Enqueued {created} demo job(s)."))
+        self.stdout.write(self.style.SUCCESS(f"Enqueued {created} demo job(s) and workflow(s)."))
         self.stdout.write(f"Admin user: {USERNAME} / password: {PASSWORD}")
+
+    def _workflows(self, day: str) -> int:
+        """Each example once: a workflow that already exists is left as it is."""
+        from headgate_django.models import Job
+        from sampleproject.demo import workflows as w
+
+        examples = {
+            f"daily-import:{day}": lambda: w.daily_import(day).prepare(),
+            "onboarding:42": lambda: w.onboarding(42).prepare(),
+            "release:42": lambda: w.release(42).prepare(),
+            "follow-up:42": lambda: w.follow_up(42).prepare(),
+            "approval:42": lambda: w.approval_gate(42).prepare(),
+            "checkout:42": lambda: w.checkout(42),
+        }
+        created = 0
+        for workflow_id, build in examples.items():
+            if not Job.objects.filter(pk=f"{workflow_id}:coordinator").exists():
+                enqueue(build())
+                created += 1
+        return created
 
 
 def _keyed(env: Envelope, key: str) -> Envelope:
