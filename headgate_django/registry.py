@@ -128,7 +128,7 @@ def task(
         return register(
             TaskDef(
                 fn=func,
-                kind=kind or _origin(func),
+                kind=_origin(func) if kind is None else kind,
                 queue=queue,
                 priority=priority,
                 max_attempts=max_attempts,

@@ -21,6 +21,8 @@ from headgate_django.store import vendor as v
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.rows import RowReader
 
+_LEASE_PREFIX = 64 - 13  # lease_id column width minus ":" and 12 random hex digits
+
 COLUMNS = (
     "id",
     "kind",
@@ -75,7 +77,9 @@ def job_claim(
     if limit <= 0:
         return []
     conn = v.connection_for(using)
-    lease_id = f"{worker_id}:{uuid.uuid4().hex[:12]}"
+    # The random tail makes the lease unique; the worker prefix is only a hint for people, so
+    # it is cut to keep the whole id inside the 64-character column (host names run long).
+    lease_id = f"{worker_id[:_LEASE_PREFIX]}:{uuid.uuid4().hex[:12]}"
     where = ["state = %s"]
     params: list[Any] = [State.AVAILABLE.value]
     if queues:

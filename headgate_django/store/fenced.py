@@ -8,6 +8,7 @@ ids that did land so the caller can tell which handlers to stop.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -107,7 +108,6 @@ def job_complete_many(completions: Sequence[Completion], *, using: str = "defaul
     if not completions:
         return set()
     conn = v.connection_for(using)
-    limit = headgate_settings.MAX_RESULT_BYTES
     deletes = [c.ref for c in completions if c.delete]
     keeps = [c for c in completions if not c.delete]
     done: set[str] = set()
@@ -123,13 +123,8 @@ def job_complete_many(completions: Sequence[Completion], *, using: str = "defaul
             if with_result:
                 cases = []
                 for c in with_result:
-                    value = prep(conn, "result", c.result)
-                    if isinstance(value, str) and len(value) > limit:
-                        raise PayloadTooLargeError(
-                            f"result of job {c.ref.job_id} is larger than {limit} bytes"
-                        )
                     cases.append("WHEN %s THEN %s")
-                    params += [c.ref.job_id, value]
+                    params += [c.ref.job_id, _result_param(conn, c.ref.job_id, c.result)]
                 set_sql += f", result = CASE id {' '.join(cases)} ELSE result END"
             done |= _fenced_ids(cursor, conn, set_sql, params, [c.ref for c in keeps])
         _after_finish(
@@ -138,6 +133,24 @@ def job_complete_many(completions: Sequence[Completion], *, using: str = "defaul
             {c.workflow_id for c in completions if c.workflow_id and c.ref.job_id in done},
         )
     return done
+
+
+def _result_param(conn: BaseDatabaseWrapper, job_id: str, result: Any) -> Any:
+    """``result`` as a parameter, refused over ``MAX_RESULT_BYTES``.
+
+    Measured as UTF-8 JSON here rather than on the prepared value, which is a ``str`` on
+    SQLite and MySQL but a ``Jsonb`` wrapper on PostgreSQL (where the limit went unchecked).
+    """
+    limit = headgate_settings.MAX_RESULT_BYTES
+    size = len(json.dumps(result, ensure_ascii=False).encode())
+    if size > limit:
+        raise PayloadTooLargeError(
+            f"result of job {job_id} is {size} bytes, over the {limit}-byte limit "
+            "(HEADGATE['MAX_RESULT_BYTES'])",
+            size=size,
+            limit=limit,
+        )
+    return prep(conn, "result", result)
 
 
 def _after_finish(cursor: Any, conn: BaseDatabaseWrapper, workflow_ids: set[str | None]) -> None:
@@ -201,8 +214,6 @@ def _error_entry(
 
 
 def _append(errors: Any, entry: dict[str, Any]) -> list[dict[str, Any]]:
-    import json
-
     if isinstance(errors, str | bytes):
         errors = json.loads(errors)
     return ([*list(errors or []), entry])[-MAX_ERRORS:]
@@ -348,4 +359,4 @@ def job_save_progress(ref: LeaseRef, progress: dict[str, Any], *, using: str = "
 def job_save_result(ref: LeaseRef, result: Any, *, using: str = "default") -> None:
     """A mid-run result (the final one is written with the completion)."""
     conn = v.connection_for(using)
-    _fenced_single(ref, "result = %s", [prep(conn, "result", result)], using)
+    _fenced_single(ref, "result = %s", [_result_param(conn, ref.job_id, result)], using)

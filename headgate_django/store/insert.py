@@ -87,7 +87,8 @@ def _plan(envelopes: Sequence[Envelope]) -> list[_Row]:
     limit = headgate_settings.MAX_BATCH
     if len(envelopes) > limit:
         raise BatchError(f"a batch holds at most {limit} jobs, got {len(envelopes)}")
-    rows, seen_ids, seen_keys = [], set(), set()
+    rows, seen_ids = [], set()
+    seen_keys: dict[str, str] = {}  # unique key → id of the first job in the batch holding it
     for env in envelopes:
         _validate(env)
         job_id = env.id or new_id()
@@ -99,9 +100,10 @@ def _plan(envelopes: Sequence[Envelope]) -> list[_Row]:
         if env.unique_key is not None:
             if env.unique_key in seen_keys:
                 raise DuplicateError(
-                    f"unique key {env.unique_key!r} appears twice in one batch", existing_id=job_id
+                    f"unique key {env.unique_key!r} appears twice in one batch",
+                    existing_id=seen_keys[env.unique_key],
                 )
-            seen_keys.add(env.unique_key)
+            seen_keys[env.unique_key] = job_id
         rows.append(_Row(env, job_id, env.fingerprint, env.id is not None))
     return rows
 
@@ -118,14 +120,22 @@ def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") ->
     conn = v.connection_for(using)
     with transaction.atomic(using=using):
         to_insert = _classify(conn, rows)
-        if to_insert:
+        while to_insert:
             try:
                 with transaction.atomic(using=using):
                     _insert(conn, to_insert)
+                break
             except IntegrityError as exc:
-                # Lost a race for an id or unique key: explain it like a planned conflict.
-                _classify(conn, to_insert)
-                raise IdConflictError(f"enqueue conflicted with a concurrent write: {exc}") from exc
+                # Lost a race for an id or unique key. The winner's row is visible now, so
+                # classify again: the same content is the idempotent no-op it would have been
+                # without the race, anything else raises its precise error. Each pass drops
+                # at least one row, so this ends.
+                again = _classify(conn, to_insert)
+                if len(again) == len(to_insert):
+                    raise IdConflictError(
+                        f"enqueue conflicted with a concurrent write: {exc}"
+                    ) from exc
+                to_insert = again
     return [row.id for row in rows]
 
 

@@ -9,10 +9,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from headgate_django.envelope import fingerprint
-from headgate_django.exceptions import DefinitionError, InvalidTransitionError, NotFoundError
+from headgate_django.exceptions import (
+    DefinitionError,
+    DuplicateError,
+    InvalidTransitionError,
+    NotFoundError,
+)
 from headgate_django.kernel.states import Event, State, check
 from headgate_django.models import Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
@@ -32,11 +37,28 @@ def _set(job_id: str, using: str, sql: str, params: list[object]) -> None:
         cursor.execute(f"UPDATE headgate_job SET {sql} WHERE id = %s", [*params, job_id])
 
 
+def _refuse_taken_keys(jobs: QuerySet[Job], using: str) -> None:
+    """Finished jobs do not hold their unique key, so another job may have taken it since;
+    bringing them back to life must say so instead of failing on the unique index."""
+    keys = jobs.exclude(unique_key=None).values_list("unique_key", flat=True)
+    holder = (
+        Job.objects.using(using)
+        .filter(unique_live__in=list(keys))
+        .values_list("pk", "unique_live")
+        .first()
+    )
+    if holder is not None:
+        raise DuplicateError(
+            f"a live job ({holder[0]}) now holds unique key {holder[1]!r}", existing_id=holder[0]
+        )
+
+
 def job_operator_retry(job_id: str, *, using: str = "default") -> None:
     """Give an archived, cancelled or undecodable job a fresh set of attempts."""
     with transaction.atomic(using=using):
         job = _locked(job_id, using)
         check(job.state, Event.OPERATOR_RETRY)
+        _refuse_taken_keys(Job.objects.using(using).filter(pk=job_id), using)
         conn = v.connection_for(using)
         _set(
             job_id,
@@ -120,6 +142,12 @@ def job_reschedule(
 def quarantine_release(fingerprint_hex: str, *, using: str = "default") -> int:
     """Lift a quarantine; its quarantined jobs become available. Returns how many."""
     with transaction.atomic(using=using):
+        _refuse_taken_keys(
+            Job.objects.using(using).filter(
+                fingerprint=fingerprint_hex, state=State.QUARANTINED.value
+            ),
+            using,
+        )
         deleted, _ = Quarantine.objects.using(using).filter(pk=fingerprint_hex).delete()
         if not deleted:
             raise NotFoundError(f"fingerprint {fingerprint_hex} is not quarantined")

@@ -1,0 +1,123 @@
+"""Put jobs into any state through the store's own verbs, and read rows back.
+
+No raw rows: a job reaches ``archived`` by being claimed and skipped, ``quarantined`` by
+crashing, and so on, so the suite exercises the same writes production makes. Each job
+gets its own queue by default, so a test can claim exactly the job it means to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.test import override_settings
+
+from headgate_django import store
+from headgate_django.envelope import Envelope, encode_call
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from headgate_django.store.claim import ClaimedJob
+from headgate_django.store.fenced import Completion
+from headgate_django.store.maintenance import ReclaimReport
+
+WORKER = "conformance"
+LONG = timedelta(minutes=5)
+#: A lease that is over almost as soon as it is granted (see :func:`crash`).
+BLINK = timedelta(milliseconds=1)
+_queues = itertools.count()
+
+
+def fresh_queue() -> str:
+    return f"cq-{next(_queues)}"
+
+
+def unique_payload(**kwargs: Any) -> bytes:
+    """A payload no other job has, so its fingerprint is its own."""
+    return encode_call((), {"nonce": uuid.uuid4().hex, **kwargs})
+
+
+def envelope(**kwargs: Any) -> Envelope:
+    kwargs.setdefault("kind", "test.noop")
+    kwargs.setdefault("queue", fresh_queue())
+    return Envelope(**kwargs)
+
+
+def enqueue_job(**kwargs: Any) -> str:
+    return store.job_insert_many([envelope(**kwargs)])[0]
+
+
+def row(job_id: str) -> dict[str, Any]:
+    """Every column of the job, for before/after comparisons."""
+    values = Job.objects.values().get(pk=job_id)
+    values["payload"] = bytes(values["payload"])
+    if values["cp_cursor"] is not None:
+        values["cp_cursor"] = bytes(values["cp_cursor"])
+    return values
+
+
+def state_of(job_id: str) -> str | None:
+    return Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
+
+
+def claim(job_id: str, *, lease_ttl: timedelta = LONG) -> ClaimedJob:
+    """Claim exactly ``job_id`` (it must be available, alone in its queue)."""
+    queue = Job.objects.values_list("queue", flat=True).get(pk=job_id)
+    claimed = store.job_claim(worker_id=WORKER, limit=2, lease_ttl=lease_ttl, queues=[queue])
+    assert [c.ref.job_id for c in claimed] == [job_id]
+    return claimed[0]
+
+
+def expire_lease() -> None:
+    """Outlive a :data:`BLINK` lease (the store clock decides; this only waits for it)."""
+    time.sleep(0.02)
+
+
+def crash(job_id: str) -> tuple[ClaimedJob, ReclaimReport]:
+    """One attempt whose worker dies: claim on a blink lease, let it lapse, reclaim it."""
+    claimed = claim(job_id, lease_ttl=BLINK)
+    expire_lease()
+    return claimed, store.job_reclaim_expired()
+
+
+def job_in_state(state: State, **kwargs: Any) -> tuple[str, ClaimedJob | None]:
+    """A job in ``state``, reached through the store; the claim if it was ever running."""
+    if state is State.PENDING:
+        return enqueue_job(pending=True, **kwargs), None
+    if state is State.SCHEDULED:
+        return enqueue_job(delay=timedelta(hours=1), **kwargs), None
+    if state is State.QUARANTINED:
+        kwargs.setdefault("payload", unique_payload())
+        with override_settings(HEADGATE={"CRASH_LIMIT": 1}):
+            claimed, _ = crash(enqueue_job(**kwargs))
+        return claimed.ref.job_id, claimed
+    job_id = enqueue_job(**kwargs)
+    if state is State.AVAILABLE:
+        return job_id, None
+    if state is State.CANCELLED:
+        assert store.job_cancel(job_id) is True
+        return job_id, None
+    claimed = claim(job_id)
+    if state is State.RETRYABLE:
+        store.job_retry(claimed.ref, error="boom", delay=timedelta(hours=1))
+    elif state is State.COMPLETED:
+        assert store.job_complete_many([Completion(claimed.ref, {"ok": True})]) == {job_id}
+    elif state is State.ARCHIVED:
+        store.job_skip(claimed.ref, reason="not needed")
+    elif state is State.UNDECODABLE:
+        store.job_mark_undecodable(claimed.ref, reason="bad bytes")
+    else:
+        assert state is State.RUNNING, state
+    assert state_of(job_id) == state.value
+    return job_id, claimed
+
+
+#: How far apart two store-clock readings taken in one test may be. Generous on purpose:
+#: it separates "from the store clock" from "hours off", it does not time anything.
+SLACK = timedelta(seconds=5)
+
+
+def near(instant: Any, expected: Any, slack: timedelta = SLACK) -> bool:
+    return instant is not None and abs(instant - expected) <= slack

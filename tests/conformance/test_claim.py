@@ -1,0 +1,96 @@
+"""``job_claim``: which jobs a claim takes, in what order, and the lease it stamps them with."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from headgate_django import Envelope, enqueue, store
+from headgate_django.store.fenced import Completion
+from tests.conformance.helpers import LONG, WORKER, enqueue_job, row, state_of
+
+pytestmark = pytest.mark.django_db
+
+
+def claim_ids(**kwargs) -> list[str]:
+    kwargs.setdefault("worker_id", WORKER)
+    kwargs.setdefault("lease_ttl", LONG)
+    kwargs.setdefault("limit", 10)
+    return [c.ref.job_id for c in store.job_claim(**kwargs)]
+
+
+def test_higher_priority_first_then_oldest_schedule():
+    low = enqueue(Envelope(kind="test.noop", queue="q", priority=-5))[0]
+    past = store.db_now().replace(year=2020)  # an instant already past: available at once
+    [old] = enqueue(Envelope(kind="test.noop", queue="q", scheduled_at=past))
+    assert (state_of(old), row(old)["scheduled_at"]) == ("available", past)
+    new = enqueue(Envelope(kind="test.noop", queue="q"))[0]
+    high = enqueue(Envelope(kind="test.noop", queue="q", priority=10))[0]
+    assert claim_ids(limit=1) == [high]
+    assert claim_ids(limit=1) == [old]
+    assert claim_ids(limit=1) == [new]
+    assert claim_ids(limit=1) == [low]
+    assert claim_ids(limit=1) == []
+
+
+def test_limit_and_queues():
+    mail = [enqueue_job(queue="mail") for _ in range(3)]
+    other = enqueue_job(queue="other")
+    assert claim_ids(limit=0) == []
+    first = claim_ids(limit=2, queues=["mail"])
+    assert len(first) == 2 and set(first) <= set(mail)
+    assert claim_ids(queues=["mail", "nowhere"]) == sorted(set(mail) - set(first))
+    assert state_of(other) == "available"
+    assert claim_ids(queues=None) == [other]
+
+
+def test_one_lease_per_claim_and_one_fence_per_job():
+    ids = enqueue([Envelope(kind="test.noop", queue="q")] * 3)
+    store.job_retry(
+        store.job_claim(worker_id=WORKER, limit=1, lease_ttl=LONG, queues=["q"])[0].ref,
+        error="x",
+        delay=timedelta(0),
+    )
+    store.job_promote_due()
+    claimed = store.job_claim(worker_id=WORKER, limit=5, lease_ttl=LONG, queues=["q"])
+    assert sorted(c.ref.job_id for c in claimed) == sorted(ids)
+    assert len({c.ref.lease_id for c in claimed}) == 1
+    assert sorted(c.ref.fence for c in claimed) == [1, 1, 2]
+    for c in claimed:
+        assert (row(c.ref.job_id)["lease_id"], row(c.ref.job_id)["fence"]) == (
+            c.ref.lease_id,
+            c.ref.fence,
+        )
+
+
+def test_claim_hands_over_what_the_attempt_needs():
+    job_id = enqueue_job(
+        kind="test.echo",
+        payload=b'{"args":[],"kwargs":{"value":1}}',
+        schema_version=1,
+        max_attempts=4,
+        timeout=timedelta(seconds=9),
+        retention=timedelta(hours=2),
+        workflow_id="wf-1",
+    )
+    [claimed] = store.job_claim(worker_id=WORKER, limit=1, lease_ttl=LONG)
+    assert claimed.ref.job_id == job_id
+    assert (claimed.kind, claimed.payload, claimed.schema_version) == (
+        "test.echo",
+        b'{"args":[],"kwargs":{"value":1}}',
+        1,
+    )
+    assert (claimed.attempt, claimed.crash_attempt, claimed.max_attempts) == (0, 0, 4)
+    assert (claimed.timeout, claimed.retention) == (timedelta(seconds=9), timedelta(hours=2))
+    assert (claimed.checkpoint, claimed.cursor, claimed.workflow_id) == ({}, None, "wf-1")
+
+
+def test_a_long_worker_id_still_gets_a_working_lease():
+    """Worker ids default to ``host:pid:rand``; a long host name must not break claims."""
+    job_id = enqueue_job()
+    worker = "pod-" + "x" * 120 + ".svc.cluster.local:4242:abcdef"
+    [claimed] = store.job_claim(worker_id=worker, limit=1, lease_ttl=LONG)
+    assert row(job_id)["lease_id"] == claimed.ref.lease_id
+    assert row(job_id)["claimed_by"] == worker
+    assert store.job_complete_many([Completion(claimed.ref, None)]) == {job_id}

@@ -1,0 +1,286 @@
+"""Enqueue: bad input is refused with a clear error and leaves nothing behind; ids and
+unique keys are deduplicated by the store; enqueue joins the caller's transaction."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+
+from headgate_django import Envelope, enqueue, store, task, testing
+from headgate_django.exceptions import (
+    BatchError,
+    DefinitionError,
+    DuplicateError,
+    IdConflictError,
+    InvalidKindError,
+    PayloadError,
+    PayloadTooLargeError,
+)
+from headgate_django.models import Job
+from headgate_django.registry import find_task, registered_kinds
+from headgate_django.store.fenced import Completion
+from tests.app import tasks
+from tests.conformance.helpers import LONG, WORKER, claim, envelope, row, state_of
+
+pytestmark = pytest.mark.django_db
+
+BAD_KINDS = {
+    "empty": "",
+    "129-bytes": "k" * 129,
+    "128-bytes-of-multibyte": "k" + "é" * 64,  # 129 bytes, 65 characters
+    "bad-first-char": "-starts-with-dash",
+    "space": "has space",
+    "not-a-string": 42,
+}
+
+
+@pytest.fixture
+def no_new_rows():
+    """Fails the test if anything was written, even partly."""
+    before = Job.objects.count()
+    yield
+    assert Job.objects.count() == before
+
+
+@pytest.mark.parametrize("kind", BAD_KINDS.values(), ids=BAD_KINDS.keys())
+def test_invalid_kind_via_envelope(kind, no_new_rows):
+    good = envelope()
+    with pytest.raises(InvalidKindError):
+        enqueue([good, Envelope(kind=kind)])
+
+
+@pytest.mark.parametrize("kind", BAD_KINDS.values(), ids=BAD_KINDS.keys())
+def test_invalid_kind_at_task_decoration(kind):
+    with pytest.raises(InvalidKindError):
+
+        @task(kind=kind)
+        def handler(ctx):
+            return None
+
+    assert find_task(str(kind)) is None
+
+
+def test_kind_at_the_byte_limit_is_accepted():
+    kind = "k" * 128
+    [job_id] = enqueue(Envelope(kind=kind))
+    assert state_of(job_id) == "available"
+    assert Job.objects.get(pk=job_id).kind == kind
+
+
+def test_a_handler_without_a_context_argument_fails_at_decoration():
+    with pytest.raises(DefinitionError, match="first argument"):
+
+        @task(kind="test.conformance.no-ctx")
+        def handler():
+            return None
+
+    assert find_task("test.conformance.no-ctx") is None
+
+
+@override_settings(HEADGATE={"MAX_PAYLOAD_BYTES": 100})
+def test_payload_over_the_limit():
+    with pytest.raises(PayloadTooLargeError) as info:
+        enqueue([envelope(), envelope(payload=b"x" * 101)])
+    assert info.value.details == {"size": 101, "limit": 100}
+    assert "MAX_PAYLOAD_BYTES" in str(info.value)
+    assert Job.objects.count() == 0
+    [job_id] = enqueue(envelope(payload=b"x" * 100))  # at the limit
+    assert row(job_id)["payload"] == b"x" * 100
+
+
+def test_non_json_arguments_fail_when_the_envelope_is_built(no_new_rows):
+    with pytest.raises(PayloadError, match="JSON"):
+        tasks.echo.envelope(value=object())
+    with pytest.raises(PayloadError):
+        tasks.echo.envelope(value=float("nan"))
+    with pytest.raises(PayloadError):
+        tasks.echo.enqueue(value={1, 2})
+
+
+def test_duplicate_ids_in_one_batch(no_new_rows):
+    with pytest.raises(IdConflictError, match="twice"):
+        enqueue([envelope(id="same"), envelope(id="other"), envelope(id="same")])
+
+
+def test_batch_over_the_limit(no_new_rows):
+    with pytest.raises(BatchError, match="1001"):
+        enqueue([Envelope(kind="test.noop")] * 1001)
+
+
+def test_batch_at_the_limit():
+    ids = enqueue([Envelope(kind="test.noop")] * 1000)
+    assert len(set(ids)) == 1000
+    assert Job.objects.count() == 1000
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"pending": True, "scheduled_at": datetime(2030, 1, 1, tzinfo=UTC)},
+        {"pending": True, "delay": timedelta(minutes=1)},
+        {"delay": timedelta(minutes=1), "scheduled_at": datetime(2030, 1, 1, tzinfo=UTC)},
+    ],
+    ids=["pending+scheduled_at", "pending+delay", "delay+scheduled_at"],
+)
+def test_timing_options_are_exclusive(fields, no_new_rows):
+    with pytest.raises(DefinitionError, match="exclusive"):
+        enqueue([envelope(), envelope(**fields)])
+
+
+def test_naive_datetime(no_new_rows):
+    with pytest.raises(DefinitionError, match="timezone-aware"):
+        enqueue([envelope(), envelope(scheduled_at=datetime(2030, 1, 1))])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"queue": "bad queue"}, "queue"),
+        ({"id": ""}, "id"),
+        ({"id": "x" * 256}, "255 bytes"),
+        ({"id": "tab\there"}, "control"),
+        ({"payload": "text"}, "bytes"),
+        ({"priority": 2**31}, "priority"),
+        ({"schema_version": 0}, "schema_version"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"retention": timedelta(seconds=-1)}, "retention"),
+        ({"delay": timedelta(seconds=-1)}, "delay"),
+        ({"unique_key": ""}, "unique_key"),
+    ],
+)
+def test_other_bad_fields(fields, message, no_new_rows):
+    with pytest.raises(DefinitionError, match=message):
+        enqueue([envelope(), envelope(**fields)])
+
+
+def test_not_an_envelope(no_new_rows):
+    with pytest.raises(DefinitionError, match="Envelope"):
+        enqueue([envelope(), {"kind": "test.noop"}])
+
+
+# -- caller ids ------------------------------------------------------------------------
+
+
+def test_caller_id_reuse_with_the_same_content_is_idempotent():
+    env = tasks.echo.envelope(value=1)
+    first = enqueue(dataclasses.replace(env, id="order-42"))
+    second = enqueue(dataclasses.replace(env, id="order-42"))
+    assert first == second == ["order-42"]
+    assert Job.objects.count() == 1
+
+
+def test_caller_id_reuse_is_idempotent_even_after_the_job_ran():
+    env = dataclasses.replace(tasks.echo.envelope(value=1), id="order-43")
+    enqueue(env)
+    testing.run_jobs()
+    before = row("order-43")
+    assert enqueue(env) == ["order-43"]
+    assert row("order-43") == before
+
+
+def test_caller_id_reuse_with_other_content_conflicts():
+    enqueue(dataclasses.replace(tasks.echo.envelope(value=1), id="order-44"))
+    before = row("order-44")
+    for other in (
+        tasks.echo.envelope(value=2),  # other payload
+        tasks.noop.envelope(),  # other kind
+        dataclasses.replace(tasks.echo.envelope(value=1), queue="elsewhere"),
+    ):
+        with pytest.raises(IdConflictError) as info:
+            enqueue([envelope(), dataclasses.replace(other, id="order-44")])
+        assert info.value.details == {"id": "order-44"}
+    assert row("order-44") == before
+    assert Job.objects.count() == 1
+
+
+def test_an_idempotent_id_in_a_batch_with_new_jobs_inserts_only_the_new_ones():
+    env = dataclasses.replace(tasks.echo.envelope(value=1), id="order-45")
+    enqueue(env)
+    ids = enqueue([env, dataclasses.replace(env, id="order-46")])
+    assert ids == ["order-45", "order-46"]
+    assert sorted(Job.objects.values_list("id", flat=True)) == ["order-45", "order-46"]
+
+
+# -- unique keys -----------------------------------------------------------------------
+
+
+def test_unique_key_is_held_by_live_jobs_only():
+    [holder] = enqueue(envelope(unique_key="report:2026-01"))
+    with pytest.raises(DuplicateError) as info:
+        enqueue([envelope(), envelope(unique_key="report:2026-01")])
+    assert info.value.existing_id == holder
+    held = claim(holder)
+    with pytest.raises(DuplicateError) as info:
+        enqueue(envelope(unique_key="report:2026-01"))
+    assert info.value.existing_id == holder
+    assert Job.objects.count() == 1
+    store.job_complete_many([Completion(held.ref, None)])
+    [again] = enqueue(envelope(unique_key="report:2026-01"))
+    assert again != holder and state_of(again) == "available"
+    assert state_of(holder) == "completed"
+
+
+@pytest.mark.parametrize("state", ["pending", "scheduled", "retryable"])
+def test_unique_key_is_held_while_waiting(state):
+    fields = {"pending": {"pending": True}, "scheduled": {"delay": timedelta(hours=1)}}
+    [holder] = enqueue(envelope(unique_key="k", **fields.get(state, {})))
+    if state == "retryable":
+        store.job_retry(claim(holder).ref, error="x", delay=timedelta(hours=1))
+    assert state_of(holder) == state
+    with pytest.raises(DuplicateError) as info:
+        enqueue(envelope(unique_key="k"))
+    assert info.value.existing_id == holder
+
+
+def test_unique_key_twice_in_one_batch(no_new_rows):
+    with pytest.raises(DuplicateError) as info:
+        enqueue([envelope(id="a", unique_key="k"), envelope(id="b", unique_key="k")])
+    assert info.value.existing_id == "a"
+
+
+# -- transactions ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_joins_the_callers_transaction():
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        tasks.noop.enqueue()
+        assert Job.objects.count() == 1  # visible inside the transaction
+        raise Boom
+    assert Job.objects.count() == 0
+    with transaction.atomic():
+        job_id = tasks.noop.enqueue()
+    assert state_of(job_id) == "available"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_batch_does_not_poison_the_callers_transaction():
+    with transaction.atomic():
+        kept = tasks.noop.enqueue()
+        with pytest.raises(DuplicateError):
+            enqueue([envelope(unique_key="k"), envelope(unique_key="k")])
+        enqueue(envelope(unique_key="k"))
+        with pytest.raises(DuplicateError):
+            enqueue(envelope(unique_key="k"))
+    assert Job.objects.count() == 2 and state_of(kept) == "available"
+
+
+# -- unknown kinds ---------------------------------------------------------------------
+
+
+def test_unknown_kind_is_left_untouched_and_reported():
+    [unknown] = enqueue(Envelope(kind="test.nobody-knows-me", queue="shared"))
+    [known] = enqueue(Envelope(kind="test.noop", queue="shared", priority=-1))
+    before = row(unknown)
+    claimed = store.job_claim(worker_id=WORKER, limit=10, lease_ttl=LONG, kinds=registered_kinds())
+    assert [c.ref.job_id for c in claimed] == [known]
+    assert row(unknown) == before
+    assert store.unknown_kinds_waiting(registered_kinds()) == {"test.nobody-knows-me": 1}
+    assert store.job_claim(worker_id=WORKER, limit=10, lease_ttl=LONG, kinds=[]) == []

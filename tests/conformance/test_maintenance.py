@@ -1,0 +1,186 @@
+"""The maintenance verbs behind the singleton duties: reclaim and quarantine, promote,
+evict, and the duty leases that keep each of them to one runner at a time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from headgate_django import enqueue, store
+from headgate_django.envelope import fingerprint
+from headgate_django.exceptions import NotFoundError, QuarantinedError
+from headgate_django.kernel.states import State
+from headgate_django.models import DutyLease, Job, Quarantine
+from headgate_django.store.fenced import Completion
+from tests.conformance.helpers import (
+    BLINK,
+    claim,
+    crash,
+    enqueue_job,
+    envelope,
+    expire_lease,
+    job_in_state,
+    row,
+    state_of,
+    unique_payload,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+# -- reclaim and quarantine ------------------------------------------------------------
+
+
+def test_third_crash_quarantines_the_fingerprint_and_its_waiting_jobs():
+    payload = unique_payload()
+    fp = fingerprint("test.noop", payload)
+    crasher = enqueue_job(payload=payload)
+    waiting = {state: job_in_state(state, payload=payload)[0] for state in _WAITING}
+    running, running_claim = job_in_state(State.RUNNING, payload=payload)
+    finished, _ = job_in_state(State.COMPLETED, payload=payload)
+    other = enqueue_job(payload=unique_payload())  # same kind, other payload
+
+    for _ in range(2):
+        assert crash(crasher)[1].retried == [crasher]
+        store.job_promote(crasher)
+    _, report = crash(crasher)
+
+    assert report.quarantined == [fp]
+    assert state_of(crasher) == "quarantined"
+    assert {state: state_of(job_id) for state, job_id in waiting.items()} == dict.fromkeys(
+        _WAITING, "quarantined"
+    )
+    assert (state_of(running), state_of(finished), state_of(other)) == (
+        "running",
+        "completed",
+        "available",
+    )
+    assert Quarantine.objects.get().crash_count == 3
+
+    before = Job.objects.count()
+    with pytest.raises(QuarantinedError) as info:
+        enqueue([envelope(), envelope(payload=payload)])
+    assert info.value.fingerprint == fp
+    assert Job.objects.count() == before
+
+    assert store.quarantine_release(fp) == 1 + len(waiting)
+    released = [crasher, *waiting.values()]
+    assert {state_of(job_id) for job_id in released} == {"available"}
+    assert {row(job_id)["crash_attempt"] for job_id in released} == {0}
+    assert state_of(running) == "running"
+    assert store.job_complete_many([Completion(running_claim.ref, None)]) == {running}
+    enqueue(envelope(payload=payload))  # accepted again
+
+
+_WAITING = (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE)
+
+
+def test_releasing_an_unknown_fingerprint_is_not_found():
+    with pytest.raises(NotFoundError):
+        store.quarantine_release("0" * 32)
+
+
+def test_a_crash_is_attributed_to_the_step_in_progress():
+    job_id = enqueue_job()
+    claimed = claim(job_id, lease_ttl=BLINK)
+    store.job_save_checkpoint(claimed.ref, {"in_progress_step": "charge-card"})
+    expire_lease()
+    assert store.job_reclaim_expired().retried == [job_id]
+    assert row(job_id)["errors"][-1]["error"].endswith("during step 'charge-card'")
+
+
+def test_reclaim_leaves_live_leases_alone():
+    job_id, _ = job_in_state(State.RUNNING)
+    before = row(job_id)
+    report = store.job_reclaim_expired()
+    assert (report.retried, report.quarantined) == ([], [])
+    assert row(job_id) == before
+
+
+def test_reclaim_is_bounded():
+    jobs = [enqueue_job() for _ in range(3)]
+    for job_id in jobs:
+        claim(job_id, lease_ttl=BLINK)
+    expire_lease()
+    first = store.job_reclaim_expired(limit=2).retried
+    second = store.job_reclaim_expired(limit=2).retried
+    assert len(first) == 2 and len(second) == 1
+    assert sorted(first + second) == sorted(jobs)
+
+
+# -- promote ---------------------------------------------------------------------------
+
+
+def test_promote_due_is_bounded_and_leaves_pending_alone():
+    due = [enqueue_job(delay=timedelta(milliseconds=1)) for _ in range(3)]
+    pending = enqueue_job(pending=True)
+    expire_lease()
+    assert store.job_promote_due(limit=2) == 2
+    assert store.job_promote_due(limit=2) == 1
+    assert store.job_promote_due() == 0
+    assert {state_of(job_id) for job_id in due} == {"available"}
+    assert state_of(pending) == "pending"
+
+
+# -- evict -----------------------------------------------------------------------------
+
+BLINK_RETENTION = timedelta(milliseconds=1)
+
+
+def test_evict_deletes_lapsed_terminal_rows_only():
+    lapsed = {
+        state: job_in_state(state, retention=BLINK_RETENTION)[0]
+        for state in (State.COMPLETED, State.ARCHIVED, State.CANCELLED, State.UNDECODABLE)
+    }
+    kept = job_in_state(State.COMPLETED, retention=timedelta(days=1))[0]
+    quarantined = job_in_state(State.QUARANTINED, retention=BLINK_RETENTION)[0]
+    live = [job_in_state(state, retention=BLINK_RETENTION)[0] for state in _WAITING]
+    # Even a quarantined row whose expiry has passed stays for the operator.
+    Job.objects.filter(pk=quarantined).update(expires_at=store.db_now() - timedelta(days=1))
+    expire_lease()
+
+    assert store.job_evict_retained() == {
+        "completed": 1,
+        "archived": 1,
+        "cancelled": 1,
+        "undecodable": 1,
+    }
+    assert not Job.objects.filter(pk__in=lapsed.values()).exists()
+    assert state_of(kept) == "completed"
+    assert state_of(quarantined) == "quarantined"
+    assert [state_of(job_id) for job_id in live] == [s.value for s in _WAITING]
+    assert store.job_evict_retained() == {}
+
+
+def test_evict_is_bounded():
+    for _ in range(3):
+        job_in_state(State.COMPLETED, retention=BLINK_RETENTION)
+    expire_lease()
+    assert store.job_evict_retained(limit=2) == {"completed": 2}
+    assert store.job_evict_retained(limit=2) == {"completed": 1}
+    assert Job.objects.count() == 0
+
+
+# -- duties ----------------------------------------------------------------------------
+
+
+def test_a_duty_has_one_holder_until_its_lease_lapses():
+    assert store.duty_acquire("reclaim", holder="a", ttl=timedelta(minutes=1)) is True
+    assert store.duty_acquire("reclaim", holder="b", ttl=timedelta(minutes=1)) is False
+    assert store.duty_acquire("reclaim", holder="a", ttl=BLINK) is True  # renewal
+    assert DutyLease.objects.get(pk="reclaim").holder == "a"
+    expire_lease()
+    assert store.duty_acquire("reclaim", holder="b", ttl=timedelta(minutes=1)) is True
+    assert store.duty_acquire("reclaim", holder="a", ttl=timedelta(minutes=1)) is False
+    duty = DutyLease.objects.get(pk="reclaim")
+    assert (duty.holder, duty.fence) == ("b", 3)
+
+
+def test_duties_are_independent_and_release_frees_them():
+    assert store.duty_acquire("promote", holder="a", ttl=timedelta(minutes=1))
+    assert store.duty_acquire("evict", holder="b", ttl=timedelta(minutes=1))
+    store.duty_release("promote", holder="b")  # not the holder: no effect
+    assert not store.duty_acquire("promote", holder="b", ttl=timedelta(minutes=1))
+    store.duty_release("promote", holder="a")
+    assert store.duty_acquire("promote", holder="b", ttl=timedelta(minutes=1))

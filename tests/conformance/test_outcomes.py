@@ -1,0 +1,130 @@
+"""Handler outcomes end to end: claim → run → settle, through the same code the worker uses
+(``headgate_django.testing``), checked against the stored row and the Execution table."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+from headgate_django import Envelope, enqueue, store, task, testing
+from headgate_django.envelope import encode_call
+from headgate_django.exceptions import PayloadTooLargeError
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from headgate_django.store.fenced import Completion
+from tests.app import tasks
+from tests.app.models import Execution
+from tests.conformance.helpers import job_in_state, near, row, state_of
+
+pytestmark = pytest.mark.django_db
+
+
+@task(kind="test.conformance.v2-no-upcaster", schema_version=2)
+def v2_without_upcaster(ctx, **kwargs):
+    return kwargs
+
+
+@task(kind="test.conformance.bad-result", max_attempts=1)
+def bad_result(ctx):
+    return {1, 2}
+
+
+UNDECODABLE = {
+    "newer-schema-version": Envelope(kind="test.echo", schema_version=2),
+    "undecodable-bytes": Envelope(kind="test.echo", payload=b"\xff\xfe\x00"),
+    "not-an-args-object": Envelope(kind="test.echo", payload=b"[1, 2]"),
+    "missing-upcaster": Envelope(kind="test.conformance.v2-no-upcaster", schema_version=1),
+}
+
+
+@pytest.mark.parametrize("env", UNDECODABLE.values(), ids=UNDECODABLE.keys())
+def test_undecodable_payloads_are_parked_not_retried(env: Envelope):
+    [job_id] = enqueue(env)
+    assert testing.run_one() == (job_id, "undecodable")
+    after = row(job_id)
+    assert after["state"] == "undecodable"
+    assert after["attempt"] == 0
+    assert [e["kind"] for e in after["errors"]] == ["undecodable"]
+    assert testing.run_jobs(include_scheduled=True).outcomes == []
+
+
+def test_an_older_schema_version_is_upcast():
+    [job_id] = enqueue(Envelope(kind="test.versioned", payload=encode_call((), {"a": 1})))
+    assert testing.run_one() == (job_id, "completed")
+    assert row(job_id)["result"] == {"a": 1, "upcast_from": 1}
+
+
+def test_success_keeps_the_result_for_the_retention():
+    job_id = tasks.echo.enqueue(value=[1, "two"])
+    assert testing.run_one() == (job_id, "completed")
+    after = row(job_id)
+    assert after["result"] == {"value": [1, "two"], "attempt": 1}
+    assert near(after["expires_at"], after["finalized_at"] + timedelta(days=7))
+
+
+def test_success_with_zero_retention_deletes_the_row():
+    job_id = tasks.ephemeral.enqueue()
+    assert testing.run_one() == (job_id, "completed")
+    assert not Job.objects.filter(pk=job_id).exists()
+
+
+def test_async_handler():
+    job_id = tasks.async_echo.enqueue(value=5)
+    assert testing.run_one() == (job_id, "completed")
+    assert row(job_id)["result"] == {"async": 5}
+
+
+def test_failure_consumes_an_attempt_until_success():
+    job_id = tasks.flaky.enqueue(succeed_on=3)
+    report = testing.run_jobs(include_scheduled=True)
+    assert [label for _, label in report.outcomes] == ["retried", "retried", "completed"]
+    assert list(Execution.objects.order_by("id").values_list("attempt", flat=True)) == [1, 2, 3]
+    after = row(job_id)
+    assert (after["state"], after["attempt"], after["result"]) == ("completed", 2, 3)
+    assert [e["error"] for e in after["errors"]] == [
+        "ValueError: attempt 1 fails",
+        "ValueError: attempt 2 fails",
+    ]
+
+
+def test_snooze_does_not_consume_an_attempt():
+    job_id = tasks.snooze_once.enqueue(seconds=600)
+    assert testing.run_one() == (job_id, "snoozed")
+    after = row(job_id)
+    assert (after["state"], after["attempt"]) == ("scheduled", 0)
+    assert near(after["scheduled_at"], store.db_now() + timedelta(seconds=600))
+    assert testing.run_jobs().outcomes == []  # not due yet
+    assert testing.run_jobs(include_scheduled=True).outcomes == [(job_id, "completed")]
+    assert (row(job_id)["attempt"], row(job_id)["result"]) == (0, "woke")
+
+
+def test_skip_archives_without_retrying():
+    job_id = tasks.skip.enqueue(reason="already sent")
+    assert testing.run_jobs(include_scheduled=True).outcomes == [(job_id, "skipped")]
+    after = row(job_id)
+    assert (after["state"], after["attempt"]) == ("archived", 0)
+    assert after["errors"][-1]["error"] == "already sent"
+
+
+def test_a_result_that_is_not_json_is_a_failure():
+    [job_id] = enqueue(bad_result.envelope())
+    assert testing.run_one() == (job_id, "archived")
+    assert "not JSON-serialisable" in row(job_id)["errors"][0]["error"]
+    assert state_of(job_id) == "archived"
+
+
+@override_settings(HEADGATE={"MAX_RESULT_BYTES": 100})
+def test_a_result_over_the_limit_is_refused_and_nothing_lands():
+    other_id, other = job_in_state(State.RUNNING)
+    job_id, claimed = job_in_state(State.RUNNING)
+    before, other_before = row(job_id), row(other_id)
+    big = {"text": "é" * 60}  # 60 characters, over 100 bytes as UTF-8 JSON
+    with pytest.raises(PayloadTooLargeError) as info:
+        store.job_save_result(claimed.ref, big)
+    assert info.value.details["limit"] == 100
+    with pytest.raises(PayloadTooLargeError):
+        store.job_complete_many([Completion(other.ref, "small"), Completion(claimed.ref, big)])
+    assert (row(job_id), row(other_id)) == (before, other_before)
+    assert store.job_complete_many([Completion(claimed.ref, {"text": "é" * 10})]) == {job_id}
