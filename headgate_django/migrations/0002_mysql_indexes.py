@@ -5,7 +5,11 @@ does nothing."""
 from django.db import migrations
 
 _INDEXES = {
-    "headgate_job_claim_my": "(state, queue, priority, scheduled_at)",
+    # Claims order by priority DESC, scheduled_at, id: an index in that order lets each
+    # claim read (and lock) only the rows it takes, instead of sorting and locking every
+    # available row, which starves concurrent claimers.
+    "headgate_job_claim_my": "(state, queue, priority DESC, scheduled_at, id)",
+    "headgate_job_claim_all_my": "(state, priority DESC, scheduled_at, id)",
     "headgate_job_due_my": "(state, scheduled_at)",
     "headgate_job_lease_my": "(state, lease_expires_at)",
     "headgate_job_evict_my": "(state, expires_at)",
