@@ -1,4 +1,8 @@
-"""System checks for rules that span settings (ids ``headgate.E00x`` / ``headgate.W00x``)."""
+"""System checks for rules that span settings (ids ``headgate.E00x`` / ``headgate.W00x``).
+
+Every independent rule is checked and reported together; only the comparisons between
+durations wait until the durations themselves are valid.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ from django.core.checks import Error, Tags, Warning, register
 
 from headgate_django.exceptions import ConfigurationError
 
+_DURATIONS = ("LEASE_TTL", "BACKOFF_BASE", "BACKOFF_CAP", "COORDINATOR_POLL", "SHUTDOWN_TIMEOUT")
+_COUNTS = ("CRASH_LIMIT", "MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BATCH")
+
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
@@ -17,20 +24,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
     headgate_settings.reload()
     try:
-        s = headgate_settings
-        lease = s.LEASE_TTL
+        headgate_settings.LEASE_TTL  # noqa: B018 - loads and validates the keys
     except ConfigurationError as exc:
         return [Error(str(exc), id="headgate.E001", hint="Fix or remove the key in HEADGATE.")]
+    problems = _durations(headgate_settings)
+    if not problems:
+        problems += _duration_order(headgate_settings)
+    return problems + _counts(headgate_settings) + _environment()
+
+
+def _durations(s: Any) -> list[Any]:
+    return [
+        Error(f"HEADGATE[{key!r}] must be a positive timedelta", id="headgate.E002")
+        for key in _DURATIONS
+        if not isinstance(getattr(s, key), timedelta) or getattr(s, key) <= timedelta(0)
+    ]
+
+
+def _duration_order(s: Any) -> list[Any]:
     problems: list[Any] = []
-    for key in ("LEASE_TTL", "BACKOFF_BASE", "BACKOFF_CAP", "COORDINATOR_POLL", "SHUTDOWN_TIMEOUT"):
-        value = getattr(s, key)
-        if not isinstance(value, timedelta) or value <= timedelta(0):
-            problems.append(
-                Error(f"HEADGATE[{key!r}] must be a positive timedelta", id="headgate.E002")
-            )
-    if problems:
-        return problems
-    if s.renew_interval >= lease:
+    if s.renew_interval >= s.LEASE_TTL:
         problems.append(
             Error(
                 "HEADGATE['RENEW_INTERVAL'] must be shorter than LEASE_TTL",
@@ -40,10 +53,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         )
     if s.BACKOFF_CAP < s.BACKOFF_BASE:
         problems.append(Error("BACKOFF_CAP must not be below BACKOFF_BASE", id="headgate.E004"))
-    for key in ("CRASH_LIMIT", "MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BATCH"):
-        value = getattr(s, key)
-        if not isinstance(value, int) or value < 1:
-            problems.append(Error(f"HEADGATE[{key!r}] must be an integer ≥ 1", id="headgate.E005"))
+    return problems
+
+
+def _counts(s: Any) -> list[Any]:
+    return [
+        Error(f"HEADGATE[{key!r}] must be an integer ≥ 1", id="headgate.E005")
+        for key in _COUNTS
+        if not isinstance(getattr(s, key), int)
+        or isinstance(getattr(s, key), bool)
+        or getattr(s, key) < 1
+    ]
+
+
+def _environment() -> list[Any]:
+    problems: list[Any] = []
     if not settings.USE_TZ:
         problems.append(
             Error(
