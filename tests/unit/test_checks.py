@@ -1,0 +1,51 @@
+"""Settings validation: unknown keys, bad values and cross-field rules each get a check id."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+from headgate_django.checks import check_settings
+from headgate_django.conf import headgate_settings
+from headgate_django.exceptions import ConfigurationError
+
+
+def ids(**headgate):
+    with override_settings(HEADGATE=headgate):
+        return sorted(m.id for m in check_settings())
+
+
+def test_defaults_are_clean():
+    assert ids() == []
+
+
+def test_unknown_key_is_an_error():
+    assert ids(LEASE_TTLL=timedelta(seconds=1)) == ["headgate.E001"]
+    with override_settings(HEADGATE={"NOPE": 1}), pytest.raises(ConfigurationError, match="NOPE"):
+        headgate_settings.LEASE_TTL  # noqa: B018
+
+
+def test_bad_duration_and_bad_count_are_reported_together():
+    assert ids(LEASE_TTL=5, CRASH_LIMIT=0) == ["headgate.E002", "headgate.E005"]
+
+
+def test_renew_must_be_shorter_than_the_lease():
+    assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=10)) == [
+        "headgate.E003"
+    ]
+
+
+def test_backoff_cap_below_base():
+    assert ids(BACKOFF_BASE=timedelta(seconds=10), BACKOFF_CAP=timedelta(seconds=1)) == [
+        "headgate.E004"
+    ]
+
+
+def test_use_tz_and_sqlite_transaction_mode(monkeypatch):
+    from django.conf import settings
+
+    sqlite = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+    # Only the check reads DATABASES here; override_settings would warn about it.
+    monkeypatch.setattr(settings, "DATABASES", sqlite)
+    with override_settings(USE_TZ=False):
+        assert sorted(m.id for m in check_settings()) == ["headgate.E006", "headgate.W001"]
