@@ -1,35 +1,43 @@
-"""Read-only admin pages for every headgate model.
+"""Read-only admin pages for every headgate model, and the console pages hung off them.
 
-The admin is a window, not a control panel: nothing here adds, changes or deletes a row
-(operators act through the API or the Python verbs, which keep the state machine's rules).
-Payloads stay hidden unless the user holds ``headgate_django.view_job_payload``.
+Nothing here adds, changes or deletes a row (see :mod:`headgate_django.console.readonly`
+for why). Payloads stay hidden unless the user holds ``headgate_django.view_job_payload``.
+The console pages (queues, workflows, live graphs, durable timelines) are mounted through
+``JobAdmin`` and ``ExecutionAdmin`` so they work on whichever admin site registers them.
+Durable and API models are registered in :mod:`headgate_django.console.admin_durable`.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
-from django.urls import path
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
-from headgate_django.models import DutyLease, Job, Quarantine, QueueState
+from headgate_django.console import admin_durable  # noqa: F401  (registers its admins)
+from headgate_django.console.readonly import (
+    HIDDEN,
+    ReadOnlyAdmin,
+    job_link,
+    pretty_bytes,
+    pretty_json,
+    revealed,
+    workflow_link,
+)
+from headgate_django.console.urls import job_console_urls
+from headgate_django.models import (
+    DutyLease,
+    Graft,
+    Job,
+    Quarantine,
+    QueueState,
+    SignalEmission,
+    WorkflowCheckpoint,
+)
 
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in self.model._meta.fields] + list(self.readonly_fields)
+INDEX_TEMPLATE = "headgate_django/admin/index.html"
 
 
 @admin.register(Job)
@@ -44,36 +52,66 @@ class JobAdmin(ReadOnlyAdmin):
         "priority",
         "scheduled_at",
         "finalized_at",
+        "workflow",
     ]
     list_filter = ["state", "queue", "kind"]
-    search_fields = ["id", "kind"]
+    search_fields = ["=id", "^kind"]
     date_hierarchy = "enqueued_at"
-    list_per_page = 100
-    show_full_result_count = False
-    exclude = ["payload", "cp_cursor"]
-    readonly_fields = ["error_timeline", "workflow_link"]
+    change_list_template = "headgate_django/admin/job_change_list.html"
+    readonly_fields = ["workflow", "error_timeline", "checkpoint_view", "result_view"]
+    _fieldsets = [
+        ("Job", ["id", "kind", "queue", "priority", "schema_version", "fingerprint", "workflow"]),
+        ("Uniqueness", ["unique_key"]),
+        (
+            "Lifecycle",
+            ["state", "attempt", "max_attempts", "crash_attempt", "enqueued_at", "scheduled_at"],
+        ),
+        ("Finish", ["claimed_at", "finalized_at", "retention", "expires_at", "timeout"]),
+        ("Lease", ["lease_id", "fence", "lease_expires_at", "claimed_by"]),
+        ("Attempts", ["error_timeline"]),
+        ("Checkpoint, result and progress", ["checkpoint_view", "result_view", "progress"]),
+    ]
+
+    def __init__(self, model: Any, admin_site: admin.AdminSite) -> None:
+        super().__init__(model, admin_site)
+        # Link the console from the admin index of whichever site hosts it, unless the
+        # project chose its own index template.
+        if admin_site.index_template is None:
+            admin_site.index_template = INDEX_TEMPLATE
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        payload = ["payload_view"] if revealed(request) else ["payload_hidden"]
+        sections = [*self._fieldsets, ("Payload", payload)]
+        return [(title, {"fields": fields}) for title, fields in sections]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        hidden = {"payload", "cp_cursor", "unique_live"}
+        hidden = {"payload", "cp_cursor", "unique_live", "errors", "checkpoint", "result"}
         fields = [f.name for f in Job._meta.fields if f.name not in hidden]
-        if request.user.has_perm("headgate_django.view_job_payload"):
-            fields.append("payload_view")
-        return fields + list(self.readonly_fields)
+        extra = ["payload_view"] if revealed(request) else ["payload_hidden"]
+        return [*fields, *self.readonly_fields, *extra]
 
     @admin.display(description="payload")
-    def payload_view(self, obj: Job) -> str:
-        raw = bytes(obj.payload or b"")
-        try:
-            return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
-        except ValueError:
-            return f"{len(raw)} bytes (not JSON)"
+    def payload_view(self, obj: Job) -> SafeString | str:
+        return pretty_bytes(obj.payload)
+
+    @admin.display(description="payload")
+    def payload_hidden(self, obj: Job) -> str:
+        return HIDDEN
+
+    @admin.display(description="checkpoint")
+    def checkpoint_view(self, obj: Job) -> SafeString | str:
+        return pretty_json(obj.checkpoint)
+
+    @admin.display(description="result")
+    def result_view(self, obj: Job) -> SafeString | str:
+        return pretty_json(obj.result)
 
     @admin.display(description="attempt errors")
-    def error_timeline(self, obj: Job) -> str:
+    def error_timeline(self, obj: Job) -> SafeString | str:
         if not obj.errors:
             return "—"
         return format_html(
-            "<ol>{}</ol>",
+            '<ol class="hg-errors">{}</ol>',
             format_html_join(
                 "",
                 "<li><b>#{} {}</b> at {}: {}<pre>{}</pre></li>",
@@ -83,7 +121,7 @@ class JobAdmin(ReadOnlyAdmin):
                         e.get("kind"),
                         e.get("at"),
                         e.get("error"),
-                        e.get("traceback", ""),
+                        e.get("traceback") or "",
                     )
                     for e in obj.errors
                 ),
@@ -91,37 +129,155 @@ class JobAdmin(ReadOnlyAdmin):
         )
 
     @admin.display(description="workflow")
-    def workflow_link(self, obj: Job) -> str:
-        return obj.workflow_id or "—"
+    def workflow(self, obj: Job) -> Any:
+        return workflow_link(obj.workflow_id, self.site_name, obj.id)
 
     def get_urls(self) -> list[Any]:
-        from headgate_django.console.views import queues_dashboard
-
-        custom = [
-            path(
-                "queues/",
-                self.admin_site.admin_view(queues_dashboard),
-                name="headgate_django_queues",
-            )
-        ]
-        return custom + super().get_urls()
+        return job_console_urls(self.admin_site) + super().get_urls()
 
 
 @admin.register(Quarantine)
 class QuarantineAdmin(ReadOnlyAdmin):
-    list_display = ["fingerprint", "kind", "crash_count", "quarantined_at", "sample_job_id"]
-    search_fields = ["fingerprint", "kind"]
-    exclude = ["sample_payload"]
+    list_display = ["fingerprint", "kind", "crash_count", "quarantined_at", "sample_job"]
+    search_fields = ["=fingerprint", "^kind"]
+    readonly_fields = ["sample_job"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in Quarantine._meta.fields if f.name != "sample_payload"]
+        fields = [f.name for f in Quarantine._meta.fields if f.name != "sample_payload"]
+        return [*fields, "sample_job", "sample_payload_view" if revealed(request) else "hidden"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.get_readonly_fields(request, obj)
+
+    @admin.display(description="sample job")
+    def sample_job(self, obj: Quarantine) -> Any:
+        return job_link(obj.sample_job_id, self.site_name)
+
+    @admin.display(description="sample payload")
+    def sample_payload_view(self, obj: Quarantine) -> Any:
+        return pretty_bytes(obj.sample_payload)
+
+    @admin.display(description="sample payload")
+    def hidden(self, obj: Quarantine) -> str:
+        return HIDDEN
 
 
 @admin.register(DutyLease)
 class DutyLeaseAdmin(ReadOnlyAdmin):
-    list_display = ["name", "holder", "lease_expires_at", "last_run_at", "last_result"]
+    list_display = ["name", "holder", "lease_expires_at", "last_run_at"]
+    readonly_fields = ["last_result_view"]
+    exclude = ["last_result"]
+
+    @admin.display(description="last result")
+    def last_result_view(self, obj: DutyLease) -> Any:
+        return pretty_json(obj.last_result)
 
 
 @admin.register(QueueState)
 class QueueStateAdmin(ReadOnlyAdmin):
     list_display = ["name", "paused", "updated_at"]
+
+
+@admin.register(WorkflowCheckpoint)
+class WorkflowCheckpointAdmin(ReadOnlyAdmin):
+    """One row per workflow that has ticked: the coordinator's durable memory."""
+
+    list_display = [
+        "graph",
+        "coordinator",
+        "revision",
+        "generation",
+        "outcome",
+        "failed",
+        "updated_at",
+    ]
+    list_filter = ["outcome", "failed"]
+    search_fields = ["^workflow_id"]
+    readonly_fields = ["graph", "coordinator", "history_table", "completed_view", "grafts_view"]
+    exclude = ["history", "completed", "grafts"]
+
+    @admin.display(description="workflow", ordering="workflow_id")
+    def graph(self, obj: WorkflowCheckpoint) -> Any:
+        return workflow_link(obj.workflow_id, self.site_name)
+
+    @admin.display(description="coordinator job")
+    def coordinator(self, obj: WorkflowCheckpoint) -> Any:
+        return job_link(obj.coordinator_job_id, self.site_name)
+
+    @admin.display(description="history (newest 256 events)")
+    def history_table(self, obj: WorkflowCheckpoint) -> Any:
+        if not obj.history:
+            return "—"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    e.get("sequence"),
+                    e.get("event"),
+                    e.get("node", ""),
+                    e.get("revision"),
+                    e.get("at_ms", ""),
+                )
+                for e in obj.history
+            ),
+        )
+        return format_html(
+            '<table class="hg-history"><thead><tr><th>#</th><th>event</th><th>node</th>'
+            "<th>revision</th><th>at (ms)</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    @admin.display(description="completion evidence (node → completed at, ms)")
+    def completed_view(self, obj: WorkflowCheckpoint) -> Any:
+        return pretty_json(obj.completed)
+
+    @admin.display(description="accepted grafts")
+    def grafts_view(self, obj: WorkflowCheckpoint) -> Any:
+        return pretty_json(obj.grafts)
+
+
+@admin.register(SignalEmission)
+class SignalEmissionAdmin(ReadOnlyAdmin):
+    """Signal history: the fact (payload), who sent it (source) and when (store clock)."""
+
+    list_display = ["id", "graph", "signal", "idempotency_key", "emitted_at"]
+    list_filter = ["signal"]
+    search_fields = ["^workflow_id", "=idempotency_key"]
+    readonly_fields = ["graph", "payload_view", "source_view"]
+    exclude = ["payload", "source"]
+
+    @admin.display(description="workflow", ordering="workflow_id")
+    def graph(self, obj: SignalEmission) -> Any:
+        return workflow_link(obj.workflow_id, self.site_name)
+
+    @admin.display(description="payload")
+    def payload_view(self, obj: SignalEmission) -> Any:
+        return pretty_json(obj.payload)
+
+    @admin.display(description="source")
+    def source_view(self, obj: SignalEmission) -> Any:
+        return pretty_json(obj.source)
+
+
+@admin.register(Graft)
+class GraftAdmin(ReadOnlyAdmin):
+    """Graft requests and their receipts: what was asked and whether it was accepted."""
+
+    list_display = ["receipt", "graph", "revision", "status", "decided_at"]
+    list_filter = ["status"]
+    search_fields = ["^workflow_id", "=receipt_job_id"]
+    readonly_fields = ["graph", "receipt", "nodes_view"]
+    exclude = ["nodes"]
+
+    @admin.display(description="workflow", ordering="workflow_id")
+    def graph(self, obj: Graft) -> Any:
+        return workflow_link(obj.workflow_id, self.site_name)
+
+    @admin.display(description="receipt job", ordering="receipt_job_id")
+    def receipt(self, obj: Graft) -> Any:
+        return job_link(obj.receipt_job_id, self.site_name)
+
+    @admin.display(description="grafted nodes")
+    def nodes_view(self, obj: Graft) -> Any:
+        return pretty_json(obj.nodes)

@@ -13,6 +13,8 @@ class HeadgateConfig(AppConfig):
     def ready(self) -> None:
         from headgate_django import checks  # noqa: F401  (registers system checks)
         from headgate_django.conf import headgate_settings
+        from headgate_django.console import publish  # noqa: F401  (live console hook)
+        from headgate_django.durable import handlers as durable_handlers  # noqa: F401
         from headgate_django.workflows import coordinator, internal  # noqa: F401  (handlers)
 
         autodiscover_modules(*headgate_settings.AUTODISCOVER_MODULES)

@@ -49,6 +49,18 @@ DEFAULTS: dict[str, Any] = {
     "DURABLE_RETENTION": timedelta(days=30),
     # Modules named like this in each installed app are imported so @task runs.
     "AUTODISCOVER_MODULES": ["tasks"],
+    # HTTP control API (headgate_django.api).
+    # Answer every mutation 403 "read_only" (reads keep working).
+    "API_READ_ONLY": False,
+    # Dotted paths of DRF authentication classes for the API; None: DRF's
+    # REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"].
+    "API_AUTHENTICATION_CLASSES": None,
+    # Let unauthenticated callers (load balancers, probes) reach healthz and readyz.
+    "API_PUBLIC_HEALTH": False,
+    # Request bodies larger than this are refused with 413 before they are read.
+    "API_MAX_BODY_BYTES": 2 * 1024 * 1024,
+    # How long a mutation's response is replayed for the same Idempotency-Key.
+    "IDEMPOTENCY_TTL": timedelta(hours=24),
 }
 
 

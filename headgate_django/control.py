@@ -24,3 +24,24 @@ class Skip(Exception):
     def __init__(self, reason: str = "skipped") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class Uncertain(Exception):
+    """A durable Operation cannot tell whether its effect happened (``durable.Uncertain``).
+
+    The Operation becomes *uncertain* and its execution is suspended until an operator
+    resolves it (complete, fail or retry): retrying blindly could repeat the effect.
+    """
+
+    def __init__(self, reason: str = "the outcome is uncertain") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Abort(Exception):
+    """A durable Operation failed for good (``durable.Abort``): no retries; the workflow's
+    future for it fails with ``message`` at once."""
+
+    def __init__(self, message: str = "the Operation was aborted") -> None:
+        self.message = message
+        super().__init__(message)

@@ -242,3 +242,150 @@ class Graft(models.Model):
 
     def __str__(self) -> str:
         return self.receipt_job_id
+
+
+# -- durable (workflow-as-code) ---------------------------------------------------------
+
+#: Execution states; ``running`` and ``suspended`` are live and hold a business key.
+DURABLE_STATES = ["running", "suspended", "succeeded", "failed", "cancelled"]
+DURABLE_LIVE = ["running", "suspended"]
+
+
+class Execution(models.Model):
+    """The header of one durable workflow execution: what runs, its state and outcome.
+
+    The header is the source of truth for the state; ``last_seq`` is the seq of the newest
+    history event, so an append is a compare-and-set on it (two replay passes of one
+    execution can never both append). Instants are store-clock values.
+    """
+
+    id = models.CharField(primary_key=True, max_length=200)
+    name = models.CharField(max_length=128)
+    version = models.CharField(max_length=64)
+    state = models.CharField(
+        max_length=16, choices=[(s, s) for s in DURABLE_STATES], default="running"
+    )
+    input = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True, default="")
+    suspended_reason = models.TextField(blank=True, default="")
+    business_idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    live_key = models.GeneratedField(
+        expression=models.Case(
+            models.When(state__in=DURABLE_LIVE, then=models.F("business_idempotency_key")),
+            default=models.Value(None),
+            output_field=models.CharField(max_length=255, null=True),
+        ),
+        output_field=models.CharField(max_length=255, null=True),
+        db_persist=True,
+    )
+    task_queue = models.CharField(max_length=128, default="default")
+    meta = models.JSONField(default=dict, blank=True)
+    last_seq = models.BigIntegerField(default=0, help_text="Seq of the newest history event.")
+    next_timer_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its earliest unfired timer is due."
+    )
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "headgate_durable_execution"
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name", "live_key"], name="headgate_durable_live_key"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["state", "updated_at"], name="headgate_durable_state"),
+            models.Index(fields=["state", "finished_at"], name="headgate_durable_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version} {self.id} ({self.state})"
+
+
+class HistoryEvent(models.Model):
+    """One append-only history record of an execution; seqs are contiguous from 1.
+
+    ``fact_key`` holds the execution key of an Operation's result event, so each
+    Operation gets at most one OperationCompleted/OperationFailed.
+    """
+
+    execution = models.ForeignKey(
+        Execution, on_delete=models.CASCADE, related_name="history", db_index=False
+    )
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=32)
+    payload = models.JSONField(default=dict)
+    at = models.DateTimeField()
+    fact_key = models.CharField(max_length=255, null=True, blank=True)
+
+    class Meta:
+        db_table = "headgate_durable_history"
+        ordering = ["execution_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "seq"], name="headgate_durable_seq"),
+            models.UniqueConstraint(
+                fields=["execution", "fact_key"], name="headgate_durable_fact"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id}#{self.seq} {self.type}"
+
+
+class SignalInbox(models.Model):
+    """A delivered signal; a repeated ``message_id`` for the same name is a duplicate."""
+
+    workflow = models.ForeignKey(
+        Execution, on_delete=models.CASCADE, related_name="signals", db_index=False
+    )
+    name = models.CharField(max_length=128)
+    message_id = models.CharField(max_length=255, null=True, blank=True)
+    payload = models.JSONField(null=True, blank=True)
+    seq = models.BigIntegerField(help_text="Seq of its SignalReceived history event.")
+    received_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_durable_signal"
+        ordering = ["workflow_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "name", "message_id"], name="headgate_durable_signal_msg"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id} {self.name} ({self.message_id or '-'})"
+
+
+class IdempotencyRecord(models.Model):
+    """The response to one API mutation, kept so a retried request replays it byte for byte.
+
+    Keyed by a digest of (user, Idempotency-Key) rather than the raw key, so the unique
+    index is short and immune to case-insensitive collations (MariaDB). The request's
+    method, path and body hash are kept to tell a true replay from a reused key (409).
+    Rows live until ``expires_at`` (``HEADGATE['IDEMPOTENCY_TTL']``); an expired row is
+    ignored by lookups and deleted by the ``idempotency-purge`` duty.
+    """
+
+    key_digest = models.CharField(max_length=64, unique=True, help_text="sha256(user, key)")
+    key = models.CharField(max_length=255)
+    user = models.CharField(max_length=255, help_text="Primary key of the requesting user.")
+    method = models.CharField(max_length=10)
+    path = models.TextField()
+    body_hash = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField(default=0)
+    response_headers = models.JSONField(default=dict, blank=True)
+    response_body = models.BinaryField(default=b"")
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "headgate_idempotency"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} ({self.key})"

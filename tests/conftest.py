@@ -39,6 +39,7 @@ def worker_env() -> dict[str, str]:
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["DATABASE_URL"] = database_url()
     env["PYTHONPATH"] = str(ROOT)
+    env.setdefault("HEADGATE_TEST_LOG_LEVEL", "INFO")  # see tests/settings.py
     return env
 
 
@@ -72,14 +73,14 @@ def start_worker(
 
     def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
         log = tmp_path / f"worker-{len(started)}.log"
-        handle = log.open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "runworkers", *args],
-            env={**worker_env, **(env or {})},
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "runworkers", *args],
+                env={**worker_env, **(env or {})},
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
         worker = WorkerProcess(proc, log)
         started.append(worker)
         return worker

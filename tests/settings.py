@@ -21,7 +21,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_filters",
+    "drf_spectacular",
     "channels",
     "headgate_django",
     "tests.app.apps.TestAppConfig",
@@ -49,6 +51,13 @@ TEMPLATES = [
     }
 ]
 STATIC_URL = "static/"
+# The control API (tests/api): token first, so an anonymous call gets 401 + WWW-Authenticate.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ]
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _sqlite_dir = Path(os.environ.get("HEADGATE_TEST_DIR", tempfile.gettempdir()))
@@ -59,6 +68,18 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "NAME": str(_sqlite_dir / f"headgate-test-{os.getpid()}.sqlite3")
     }
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The console's Redis test runs worker subprocesses that must publish through the same
+# channel layer as the test (see tests/console/test_consumers.py).
+if os.environ.get("HEADGATE_TEST_REDIS_URL"):
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [os.environ["HEADGATE_TEST_REDIS_URL"]],
+                "prefix": os.environ.get("HEADGATE_TEST_REDIS_PREFIX", "asgi"),
+            },
+        }
+    }
 HEADGATE: dict[str, object] = {}
 
 # Worker subprocesses started by the integration tests take extra HEADGATE settings from

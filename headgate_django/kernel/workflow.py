@@ -24,7 +24,13 @@ from typing import Any
 
 from headgate_django.exceptions import ConditionEvaluationError
 from headgate_django.kernel import cel
-from headgate_django.kernel.graph import GraphSpec, NodeKind, failure_closure, topological_order
+from headgate_django.kernel.graph import (
+    GraphSpec,
+    NodeKind,
+    NodeSpec,
+    failure_closure,
+    topological_order,
+)
 from headgate_django.kernel.states import State
 
 MAX_HISTORY = 256
@@ -127,11 +133,14 @@ def evaluate(
     *,
     keep_blocked: bool = False,
     now_ms: int = 0,
+    retry_due: bool = False,
 ) -> Plan:
     """Decide one tick and update ``checkpoint`` in memory (evidence and history).
 
     ``keep_blocked`` (failed-subgraph retry) keeps doomed pending descendants instead of
-    deleting them, so a later generation can resume them.
+    deleting them, so a later generation can resume them. ``retry_due`` (an automatic
+    retry policy with generations left) turns a failure into ``RETRY_PENDING``: the
+    history then says ``automatic_retry_scheduled``, not ``workflow_failed``.
     """
     plan = Plan()
     if not checkpoint.started:
@@ -140,12 +149,25 @@ def evaluate(
     _record_completions(graph, checkpoint, rows, plan)
     states = node_states(graph, checkpoint, rows)
     failed = [n.name for n in graph.nodes if states[n.name] in FAILED_STATES]
+    doomed = failure_closure(graph, failed) if failed else set()
     if failed:
-        _fail(graph, states, failed, plan, keep_blocked)
-        checkpoint.failed = True
-        checkpoint.record("workflow_failed", now_ms or None, reason=plan.reason)
+        _fail(graph, states, failed, doomed, plan, keep_blocked)
+    _advance(graph, checkpoint, states, plan, doomed)
+    if failed:
+        # Independent branches run to completion before the workflow fails, so their
+        # results are kept and no pending job is left that nobody would ever promote.
+        unfinished = any(
+            n.name not in checkpoint.completed for n in graph.nodes if n.name not in doomed
+        )
+        if not plan.mutates and not unfinished:
+            checkpoint.failed = True
+            if retry_due:
+                plan.outcome = Outcome.RETRY_PENDING
+                checkpoint.record("automatic_retry_scheduled", now_ms or None, reason=plan.reason)
+            else:
+                plan.outcome = Outcome.FAILED
+                checkpoint.record("workflow_failed", now_ms or None, reason=plan.reason)
         return plan
-    _advance(graph, checkpoint, states, plan)
     if len(checkpoint.completed) == len(graph.nodes):
         plan.outcome = Outcome.SUCCEEDED
         checkpoint.record("workflow_succeeded", now_ms or None)
@@ -174,30 +196,51 @@ def _record_completions(
 
 
 def _fail(
-    graph: GraphSpec, states: dict[str, str], failed: list[str], plan: Plan, keep_blocked: bool
+    graph: GraphSpec,
+    states: dict[str, str],
+    failed: list[str],
+    doomed: set[str],
+    plan: Plan,
+    keep_blocked: bool,
 ) -> None:
-    first = failed[0]
-    plan.outcome = Outcome.FAILED
+    # Name the causes, not the descendants this tick's deletions have made missing.
+    causes = [n for n in failed if not any(d in doomed for d in graph.node(n).deps)] or failed
+    first = causes[0]
     plan.reason = f"node {first!r} is {states[first]}"
-    if len(failed) > 1:
-        plan.reason += f" (and {len(failed) - 1} more failed node(s))"
+    if len(causes) > 1:
+        plan.reason += f" (and {len(causes) - 1} more failed node(s))"
     if keep_blocked:
         return
-    for name in sorted(failure_closure(graph, failed) - set(failed)):
+    for name in sorted(doomed - set(failed)):
         if states[name] in DELETABLE_STATES:
             plan.delete.append(graph.node(name).job_id)
 
 
-def _advance(graph: GraphSpec, checkpoint: Checkpoint, states: dict[str, str], plan: Plan) -> None:
+def _advance(
+    graph: GraphSpec,
+    checkpoint: Checkpoint,
+    states: dict[str, str],
+    plan: Plan,
+    doomed: set[str],
+) -> None:
     done = checkpoint.completed
     completed_map = {n.name: n.name in done for n in graph.nodes}
+    # A buffered node whose job finished early is still pending to the workflow.
+    cel_states = {
+        n.name: State.PENDING.value
+        if n.kind in _BUFFERED and n.name not in done and states[n.name] == State.COMPLETED
+        else states[n.name]
+        for n in graph.nodes
+    }
     for node in graph.nodes:
+        if node.name in doomed:
+            continue
         if states[node.name] != State.PENDING or not all(d in done for d in node.deps):
             continue
         if node.kind in (NodeKind.TASK, NodeKind.CHILD_WORKFLOW):
             plan.promote.append(node.job_id)
         elif node.kind is NodeKind.CONDITION:
-            _condition(node.condition or "", node.job_id, checkpoint, states, completed_map, plan)
+            _condition(node, checkpoint, cel_states, completed_map, plan)
         elif node.kind is NodeKind.TIMER and node.delay_ms is not None:
             anchor = max(done[d] for d in node.deps)
             plan.schedule.append((node.job_id, anchor + node.delay_ms))
@@ -208,21 +251,20 @@ def _advance(graph: GraphSpec, checkpoint: Checkpoint, states: dict[str, str], p
 
 
 def _condition(
-    expression: str,
-    job_id: str,
+    node: NodeSpec,
     checkpoint: Checkpoint,
     states: dict[str, str],
     completed: dict[str, bool],
     plan: Plan,
 ) -> None:
     try:
-        compiled = cel.compile(expression)
+        compiled = cel.compile(node.condition or "")
         result = cel.evaluate(
             compiled, checkpoint.revision, checkpoint.generation, states, completed
         )
     except ConditionEvaluationError as exc:
-        plan.fail.append((job_id, str(exc)))
-        checkpoint.record("condition_failed", None, job_id=job_id, reason=str(exc))
+        plan.fail.append((node.job_id, str(exc)))
+        checkpoint.record("condition_failed", None, node=node.name, reason=str(exc))
         return
     if result:
-        plan.promote.append(job_id)
+        plan.promote.append(node.job_id)

@@ -56,8 +56,15 @@ def _evict() -> dict[str, Any]:
     return {"evicted": counts}
 
 
+def _purge_idempotency_records() -> dict[str, Any]:
+    from headgate_django.store.idempotency import idempotency_purge_expired
+
+    return {"purged": idempotency_purge_expired()}
+
+
 #: Extra duties registered by the workflow and durable layers.
 EXTRA_DUTIES: list[Callable[[], Duty]] = []
+EXTRA_DUTIES.append(lambda: Duty("idempotency-purge", 60.0, _purge_idempotency_records))
 
 
 def default_duties() -> list[Duty]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
 from headgate_django.envelope import decode_call
@@ -77,6 +78,8 @@ class AsyncRunner:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():  # an unclosed loop leaks its self-pipe socket
+            self.loop.close()
 
 
 def decode(
@@ -129,7 +132,12 @@ def run_attempt(
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
     try:
-        json.dumps(result, allow_nan=False)
+        encoded = json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return Failed(error=f"result is not JSON-serialisable: {exc}")
+    limit = headgate_settings.MAX_RESULT_BYTES
+    if len(encoded) > limit:
+        # Refused here, as a failure of this job, rather than failing the batched ack of
+        # every job written with it.
+        return Failed(error=f"result is larger than {limit} bytes (HEADGATE['MAX_RESULT_BYTES'])")
     return Succeeded(result=result)

@@ -25,31 +25,31 @@ class Listener(threading.Thread):
         self.wake = wake
         self.queues = set(queues) if queues else None
         self.using = using
-        self._stop = threading.Event()
+        self._halt = threading.Event()  # not _stop: that name is Thread internals
 
     @staticmethod
     def supported(using: str = "default") -> bool:
         return connections[using].vendor == "postgresql"
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
         import psycopg
 
         delay = 0.5
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 params = connections[self.using].get_connection_params()
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     delay = 0.5
                     self.wake.set()  # anything enqueued while we were away
-                    while not self._stop.is_set():
+                    while not self._halt.is_set():
                         for note in conn.notifies(timeout=1.0):
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
             except Exception as exc:  # keep polling; reconnect with backoff
                 log.warning("LISTEN connection failed (%s); polling until it returns", exc)
-                self._stop.wait(delay)
+                self._halt.wait(delay)
                 delay = min(delay * 2, 10.0)

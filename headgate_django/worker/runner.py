@@ -18,7 +18,9 @@ import queue
 import socket
 import threading
 import time
+import traceback
 import uuid
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,15 +31,20 @@ from headgate_django import store
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.exceptions import LeaseLostError
+from headgate_django.kernel.states import State
 from headgate_django.registry import registered_kinds
 from headgate_django.store.claim import ClaimedJob
-from headgate_django.store.fenced import Completion
+from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.worker import execute
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import Listener
 from headgate_django.worker.settle import completion, settle
 
 log = logging.getLogger("headgate_django.worker")
+
+#: When the heartbeat first looks for waiting jobs of unregistered kinds, then how often.
+UNKNOWN_KINDS_FIRST = 1.0
+UNKNOWN_KINDS_EVERY = 60.0
 
 
 @dataclass
@@ -86,6 +93,7 @@ class Worker:
         worker_id: str | None = None,
         run_duties: bool = True,
         using: str = "default",
+        exclude_kinds: Collection[str] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -97,9 +105,14 @@ class Worker:
         self.burst = burst
         self.worker_id = worker_id or default_worker_id()
         self.using = using
+        # Kinds this worker leaves to others (runworkers --durable-mode).
+        self.exclude_kinds = frozenset(exclude_kinds)
         self.stats = Stats()
-        self._running: dict[str, _Running] = {}
+        # Keyed by lease, not job id: a job that timed out here may be claimed here again
+        # while the abandoned handler of its earlier attempt still holds a slot.
+        self._running: dict[LeaseRef, _Running] = {}
         self._lock = threading.Lock()
+        self._busy = 0  # handler threads still inside a handler
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._acks: queue.Queue[tuple[_Running, Completion] | None] = queue.Queue()
@@ -113,6 +126,11 @@ class Worker:
         )
 
     # -- lifecycle ---------------------------------------------------------------------
+    @property
+    def handlers_running(self) -> int:
+        """Handler threads still running, e.g. ones released at the end of the drain window."""
+        return self._busy
+
     def stop(self) -> None:
         """Stop claiming; in-flight handlers get the drain window to finish."""
         self._stopping.set()
@@ -151,6 +169,7 @@ class Worker:
     def _claim_loop(self) -> None:
         s = headgate_settings
         idle_min = s.IDLE_BACKOFF_MIN.total_seconds()
+        idle_max = s.IDLE_BACKOFF_MAX.total_seconds()
         idle = idle_min
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
@@ -158,9 +177,12 @@ class Worker:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
+            # Cleared before the claim, not after: a wake-up that arrives while the claim
+            # runs must shorten the idle wait that follows it.
+            self._wake.clear()
             jobs = self._claim(min(free, s.CLAIM_BATCH))
             if jobs is None:  # database unavailable
-                idle = min(idle * 2, s.IDLE_BACKOFF_MAX.total_seconds())
+                idle = min(idle * 2, idle_max)
                 self._stopping.wait(idle)
                 continue
             if jobs:
@@ -170,11 +192,13 @@ class Worker:
                 continue
             if self.burst and self._burst_done():
                 return
-            self._wake.clear()
             if self._wake.wait(idle):
                 idle = idle_min
             else:
-                idle = min(idle * 2, s.IDLE_BACKOFF_MAX.total_seconds())
+                longer = min(idle * 2, idle_max)
+                if idle < longer == idle_max:
+                    log.debug("idle: next poll in %.1f s", idle_max)
+                idle = longer
 
     def _claim(self, limit: int) -> list[ClaimedJob] | None:
         try:
@@ -183,7 +207,7 @@ class Worker:
                 limit=limit,
                 lease_ttl=self.lease_ttl,
                 queues=self.queues,
-                kinds=registered_kinds(),
+                kinds=[k for k in registered_kinds() if k not in self.exclude_kinds],
                 using=self.using,
             )
         except DatabaseError as exc:
@@ -194,7 +218,7 @@ class Worker:
         return jobs
 
     def _burst_done(self) -> bool:
-        if self._running:
+        if any(not r.done.is_set() for r in list(self._running.values())):
             self._wake.wait(0.05)
             return False
         return self._safe(store.job_promote_due) == 0
@@ -204,15 +228,30 @@ class Worker:
         timeout = job.timeout.total_seconds() if job.timeout else None
         entry = _Running(job, ctx, time.monotonic() + timeout if timeout else None)
         with self._lock:
-            self._running[job.ref.job_id] = entry
+            self._running[job.ref] = entry
         self._pool.submit(self._execute, entry)
 
     # -- running -----------------------------------------------------------------------
     def _execute(self, entry: _Running) -> None:
-        outcome = execute.run_attempt(
-            entry.ctx, entry.job.payload, entry.job.schema_version, self._async
-        )
-        if entry.done.is_set():  # timed out or lost while running: already settled
+        with self._lock:
+            self._busy += 1
+        try:
+            self._run_and_settle(entry)
+        finally:
+            with self._lock:
+                self._busy -= 1
+
+    def _run_and_settle(self, entry: _Running) -> None:
+        try:
+            outcome = execute.run_attempt(
+                entry.ctx, entry.job.payload, entry.job.schema_version, self._async
+            )
+        except Exception as exc:  # e.g. a user upcaster: record it, never strand the job
+            outcome = execute.Failed(
+                error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+            )
+        if entry.done.is_set():  # timed out or released while running: already settled
+            self._finish(entry)
             return
         if isinstance(outcome, execute.Succeeded):
             self._acks.put((entry, completion(entry.job, outcome)))
@@ -231,7 +270,7 @@ class Worker:
     def _finish(self, entry: _Running) -> None:
         entry.done.set()
         with self._lock:
-            self._running.pop(entry.job.ref.job_id, None)
+            self._running.pop(entry.job.ref, None)
         self._wake.set()
 
     # -- acking ------------------------------------------------------------------------
@@ -262,12 +301,15 @@ class Worker:
             log.error("could not record %d completion(s): %s", len(batch), exc)
             self._reset_connection()
             done = set()
+        except Exception:  # the acker must not die: every later success would hang
+            log.exception("could not record %d completion(s)", len(batch))
+            done = set()
         self.stats.completed += len(done)
         for entry, written in batch:
             if written.ref.job_id not in done:
                 self.stats.lost += 1
                 log.warning(
-                    "completion of job %s did not land: its lease was lost", completion.ref.job_id
+                    "completion of job %s did not land: its lease was lost", written.ref.job_id
                 )
             self._finish(entry)
 
@@ -276,6 +318,7 @@ class Worker:
         next_renew = time.monotonic() + self.renew_every
         status_every = headgate_settings.STATUS_INTERVAL.total_seconds()
         next_status = time.monotonic() + status_every
+        next_unknown = time.monotonic() + UNKNOWN_KINDS_FIRST
         while not (self._stopping.is_set() and not self._running):
             now = time.monotonic()
             self._enforce_timeouts(now)
@@ -287,17 +330,34 @@ class Worker:
             if now >= next_status:
                 log.info("status %s", self.stats.line(len(self._running)))
                 next_status = now + status_every
+            if now >= next_unknown and not self._stopping.is_set():
+                self._safe(self._report_unknown_kinds)
+                next_unknown = now + UNKNOWN_KINDS_EVERY
             time.sleep(0.05)
         close_old_connections()
 
+    def _report_unknown_kinds(self) -> None:
+        """Jobs no handler here knows are never claimed; say so rather than stay silent."""
+        waiting = store.unknown_kinds_waiting(registered_kinds(), using=self.using)
+        for kind, count in sorted(waiting.items()):
+            log.warning(
+                "%d available job(s) of kind %r have no handler in this worker; "
+                "they wait for a worker that registers it",
+                count,
+                kind,
+            )
+
     def _renew(self) -> None:
         with self._lock:
-            refs = [r.job.ref for r in self._running.values() if not r.done.is_set()]
-        lost = store.job_renew_leases(refs, lease_ttl=self.lease_ttl, using=self.using)
-        for job_id in lost:
-            entry = self._running.get(job_id)
-            if entry is not None:
-                log.warning("lease on job %s was lost; telling the handler to stop", job_id)
+            held = [r for r in self._running.values() if not r.done.is_set()]
+        lost = store.job_renew_leases(
+            [r.job.ref for r in held], lease_ttl=self.lease_ttl, using=self.using
+        )
+        for entry in held:
+            if entry.job.ref.job_id in lost:
+                log.warning(
+                    "lease on job %s was lost; telling the handler to stop", entry.job.ref.job_id
+                )
                 entry.ctx.cancel()
 
     def _enforce_timeouts(self, now: float) -> None:
@@ -311,15 +371,23 @@ class Worker:
             entry.ctx.cancel()
             timeout = entry.job.timeout
             try:
-                store.job_retry(
+                state = store.job_retry(
                     entry.job.ref,
                     error=f"timeout: the attempt ran longer than {timeout}",
                     using=self.using,
                 )
-                self.stats.retried += 1
-            except (LeaseLostError, DatabaseError):
-                pass
-            self._finish(entry)
+                self.stats.count("archived" if state is State.ARCHIVED else "retried")
+                log.warning(
+                    "job %s (%s) timed out after %s", entry.job.ref.job_id, entry.job.kind, timeout
+                )
+            except LeaseLostError:
+                self.stats.lost += 1
+            except DatabaseError as exc:
+                log.error("could not record the timeout of job %s: %s", entry.job.ref.job_id, exc)
+                self._reset_connection()
+            # Settled, but the slot stays taken until the handler returns: its thread is
+            # still busy, and a job claimed into the slot would only queue behind it.
+            entry.done.set()
 
     # -- shutdown ----------------------------------------------------------------------
     def _drain(self) -> None:
@@ -332,6 +400,9 @@ class Worker:
             self._wake.clear()
         with self._lock:
             leftovers = [r for r in self._running.values() if not r.done.is_set()]
+            # The rest timed out and is settled; nothing waits for their handlers now.
+            for entry in [r for r in self._running.values() if r.done.is_set()]:
+                self._running.pop(entry.job.ref, None)
         if leftovers:
             for entry in leftovers:
                 entry.ctx.cancel()
@@ -342,7 +413,7 @@ class Worker:
             log.warning("released %d unfinished job(s) back to their queues", len(released or ()))
             with self._lock:
                 for entry in leftovers:
-                    self._running.pop(entry.job.ref.job_id, None)
+                    self._running.pop(entry.job.ref, None)
 
     def _safe(self, fn):  # type: ignore[no-untyped-def]
         try:
@@ -350,6 +421,9 @@ class Worker:
         except DatabaseError as exc:
             log.warning("database call failed (%s); will retry", exc)
             self._reset_connection()
+            return None
+        except Exception:  # the heartbeat must outlive any bug, or every lease lapses
+            log.exception("worker housekeeping failed; will retry")
             return None
 
     def _reset_connection(self) -> None:

@@ -7,7 +7,7 @@ from collections import deque
 from headgate_django.exceptions import NotFoundError
 from headgate_django.kernel.graph import NodeKind
 from headgate_django.store.operator import job_cancel_many
-from headgate_django.store.workflows import coordinator_job_id
+from headgate_django.store.workflows import coordinator_job_id, workflow_live_job_ids
 from headgate_django.workflows.inspect import load_graph_of
 
 MAX_WORKFLOWS = 999
@@ -30,8 +30,12 @@ def cancel_workflow(workflow_id: str, propagate_children: bool = True) -> dict[s
                 raise
             continue
         seen.add(current)
-        jobs += job_cancel_many([n.job_id for n in graph.nodes])
-        jobs += job_cancel_many([coordinator_job_id(current)])
+        coordinator = coordinator_job_id(current)
+        # Accepted grafted nodes and waiting graft/retry receipts are not in the stored
+        # base graph; they carry the workflow id like every node does.
+        nodes = {n.job_id for n in graph.nodes} | set(workflow_live_job_ids(current))
+        jobs += job_cancel_many(sorted(nodes - {coordinator}))
+        jobs += job_cancel_many([coordinator])
         if propagate_children:
             queue.extend(
                 n.child_workflow_id

@@ -111,20 +111,13 @@ class Tick:
             rows,
             keep_blocked=bool(self.options.get("failed_subgraph_retry")),
             now_ms=to_ms(db_now()) or 0,
+            retry_due=self._auto_retry_due(checkpoint),
         )
-        outcome: str | None = None
-        if plan.outcome is Outcome.FAILED and self._auto_retry_due(checkpoint):
-            checkpoint.record("automatic_retry_scheduled", to_ms(db_now()), reason=plan.reason)
-            outcome = Outcome.RETRY_PENDING.value
         if plan.changed or row is None or plan.outcome is not Outcome.WAITING:
             workflow_tick_save(
-                self.ctx.lease,
-                workflow_id=self.workflow_id,
-                checkpoint=checkpoint,
-                plan=plan,
-                outcome=outcome,
+                self.ctx.lease, workflow_id=self.workflow_id, checkpoint=checkpoint, plan=plan
             )
-        if outcome == Outcome.RETRY_PENDING:
+        if plan.outcome is Outcome.RETRY_PENDING:
             raise Snooze(timedelta(milliseconds=self.options["automatic_retry"]["backoff_ms"]))
         if plan.outcome is Outcome.FAILED:
             raise Skip(plan.reason or "a node failed")

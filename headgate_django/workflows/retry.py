@@ -106,13 +106,18 @@ def request_failed_subgraph_retry(
             )
         jobs = {j.id: j for j in Job.objects.filter(pk__in=[n.job_id for n in graph.nodes])}
         by_name = {n.name: n for n in graph.nodes}
-        for repair in repairs:
-            _repair(repair, by_name, jobs)
+        # A repaired undecodable node keeps its state until the coordinator reopens it
+        # (with the other failed nodes), so it is not "stuck" once it has a new payload.
+        repaired = {job_id for repair in repairs if (job_id := _repair(repair, by_name, jobs))}
         _retry_children(graph.nodes, jobs)
-        stuck = Job.objects.filter(
-            pk__in=[n.job_id for n in graph.nodes],
-            state__in=[State.QUARANTINED.value, State.UNDECODABLE.value],
-        ).values_list("id", "state")
+        stuck = (
+            Job.objects.filter(
+                pk__in=[n.job_id for n in graph.nodes],
+                state__in=[State.QUARANTINED.value, State.UNDECODABLE.value],
+            )
+            .exclude(pk__in=repaired, state=State.UNDECODABLE.value)
+            .values_list("id", "state")
+        )
         stuck_nodes = [f"{jid} ({state})" for jid, state in stuck]
         if stuck_nodes:
             raise InvalidTransitionError(
@@ -139,7 +144,8 @@ def request_failed_subgraph_retry(
     return RetryReceipt(workflow_id, revision, checkpoint.generation + 1, receipt_id)
 
 
-def _repair(repair: Recovery, by_name: dict[str, Any], jobs: dict[str, Job]) -> None:
+def _repair(repair: Recovery, by_name: dict[str, Any], jobs: dict[str, Job]) -> str | None:
+    """Apply one recovery; returns the job id whose undecodable payload was replaced."""
     node = by_name.get(repair.node)
     if node is None:
         raise NotFoundError(f"recovery names unknown node {repair.node!r}")
@@ -157,6 +163,8 @@ def _repair(repair: Recovery, by_name: dict[str, Any], jobs: dict[str, Job]) -> 
                 "positive schema_version"
             )
         job_replace_payload(job.id, payload=repair.payload, schema_version=repair.schema_version)
+        return job.id
+    return None
 
 
 def _retry_children(nodes: Iterable[Any], jobs: dict[str, Job]) -> None:

@@ -126,6 +126,8 @@ def cursor_pages(ctx, pages: int = 5, fail_after: int = -1):
 
 @task(kind="test.timeout", timeout=timedelta(milliseconds=300), max_attempts=1)
 def too_slow(ctx):
+    """Ignores its 300 ms timeout (and cancellation) and sleeps on."""
+    record(ctx, "timeout")
     time.sleep(1.5)
     return "late"
 
@@ -150,3 +152,68 @@ def fail_times(ctx, times: int = 1):
     if Execution.objects.filter(job_id=ctx.job_id).count() <= times:
         raise RuntimeError(f"execution fails ({times} planned failure(s))")
     return "ok"
+
+
+# -- workflow tests -------------------------------------------------------------------
+
+#: When set (in a worker subprocess): ``;``-separated pause points ``path|suffix|mode``.
+#: The first coordinator tick (across every process given the same ``path``) that promotes
+#: a node whose job id ends with ``suffix`` creates ``path``, writes ``pid,promoted ids``
+#: to it and hangs until the test SIGKILLs that worker. ``mode`` says where: ``before-commit``
+#: (inside the fenced tick transaction: the checkpoint and the promotion are written but not
+#: committed) or ``after-commit`` (the tick committed; the attempt has not ended).
+_TICK_PAUSES = os.environ.get("HEADGATE_TEST_TICK_PAUSE")
+if _TICK_PAUSES:
+    from headgate_django.store import workflows as _workflow_store
+    from headgate_django.workflows import coordinator as _coordinator
+
+    _pauses = [spec.split("|") for spec in _TICK_PAUSES.split(";")]
+
+    def _hang(job_ids, mode):
+        for path, suffix, pause_mode in _pauses:
+            if pause_mode != mode or not any(j.endswith(suffix) for j in job_ids):
+                continue
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                continue  # another worker already paused here
+            os.write(fd, ",".join([str(os.getpid()), *job_ids]).encode())
+            os.close(fd)
+            while True:  # until SIGKILL
+                time.sleep(0.05)
+
+    _promote = _workflow_store._promote
+    _tick_save = _coordinator.workflow_tick_save
+
+    def _paused_promote(cursor, conn, job_ids):
+        _promote(cursor, conn, job_ids)
+        _hang(job_ids, "before-commit")
+
+    def _paused_tick_save(ref, **kwargs):
+        _tick_save(ref, **kwargs)
+        _hang(kwargs["plan"].promote, "after-commit")
+
+    _workflow_store._promote = _paused_promote
+    _coordinator.workflow_tick_save = _paused_tick_save
+
+
+@task(kind="test.wf_cursor")
+def wf_cursor_pages(ctx, pages: int = 6, pause: float = 0.0):
+    """The seed's cursor-step example: import a page, then persist the next page as the
+    cursor (fenced). A stale attempt whose cursor write is refused records it and stops."""
+    from headgate_django import LeaseLostError
+
+    def walk(cursor: bytes | None) -> int:
+        page = int(cursor or b"0")
+        while page < pages:
+            record(ctx, f"page:{page}")  # import_page(page)
+            time.sleep(pause)
+            page += 1
+            try:
+                ctx.set_cursor(str(page).encode())
+            except LeaseLostError:
+                record(ctx, f"fenced:{page}")
+                raise
+        return pages
+
+    return ctx.step_cursor("import-pages", walk)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import signal
 import sys
 from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
 
 class Command(BaseCommand):
@@ -31,6 +35,12 @@ class Command(BaseCommand):
             "--no-duties", action="store_true", help="Do not run maintenance duties."
         )
         parser.add_argument("--worker-id", default=None)
+        parser.add_argument(
+            "--durable-mode",
+            choices=["combined", "workflow-only", "operation-only"],
+            default="combined",
+            help="Durable jobs to claim: workflow tasks, Operations, or both (default).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["concurrency"] < 1 or options["processes"] < 1:
@@ -40,7 +50,8 @@ class Command(BaseCommand):
         if options["processes"] > 1:
             from headgate_django.worker.supervisor import supervise
 
-            sys.exit(supervise(options["processes"], _child_args(sys.argv)))
+            sys.exit(supervise(options["processes"], _child_args(sys.argv), options["worker_id"]))
+        from headgate_django.durable import handlers as durable_modes
         from headgate_django.worker.runner import Worker
 
         worker = Worker(
@@ -50,17 +61,36 @@ class Command(BaseCommand):
             burst=options["burst"],
             worker_id=options["worker_id"],
             run_duties=not options["no_duties"],
+            exclude_kinds=durable_modes.MODES[options["durable_mode"]],
         )
 
         def on_signal(signum: int, _frame: object) -> None:
+            name = signal.Signals(signum).name
             if worker._stopping.is_set():
-                raise KeyboardInterrupt
-            self.stderr.write(f"received {signal.Signals(signum).name}: draining, then exiting")
+                # A second signal means now: no drain, and no waiting for handler threads
+                # (a KeyboardInterrupt would still wait for them at interpreter exit).
+                self.stderr.write(f"received {name} again: exiting without draining")
+                _exit_now(1, close_connections=False)
+            self.stderr.write(f"received {name}: draining, then exiting")
             worker.stop()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         worker.run()
+        if worker.handlers_running:
+            # Handlers that outlived the drain window were released back to their queues;
+            # do not let the interpreter wait for their threads at exit.
+            _exit_now(0)
+
+
+def _exit_now(code: int, *, close_connections: bool = True) -> None:
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if close_connections:
+        with contextlib.suppress(Exception):
+            connections.close_all()
+    os._exit(code)
 
 
 def _child_args(argv: list[str]) -> list[str]:

@@ -1,0 +1,1 @@
+"""Benchmarks for headgate-django (run ``python benchmarks/jobs.py --help``)."""

@@ -1,0 +1,1 @@
+"""A tiny Django app whose ``tasks`` module the worker autodiscovers."""

@@ -1,0 +1,864 @@
+#!/usr/bin/env python
+"""Throughput and latency of headgate's job queue, against a raw-SQL baseline run alongside.
+
+    .venv/bin/python benchmarks/jobs.py --database sqlite|postgres|both [--quick] [--json OUT]
+
+For each database the script builds a fresh one (a SQLite file in a temp directory, or the
+PostgreSQL database ``headgate_bench`` on 127.0.0.1:5432, dropped and recreated), migrates
+it with ``manage.py migrate``, then measures:
+
+1. enqueue: one ``noop.enqueue()`` per transaction (autocommit), and ``enqueue()`` of a
+   list of 1,000 envelopes;
+2. drain: N no-op jobs through real ``manage.py runworkers --burst`` subprocesses, timed
+   from start to exit, with 1 and 2 processes and ``--concurrency`` 10 and 100;
+3. latency: enqueue → handler start while a producer enqueues one job every 10 ms against
+   a running (not burst) worker;
+4. the same workloads through raw psycopg / sqlite3 on a minimal table of the script's own
+   (``bench_raw_job``): an autocommit INSERT per job; ``executemany`` of 1,000 in one
+   transaction; workers claiming 100 at a time with ``FOR UPDATE SKIP LOCKED`` and
+   completing them with one fenced UPDATE; for latency a LISTEN/NOTIFY worker claiming one
+   at a time (SQLite: a 1 ms polling loop).
+
+Headgate and raw repetitions are interleaved so machine noise hits both alike; the tables
+give medians, the range over repetitions, and headgate/raw ratios. The process for each
+database is a child of this one (``--child``), because Django's settings are per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
+PG_DB = "headgate_bench"
+PAYLOAD = b'{"args":[],"kwargs":{}}'  # what noop.envelope() stores
+BULK = 1000
+CLAIM = 100
+CONCURRENCY = (10, 100)
+PROCESSES = (1, 2)
+LATENCY_INTERVAL = 0.010  # one job every 10 ms: ~100 jobs/s
+SIZES = {
+    # single: enqueues per repetition; bulk: batches of 1,000 per repetition;
+    # drain: jobs per drain; latency: jobs per latency run.
+    "full": {
+        "single": 1000,
+        "bulk": 5,
+        "drain": 20_000,
+        "latency": 600,
+        "reps": 5,
+        "drain_reps": 3,
+        "latency_reps": 3,
+    },
+    "quick": {
+        "single": 300,
+        "bulk": 3,
+        "drain": 5_000,
+        "latency": 300,
+        "reps": 3,
+        "drain_reps": 2,
+        "latency_reps": 2,
+    },
+}
+TARGETS = {  # PostgreSQL: headgate / raw must be >= (throughput) or <= (latency) this
+    "single": (">=", 0.80),
+    "bulk": (">=", 0.50),
+    "drain": (">=", 0.50),
+    "p50": ("<=", 2.0),
+    "p99": ("<=", 3.0),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# The raw baseline: a minimal table and plain driver calls, no Django.
+# ---------------------------------------------------------------------------------------
+
+PG_RAW_DDL = """
+DROP TABLE IF EXISTS bench_raw_job;
+CREATE TABLE bench_raw_job (
+    id bigserial PRIMARY KEY,
+    kind text NOT NULL,
+    queue text NOT NULL DEFAULT 'default',
+    priority integer NOT NULL DEFAULT 0,
+    payload bytea NOT NULL,
+    state text NOT NULL DEFAULT 'available',
+    fence bigint NOT NULL DEFAULT 0,
+    lease timestamptz,
+    enqueued_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX bench_raw_job_claim ON bench_raw_job (priority DESC, id)
+    WHERE state = 'available';
+CREATE OR REPLACE FUNCTION bench_raw_notify() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('bench_raw', NEW.queue);
+    RETURN NULL;
+END
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER bench_raw_job_available AFTER INSERT ON bench_raw_job
+    FOR EACH ROW WHEN (NEW.state = 'available') EXECUTE FUNCTION bench_raw_notify();
+"""
+SQLITE_RAW_DDL = """
+DROP TABLE IF EXISTS bench_raw_job;
+CREATE TABLE bench_raw_job (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    queue TEXT NOT NULL DEFAULT 'default',
+    priority INTEGER NOT NULL DEFAULT 0,
+    payload BLOB NOT NULL,
+    state TEXT NOT NULL DEFAULT 'available',
+    fence INTEGER NOT NULL DEFAULT 0,
+    lease TEXT,
+    enqueued_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+);
+CREATE INDEX bench_raw_job_claim ON bench_raw_job (priority DESC, id)
+    WHERE state = 'available';
+"""
+_LEASE = {
+    "postgresql": "now() + interval '30 seconds'",
+    "sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now', '+30 seconds')",
+}
+_PH = {"postgresql": "%s", "sqlite": "?"}
+
+
+def raw_claim_sql(vendor: str, limit: int, columns: str = "id, fence") -> str:
+    lock = " FOR UPDATE SKIP LOCKED" if vendor == "postgresql" else ""
+    return (
+        f"UPDATE bench_raw_job SET state = 'running', lease = {_LEASE[vendor]}, "
+        "fence = fence + 1 WHERE id IN (SELECT id FROM bench_raw_job "
+        f"WHERE state = 'available' ORDER BY priority DESC, id LIMIT {limit}{lock}) "
+        f"RETURNING {columns}"
+    )
+
+
+def raw_complete_sql(vendor: str, n: int) -> str:
+    ph = _PH[vendor]
+    rows = ", ".join([f"({ph}, {ph})"] * n)
+    return (
+        "UPDATE bench_raw_job SET state = 'completed', lease = NULL "
+        f"WHERE (id, fence) IN (VALUES {rows}) AND state = 'running'"
+    )
+
+
+def raw_insert_sql(vendor: str) -> str:
+    ph = _PH[vendor]
+    return f"INSERT INTO bench_raw_job (kind, payload) VALUES ({ph}, {ph})"
+
+
+def raw_connect(vendor: str, dsn: str) -> Any:
+    """An autocommit connection: a lone statement is its own transaction."""
+    if vendor == "postgresql":
+        import psycopg
+
+        return psycopg.connect(dsn, autocommit=True)
+    import sqlite3
+
+    conn = sqlite3.connect(dsn, isolation_level=None, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+@contextlib.contextmanager
+def raw_transaction(vendor: str, conn: Any) -> Iterator[Any]:
+    if vendor == "postgresql":
+        with conn.transaction(), conn.cursor() as cur:
+            yield cur
+        return
+    cur = conn.cursor()
+    cur.execute("BEGIN IMMEDIATE")
+    try:
+        yield cur
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")
+
+
+def raw_drain_worker(vendor: str, dsn: str, out: Any) -> None:
+    """Claim 100 at a time, complete them with one fenced UPDATE, until nothing is left.
+
+    Sends ``(first claim, last completion)`` instants (``time.time()``) to ``out``.
+    """
+    conn = raw_connect(vendor, dsn)
+    claim = raw_claim_sql(vendor, CLAIM)
+    complete: dict[int, str] = {}
+    cur = conn.cursor()
+    first = time.time()
+    while True:
+        cur.execute(claim)
+        rows = cur.fetchall()
+        if not rows:
+            break
+        sql = complete.get(len(rows)) or complete.setdefault(
+            len(rows), raw_complete_sql(vendor, len(rows))
+        )
+        cur.execute(sql, [v for row in rows for v in row])
+    out.put((first, time.time()))
+    conn.close()
+
+
+def raw_latency_worker(vendor: str, dsn: str, expected: int, ready: Any, out: Any) -> None:
+    """Claim one at a time; wake on NOTIFY (PostgreSQL) or poll every 1 ms (SQLite).
+
+    Sends ``[(t0, t_start), ...]`` to ``out`` once ``expected`` jobs have started.
+    """
+    conn = raw_connect(vendor, dsn)
+    listen = None
+    if vendor == "postgresql":
+        listen = raw_connect(vendor, dsn)
+        listen.execute("LISTEN bench_raw")
+    claim = raw_claim_sql(vendor, 1, "id, fence, payload")
+    complete = raw_complete_sql(vendor, 1)
+    cur = conn.cursor()
+    stamps: list[tuple[float, float]] = []
+    ready.set()
+    while len(stamps) < expected:
+        cur.execute(claim)
+        row = cur.fetchone()
+        if row is None:
+            if listen is not None:
+                for _ in listen.notifies(timeout=1.0, stop_after=1):
+                    pass
+            else:
+                time.sleep(0.001)
+            continue
+        started = time.time()
+        job_id, fence, payload = row
+        stamps.append((float(bytes(payload)), started))
+        cur.execute(complete, [job_id, fence])
+    out.put(stamps)
+    conn.close()
+    if listen is not None:
+        listen.close()
+
+
+@dataclass(frozen=True)
+class Drain:
+    rate: float  # jobs/s from process start to exit
+    steady: float  # jobs/s from the first claim to the last completion
+    cpu_ms_per_1k: float  # worker processes' CPU (user + system) per 1,000 jobs
+    server_ms_per_1k: float | None  # PostgreSQL backends' CPU per 1,000 jobs
+
+
+def per_1k(seconds: float | None, n: int) -> float | None:
+    """Seconds spent on ``n`` jobs → milliseconds per 1,000 jobs."""
+    return None if seconds is None else seconds * 1e6 / n
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class ServerCpu:
+    """CPU used by the PostgreSQL backends serving ``PG_DB``, read from /proc.
+
+    Works when the server runs on this machine and /proc is readable (else ``None``). A
+    thread samples every 20 ms so backends that exit (a worker's connections) still count
+    up to their last sample.
+    """
+
+    def __init__(self, vendor: str) -> None:
+        self.enabled = vendor == "postgresql" and Path("/proc/self/stat").exists()
+        self._ticks: dict[int, int] = {}
+        self._base: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _sample() -> dict[int, int]:
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                title = (entry / "cmdline").read_bytes()
+                if not title.startswith(b"postgres: ") or f" {PG_DB} ".encode() not in title:
+                    continue
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                found[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime + stime
+            except (OSError, IndexError, ValueError):
+                continue
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self._ticks.update(self._sample())
+
+    def __enter__(self) -> ServerCpu:
+        if self.enabled:
+            self._base = self._sample()
+            self._ticks = dict(self._base)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
+            self._ticks.update(self._sample())
+
+    def seconds(self) -> float | None:
+        if not self.enabled:
+            return None
+        ticks = sum(t - self._base.get(pid, 0) for pid, t in self._ticks.items())
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Raw:
+    """The baseline's measurements, run in the benchmark's own process."""
+
+    def __init__(self, vendor: str, dsn: str) -> None:
+        self.vendor = vendor
+        self.dsn = dsn
+        self.conn = raw_connect(vendor, dsn)
+        ddl = PG_RAW_DDL if vendor == "postgresql" else SQLITE_RAW_DDL
+        if vendor == "postgresql":
+            self.conn.execute(ddl)
+        else:
+            self.conn.executescript(ddl)
+
+    def reset(self) -> None:
+        if self.vendor == "postgresql":
+            self.conn.execute("TRUNCATE bench_raw_job RESTART IDENTITY")
+        else:
+            self.conn.execute("DELETE FROM bench_raw_job")
+
+    def count(self, state: str) -> int:
+        ph = _PH[self.vendor]
+        cur = self.conn.cursor()
+        cur.execute(f"SELECT count(*) FROM bench_raw_job WHERE state = {ph}", [state])
+        return int(cur.fetchone()[0])
+
+    def single(self, n: int) -> float:
+        self.reset()
+        sql, cur = raw_insert_sql(self.vendor), self.conn.cursor()
+        for _ in range(20):  # warm-up (prepared statements, caches)
+            cur.execute(sql, ["bench.noop", PAYLOAD])
+        start = time.perf_counter()
+        for _ in range(n):
+            cur.execute(sql, ["bench.noop", PAYLOAD])
+        return n / (time.perf_counter() - start)
+
+    def bulk(self, batches: int) -> float:
+        self.reset()
+        rows = [("bench.noop", PAYLOAD)] * BULK
+        self._insert_many(rows)  # warm-up
+        start = time.perf_counter()
+        for _ in range(batches):
+            self._insert_many(rows)
+        return batches * BULK / (time.perf_counter() - start)
+
+    def _insert_many(self, rows: list[tuple[str, bytes]]) -> None:
+        with raw_transaction(self.vendor, self.conn) as cur:
+            cur.executemany(raw_insert_sql(self.vendor), rows)
+
+    def seed(self, n: int) -> None:
+        self.reset()
+        rows = [("bench.noop", PAYLOAD)] * BULK
+        for done in range(0, n, BULK):
+            self._insert_many(rows[: min(BULK, n - done)])
+        if self.vendor == "postgresql":
+            self.conn.execute("ANALYZE bench_raw_job")
+
+    def drain(self, n: int, processes: int) -> Drain:
+        self.seed(n)
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(target=raw_drain_worker, args=(self.vendor, self.dsn, out))
+            for _ in range(processes)
+        ]
+        cpu = children_cpu()
+        with ServerCpu(self.vendor) as server:
+            start = time.perf_counter()
+            for p in procs:
+                p.start()
+            spans = [out.get(timeout=600) for _ in procs]
+            for p in procs:
+                p.join()
+            elapsed = time.perf_counter() - start
+        cpu = children_cpu() - cpu
+        done = self.count("completed")
+        if done != n or any(p.exitcode for p in procs):
+            raise RuntimeError(f"raw drain completed {done} of {n} jobs")
+        busy = max(end for _, end in spans) - min(first for first, _ in spans)
+        return Drain(n / elapsed, n / busy, per_1k(cpu, n), per_1k(server.seconds(), n))
+
+    def latency(self, n: int) -> list[float]:
+        self.reset()
+        ctx = mp.get_context("spawn")
+        ready, out = ctx.Event(), ctx.Queue()
+        worker = ctx.Process(
+            target=raw_latency_worker, args=(self.vendor, self.dsn, n + 1, ready, out)
+        )
+        worker.start()
+        if not ready.wait(60):
+            raise RuntimeError("raw latency worker did not start")
+        sql, cur = raw_insert_sql(self.vendor), self.conn.cursor()
+        cur.execute(sql, ["bench.stamp", b"-1"])  # warm-up job, left out of the figures
+        time.sleep(0.5)
+
+        def produce() -> None:
+            cur.execute(sql, ["bench.stamp", repr(time.time()).encode()])
+
+        paced(n, produce)
+        stamps = out.get(timeout=60 + n * LATENCY_INTERVAL)
+        worker.join(30)
+        return [(t1 - t0) * 1000 for t0, t1 in stamps if t0 > 0]
+
+
+def paced(n: int, fn: Callable[[], None]) -> None:
+    """Call ``fn`` ``n`` times, one every LATENCY_INTERVAL, on a fixed schedule."""
+    due = time.perf_counter()
+    for _ in range(n):
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        fn()
+        due += LATENCY_INTERVAL
+
+
+# ---------------------------------------------------------------------------------------
+# Headgate: in-process enqueue, subprocess workers.
+# ---------------------------------------------------------------------------------------
+
+
+def django_env(url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    env["DATABASE_URL"] = url
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("DJANGO_DEBUG", None)
+    return env
+
+
+def instant(value: Any) -> datetime:
+    """A timestamp from a raw query: a datetime (PostgreSQL) or ISO text (SQLite)."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+class Headgate:
+    def __init__(self, url: str, logdir: Path) -> None:
+        from django.db import connection
+
+        from benchmarks.benchapp.tasks import noop, stamp
+
+        self.url = url
+        self.env = django_env(url)
+        self.conn = connection
+        self.vendor = connection.vendor
+        self.noop, self.stamp = noop, stamp
+        self.logdir = logdir
+        self._log_seq = 0
+
+    def sql(self, query: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(query, params or [])
+            return cur.fetchall() if cur.description else []
+
+    def reset(self) -> None:
+        if self.vendor == "postgresql":
+            self.sql("TRUNCATE headgate_job")
+        else:
+            self.sql("DELETE FROM headgate_job")
+
+    def count(self, state: str) -> int:
+        return int(self.sql("SELECT count(*) FROM headgate_job WHERE state = %s", [state])[0][0])
+
+    def single(self, n: int) -> float:
+        self.reset()
+        for _ in range(20):
+            self.noop.enqueue()
+        start = time.perf_counter()
+        for _ in range(n):
+            self.noop.enqueue()
+        return n / (time.perf_counter() - start)
+
+    def bulk(self, batches: int) -> float:
+        from headgate_django import enqueue
+
+        self.reset()
+        envelopes = [self.noop.envelope() for _ in range(BULK)]
+        enqueue(envelopes)  # warm-up
+        start = time.perf_counter()
+        for _ in range(batches):
+            enqueue(envelopes)
+        return batches * BULK / (time.perf_counter() - start)
+
+    def seed(self, n: int) -> None:
+        from headgate_django import enqueue
+
+        self.reset()
+        for done in range(0, n, BULK):
+            enqueue([self.noop.envelope() for _ in range(min(BULK, n - done))])
+        if self.vendor == "postgresql":
+            self.sql("ANALYZE headgate_job")
+
+    def _worker(self, *args: str) -> subprocess.Popen[bytes]:
+        self._log_seq += 1
+        log = open(self.logdir / f"worker-{self.vendor}-{self._log_seq}.log", "wb")  # noqa: SIM115
+        cmd = [sys.executable, str(ROOT / "manage.py"), "runworkers", *args]
+        return subprocess.Popen(cmd, env=self.env, cwd=ROOT, stdout=log, stderr=log)
+
+    def drain(self, n: int, processes: int, concurrency: int) -> Drain:
+        self.seed(n)
+        args = ["--burst", "--concurrency", str(concurrency)]
+        cpu = children_cpu()
+        with ServerCpu(self.vendor) as server:
+            start = time.perf_counter()
+            procs = [self._worker(*args) for _ in range(processes)]
+            codes = [p.wait() for p in procs]
+            elapsed = time.perf_counter() - start
+        cpu = children_cpu() - cpu
+        done = self.count("completed")
+        if done != n or any(codes):
+            raise RuntimeError(
+                f"headgate drain completed {done} of {n} jobs (exit codes {codes}); "
+                f"see {self.logdir}"
+            )
+        # Store-clock span from the first claim to the last completion.
+        first, last = self.sql("SELECT min(claimed_at), max(finalized_at) FROM headgate_job")[0]
+        busy = (instant(last) - instant(first)).total_seconds()
+        return Drain(n / elapsed, n / busy, per_1k(cpu, n), per_1k(server.seconds(), n))
+
+    def empty_burst(self) -> tuple[float, float]:
+        """Wall and CPU seconds of ``runworkers --burst`` starting and exiting idle."""
+        self.reset()
+        cpu = children_cpu()
+        start = time.perf_counter()
+        code = self._worker("--burst").wait()
+        if code:
+            raise RuntimeError(f"empty burst exited {code}; see {self.logdir}")
+        return time.perf_counter() - start, children_cpu() - cpu
+
+    def latency(self, n: int) -> list[float]:
+        self.reset()
+        worker = self._worker("--concurrency", "10")
+        try:
+            self.stamp.enqueue(-1.0)  # warm-up job: the worker is ready once it is done
+            self._wait_completed(1, 60)
+            time.sleep(0.5)
+            paced(n, lambda: self.stamp.enqueue(time.time()))
+            self._wait_completed(n + 1, 60 + n * LATENCY_INTERVAL)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        rows = self.sql("SELECT result FROM headgate_job WHERE kind = 'bench.stamp'")
+        out = []
+        for (value,) in rows:
+            t0, t1 = json.loads(value) if isinstance(value, str) else value
+            if t0 > 0:
+                out.append((t1 - t0) * 1000)
+        return out
+
+    def _wait_completed(self, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count("completed") < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {self.count('completed')} of {n} jobs completed")
+            time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------
+# One database, in a child process with Django set up.
+# ---------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def run_child(url: str, size: str, out_path: Path) -> None:
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    sizes = SIZES[size]
+    logdir = Path(tempfile.mkdtemp(prefix="headgate-bench-logs-"))
+    hg = Headgate(url, logdir)
+    vendor = hg.vendor
+    if vendor == "postgresql":
+        raw_dsn = url
+        version = hg.sql("SHOW server_version")[0][0]
+        version = f"PostgreSQL {version}"
+    else:
+        raw_dsn = str(Path(connection.settings_dict["NAME"]).with_name("raw.sqlite3"))
+        import sqlite3
+
+        version = f"SQLite {sqlite3.sqlite_version}"
+    raw = Raw(vendor, raw_dsn)
+    results: dict[str, Any] = {"vendor": vendor, "version": version, "sizes": sizes, "runs": {}}
+    runs = results["runs"]
+
+    def record(key: str, value: float) -> None:
+        runs.setdefault(key, []).append(value)
+
+    def step(label: str) -> None:
+        print(f"  [{vendor}] {label}", file=sys.stderr, flush=True)
+
+    step(f"enqueue: {sizes['reps']} x ({sizes['single']} single, {sizes['bulk']} x 1000 bulk)")
+    for _ in range(sizes["reps"]):
+        record("single/headgate", hg.single(sizes["single"]))
+        record("single/raw", raw.single(sizes["single"]))
+        record("bulk/headgate", hg.bulk(sizes["bulk"]))
+        record("bulk/raw", raw.bulk(sizes["bulk"]))
+
+    step("empty burst overhead")
+    for _ in range(3):
+        wall, cpu = hg.empty_burst()
+        record("empty_burst/headgate", wall)
+        record("empty_burst_cpu/headgate", cpu)
+
+    n = sizes["drain"]
+    step(f"drain {n} jobs x {sizes['drain_reps']} reps")
+    for _ in range(sizes["drain_reps"]):
+        for procs in PROCESSES:
+            drains = {f"raw/p{procs}": raw.drain(n, procs)}
+            for conc in CONCURRENCY:
+                drains[f"headgate/p{procs}/c{conc}"] = hg.drain(n, procs, conc)
+            for key, d in drains.items():
+                record(f"drain/{key}", d.rate)
+                record(f"drain_steady/{key}", d.steady)
+                record(f"drain_cpu/{key}", d.cpu_ms_per_1k)
+                if d.server_ms_per_1k is not None:
+                    record(f"drain_server/{key}", d.server_ms_per_1k)
+                step(f"  {key}: {d.rate:,.0f}/s (steady {d.steady:,.0f}/s)")
+
+    m = sizes["latency"]
+    step(f"latency: {m} jobs at 100/s x {sizes['latency_reps']} reps")
+    for _ in range(sizes["latency_reps"]):
+        for system, fn in (("headgate", hg.latency), ("raw", raw.latency)):
+            samples = fn(m)
+            if len(samples) != m:
+                raise RuntimeError(f"{system} latency: {len(samples)} of {m} samples")
+            record(f"p50/{system}", percentile(samples, 50))
+            record(f"p99/{system}", percentile(samples, 99))
+    shutil.rmtree(logdir, ignore_errors=True)
+    out_path.write_text(json.dumps(results))
+
+
+# ---------------------------------------------------------------------------------------
+# The parent: machine facts, fresh databases, tables.
+# ---------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    import django
+
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        import psycopg
+
+        driver = f"psycopg {psycopg.__version__} ({psycopg.pq.__impl__})"
+    except ImportError:
+        driver = "psycopg not installed"
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "driver": driver,
+        "load": "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
+    }
+
+
+def prepare(database: str, tmp: Path) -> str:
+    """A fresh, migrated database; returns its DATABASE_URL."""
+    if database == "postgres":
+        import psycopg
+
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {PG_DB}")
+        url = f"{PG_SERVER}/{PG_DB}"
+    else:
+        url = f"sqlite:///{tmp / 'headgate.sqlite3'}"
+    env = django_env(url)
+    env["DJANGO_SETTINGS_MODULE"] = "sampleproject.settings"
+    subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "--no-input", "-v", "0"],
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
+    return url
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def fmt(value: float, unit: str) -> str:
+    return f"{value:,.1f}" if unit == "ms" else f"{value:,.0f}"
+
+
+def verdict(ratio: float, target: tuple[str, float] | None, vendor: str) -> tuple[str, str]:
+    if target is None:
+        return "", ""
+    op, bound = target
+    ok = ratio >= bound if op == ">=" else ratio <= bound
+    text = f"{op.replace('>=', '≥').replace('<=', '≤')} {bound:g}"
+    if vendor != "postgresql":
+        return text, "(pg only)"
+    return text, "PASS" if ok else "MISS"
+
+
+def table(results: dict[str, Any]) -> str:
+    runs, vendor = results["runs"], results["vendor"]
+
+    def cell(key: str, unit: str) -> str:
+        values = runs[key]
+        if len(values) == 1:
+            return fmt(values[0], unit)
+        return f"{fmt(median(values), unit)} ({fmt(min(values), unit)}–{fmt(max(values), unit)})"
+
+    rows = []
+
+    def row(label: str, hg: str, raw: str, unit: str, target: str | None) -> None:
+        ratio = median(runs[hg]) / median(runs[raw])
+        text, mark = verdict(ratio, TARGETS.get(target) if target else None, vendor)
+        rows.append(
+            f"| {label} | {cell(hg, unit)} | {cell(raw, unit)} | {ratio:.2f} | {text} | {mark} |"
+        )
+
+    row("single enqueue, jobs/s", "single/headgate", "single/raw", "jobs/s", "single")
+    row("bulk enqueue ×1000, jobs/s", "bulk/headgate", "bulk/raw", "jobs/s", "bulk")
+    for procs in PROCESSES:
+        for conc in CONCURRENCY:
+            row(
+                f"drain, {procs} proc, --concurrency {conc}, jobs/s",
+                f"drain/headgate/p{procs}/c{conc}",
+                f"drain/raw/p{procs}",
+                "jobs/s",
+                "drain",
+            )
+    row("latency p50, ms", "p50/headgate", "p50/raw", "ms", "p50")
+    row("latency p99, ms", "p99/headgate", "p99/raw", "ms", "p99")
+    sizes = results["sizes"]
+    raw_kind = "LISTEN/NOTIFY" if vendor == "postgresql" else "1 ms polling"
+    head = [
+        f"### {results['version']}",
+        "",
+        "| workload | headgate | raw | headgate/raw | target | verdict |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    details = [
+        "",
+        "Drain detail (medians): steady rate from the first claim to the last completion, "
+        "which leaves out process start-up and exit; CPU (user + system) per 1,000 jobs of "
+        "the worker processes (headgate's net of start-up, i.e. minus an empty burst's CPU "
+        "per process) and of the PostgreSQL backends serving them, which machine load "
+        "barely moves.",
+        "",
+        "| drain | headgate steady, jobs/s | raw steady, jobs/s | headgate/raw "
+        "| headgate worker CPU | raw worker CPU | headgate server CPU | raw server CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def cpu(key: str) -> str:
+        values = runs.get(key)
+        return f"{median(values):,.0f} ms/1k" if values else "—"
+
+    for procs in PROCESSES:
+        for conc in CONCURRENCY:
+            hg, raw = f"headgate/p{procs}/c{conc}", f"raw/p{procs}"
+            startup = procs * median(runs["empty_burst_cpu/headgate"]) * 1e6 / sizes["drain"]
+            net = median(runs[f"drain_cpu/{hg}"]) - startup
+            steady_hg = median(runs[f"drain_steady/{hg}"])
+            steady_raw = median(runs[f"drain_steady/{raw}"])
+            details.append(
+                f"| {procs} proc, --concurrency {conc} | {steady_hg:,.0f} | {steady_raw:,.0f} "
+                f"| {steady_hg / steady_raw:.2f} | {net:,.0f} ms/1k "
+                f"| {cpu(f'drain_cpu/{raw}')} | {cpu(f'drain_server/{hg}')} "
+                f"| {cpu(f'drain_server/{raw}')} |"
+            )
+    burst = runs["empty_burst/headgate"]
+    notes = [
+        "",
+        f"Medians (min–max) of {sizes['reps']} repetitions for enqueue, {sizes['drain_reps']} "
+        f"for drains of {sizes['drain']:,} jobs, {sizes['latency_reps']} for latency "
+        f"({sizes['latency']} jobs at 100/s each; raw worker: {raw_kind}, claiming one at a "
+        "time). Raw drain: claim 100 per UPDATE … SKIP LOCKED, one fenced UPDATE to complete, "
+        "same process count as the headgate row. Drains are timed from process start to exit; "
+        f"an empty `runworkers --burst` takes {median(burst):.2f} s (median of {len(burst)}).",
+    ]
+    return "\n".join(head + rows + notes + details)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--quick", action="store_true", help="smaller runs (5,000-job drains)")
+    parser.add_argument("--json", type=Path, help="also write every measurement here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    size = "quick" if args.quick else "full"
+    if args.child:
+        run_child(args.child, size, args.out)
+        return
+
+    sys.path.insert(0, str(ROOT))
+    facts = machine()
+    print("## Machine\n")
+    for key in ("cpu", "cores", "os", "python", "django", "driver"):
+        print(f"- {key}: {facts[key]}")
+    print(f"- load average at start: {facts['load']}")
+    databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
+    everything: dict[str, Any] = {"machine": facts, "size": size, "databases": {}}
+    started = time.monotonic()
+    for database in databases:
+        with tempfile.TemporaryDirectory(prefix="headgate-bench-") as tmp:
+            url = prepare(database, Path(tmp))
+            out = Path(tmp) / "results.json"
+            cmd = [sys.executable, __file__, "--child", url, "--out", str(out)]
+            if args.quick:
+                cmd.append("--quick")
+            subprocess.run(cmd, env=django_env(url), cwd=ROOT, check=True)
+            results = json.loads(out.read_text())
+        everything["databases"][results["vendor"]] = results
+        print(f"- {results['version']}")
+    for results in everything["databases"].values():
+        print()
+        print(table(results))
+    print(
+        f"\nLoad average at end: {'{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg())}; "
+        f"total {time.monotonic() - started:.0f} s."
+    )
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""Settings for benchmark runs: the sample project plus the no-op bench app.
+
+``DATABASE_URL`` selects the database exactly as for the sample project. ``DEBUG`` is off
+(Django keeps a log of every query while it is on) and the worker's status lines are
+quietened, because both would be measured otherwise.
+"""
+
+from __future__ import annotations
+
+from sampleproject.settings import *  # noqa: F403
+from sampleproject.settings import INSTALLED_APPS, LOGGING
+
+DEBUG = False
+INSTALLED_APPS = [*INSTALLED_APPS, "benchmarks.benchapp"]
+LOGGING = {**LOGGING, "loggers": {"headgate_django": {"handlers": ["console"], "level": "WARNING"}}}

@@ -1,0 +1,155 @@
+"""What every API view shares: JSON in and out, permissions, checks on mutations, errors.
+
+The project's DRF settings still decide authentication (``REST_FRAMEWORK
+["DEFAULT_AUTHENTICATION_CLASSES"]``, or ``HEADGATE["API_AUTHENTICATION_CLASSES"]`` for
+this API alone) and throttling. What must not vary with a project's other APIs is fixed
+here: the error envelope, JSON-only bodies, the permission rules and the mutation checks
+(413, 415, ``Idempotency-Key``), which run after authentication and permissions so an
+anonymous or forbidden caller learns nothing more than 401/403.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+from django.utils.module_loading import import_string
+from rest_framework import parsers, renderers
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import ParseError
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+from rest_framework.viewsets import GenericViewSet, ViewSet
+
+from headgate_django.api import errors, idempotency
+from headgate_django.api.permissions import HeadgateModelPermission
+from headgate_django.api.schema import HeadgateAutoSchema
+from headgate_django.conf import headgate_settings
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's parser, refusing what no database can store the same way.
+
+    A NUL character or an unpaired surrogate in a string is valid JSON text, but
+    PostgreSQL refuses the first and every driver fails to encode the second; refusing them
+    here makes the API behave the same on every database. A pathologically nested body is
+    a 400 too, not a ``RecursionError``.
+    """
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            data = super().parse(stream, media_type, parser_context)
+            _check_strings(data)
+        except RecursionError:
+            raise ParseError("JSON parse error - nested too deeply") from None
+        return data
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _check_strings(value: Any) -> None:
+    if isinstance(value, str):
+        if _UNSTORABLE.search(value):
+            raise ParseError("JSON strings must not contain NUL or unpaired surrogates")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key)
+            _check_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_strings(item)
+
+
+#: What a path segment naming a resource (job, queue, workflow, node …) may contain. No
+#: stored id has control characters, so a segment with one is an unknown route (404)
+#: instead of a query PostgreSQL would refuse.
+ID_REGEX = r"[^/\x00-\x1f]+"
+
+
+@lru_cache(maxsize=8)
+def _classes(paths: tuple[str, ...]) -> list[type[BaseAuthentication]]:
+    return [import_string(p) for p in paths]
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+class HeadgateViewMixin:
+    """Mixed into every API view (APIView, ViewSet, GenericViewSet)."""
+
+    renderer_classes = [renderers.JSONRenderer]
+    parser_classes = [JSONParser]
+    permission_classes = [HeadgateModelPermission]
+    metadata_class = None  # OPTIONS answers 405: the OpenAPI schema is the description
+    schema = HeadgateAutoSchema()
+    #: The model whose view/change permissions guard this view.
+    permission_model: Any = None
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        configured = headgate_settings.API_AUTHENTICATION_CLASSES
+        if configured is None:
+            return [auth() for auth in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
+        return [auth() for auth in _classes(tuple(configured))]
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        # Read per request (not frozen at import) so the project's setting, and a test's
+        # override of it, apply.
+        return [throttle() for throttle in api_settings.DEFAULT_THROTTLE_CLASSES]
+
+    def get_exception_handler(self) -> Callable[..., Any]:
+        return errors.exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        method = (request.method or "").lower()
+        if request.method in SAFE_METHODS or not hasattr(self, method):
+            return  # reads, and methods the route does not have (405 follows)
+        self._check_body(request)
+        key = idempotency.require_key(request)
+        handler = getattr(self, method)
+
+        def idempotent(*h_args: Any, **h_kwargs: Any) -> Any:
+            return idempotency.run_idempotent(request, key, lambda: handler(*h_args, **h_kwargs))
+
+        setattr(self, method, idempotent)
+
+    @staticmethod
+    def _check_body(request: Request) -> None:
+        meta = request._request.META
+        try:
+            length = int(meta.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise errors.ApiError("Content-Length is not a number") from None
+        limit = headgate_settings.API_MAX_BODY_BYTES
+        if length > limit:
+            raise errors.RequestTooLarge(
+                f"the request body is {length} bytes; the limit is {limit}",
+                size=length,
+                limit=limit,
+            )
+        if length and not _is_json(meta.get("CONTENT_TYPE", "")):
+            raise errors.UnsupportedMediaType()
+        if len(request._request.body) > limit:  # a body that lied about its length
+            raise errors.RequestTooLarge(limit=limit)
+
+
+class HeadgateAPIView(HeadgateViewMixin, APIView):
+    pass
+
+
+class HeadgateViewSet(HeadgateViewMixin, ViewSet):
+    pass
+
+
+class HeadgateGenericViewSet(HeadgateViewMixin, GenericViewSet):
+    pass

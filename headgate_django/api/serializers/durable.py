@@ -1,0 +1,104 @@
+"""Durable execution shapes: the header (list without input/result), start, signal, verbs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from headgate_django.api.serializers.common import AnyJSONField, NameField
+from headgate_django.models import DURABLE_STATES
+
+DECISIONS = ["complete", "fail", "retry"]
+
+
+class ExecutionSummarySerializer(serializers.Serializer):
+    """An execution without its input and result (lists stay payload-free)."""
+
+    id = serializers.CharField()
+    name = serializers.CharField()
+    version = serializers.CharField()
+    state = serializers.ChoiceField(choices=DURABLE_STATES)
+    failure_reason = serializers.CharField(allow_blank=True)
+    suspended_reason = serializers.CharField(allow_blank=True)
+    business_idempotency_key = serializers.CharField(allow_null=True)
+    task_queue = serializers.CharField()
+    history_length = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class ExecutionSerializer(ExecutionSummarySerializer):
+    input = AnyJSONField(allow_null=True)
+    result = AnyJSONField(allow_null=True)
+    meta = serializers.DictField(child=AnyJSONField(allow_null=True))
+
+
+class ExecutionListSerializer(serializers.Serializer):
+    executions = ExecutionSummarySerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True, help_text="An execution id, or null.")
+
+
+class StartSerializer(serializers.Serializer):
+    name = NameField(max_length=128)
+    version = NameField(max_length=64)
+    input = AnyJSONField(required=False, allow_null=True, default=None)
+    business_idempotency_key = NameField(required=False, allow_null=True, default=None)
+    workflow_id = NameField(max_length=200, required=False, allow_null=True, default=None)
+    task_queue = NameField(max_length=128, required=False, default="default")
+    meta = serializers.DictField(child=AnyJSONField(allow_null=True), required=False)
+
+
+class StartResultSerializer(serializers.Serializer):
+    workflow_id = serializers.CharField()
+    deduplicated = serializers.BooleanField(
+        help_text="True: a live execution already held the business key; nothing started."
+    )
+
+
+class DurableSignalSerializer(serializers.Serializer):
+    name = NameField(max_length=128)
+    payload = AnyJSONField(required=False, allow_null=True, default=None)
+    message_id = NameField(
+        required=False,
+        help_text="Deduplicates deliveries of this signal name; defaults to the Idempotency-Key.",
+    )
+
+
+class DeliveredSerializer(serializers.Serializer):
+    delivered = serializers.BooleanField(
+        help_text="False when this message_id was already delivered for this signal name."
+    )
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, max_length=2000)
+
+
+class ResolveSerializer(serializers.Serializer):
+    """Decide an uncertain Operation, named by ``command_id`` (from the history's
+    ``OperationUncertain`` event) or by its ``job_id``."""
+
+    command_id = NameField(required=False)
+    job_id = NameField(required=False)
+    decision = serializers.ChoiceField(choices=DECISIONS)
+    result = AnyJSONField(required=False, allow_null=True, default=None)
+    error = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("command_id" in attrs) == ("job_id" in attrs):
+            raise serializers.ValidationError("give exactly one of command_id or job_id")
+        return attrs
+
+
+class HistoryDocumentSerializer(serializers.Serializer):
+    """What ``durable.replay`` and ``manage.py durable_replay`` read."""
+
+    workflow = serializers.DictField(
+        child=AnyJSONField(allow_null=True), help_text="{name, version, id, input}"
+    )
+    events = serializers.ListField(
+        child=serializers.DictField(child=AnyJSONField(allow_null=True)),
+        help_text="[{seq, type, payload, at_ms}], oldest first.",
+    )

@@ -1,0 +1,43 @@
+"""Routes of the control API, all under ``v1/``.
+
+Mount it in the project's URLconf::
+
+    path("api/", include("headgate_django.api.urls"))
+
+which serves ``/api/v1/…``. Paths have no trailing slash (as in Headgate's API), except
+the schema and docs pages. Anything else under ``v1/`` is a 404 in the error envelope.
+"""
+
+from __future__ import annotations
+
+from django.urls import include, path, re_path
+from rest_framework.routers import SimpleRouter
+
+from headgate_django.api.errors import not_found
+from headgate_django.api.schema_views import SchemaView, SwaggerView
+from headgate_django.api.views.durable import ExecutionViewSet
+from headgate_django.api.views.health import HealthzView, MetaView, ReadyzView
+from headgate_django.api.views.jobs import JobViewSet
+from headgate_django.api.views.queues import QuarantineViewSet, QueueViewSet
+from headgate_django.api.views.workflows import WorkflowViewSet
+
+app_name = "headgate_api"
+
+router = SimpleRouter(trailing_slash=False)
+router.register("jobs", JobViewSet, basename="job")
+router.register("queues", QueueViewSet, basename="queue")
+router.register("quarantine", QuarantineViewSet, basename="quarantine")
+router.register("workflows", WorkflowViewSet, basename="workflow")
+router.register("durable/executions", ExecutionViewSet, basename="execution")
+
+v1 = [
+    path("healthz", HealthzView.as_view(), name="healthz"),
+    path("readyz", ReadyzView.as_view(), name="readyz"),
+    path("meta", MetaView.as_view(), name="meta"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    path("docs/", SwaggerView.as_view(url_name="headgate_api:schema"), name="docs"),
+    *router.urls,
+    re_path(r"^.*$", not_found),
+]
+
+urlpatterns = [path("v1/", include(v1)), re_path(r"^v1$", not_found)]

@@ -1,0 +1,1 @@
+"""API views, one module per resource; routes are in :mod:`headgate_django.api.urls`."""

@@ -1,0 +1,170 @@
+"""``/durable/executions``: start, list, read, history, signal and operate executions.
+
+A thin translation of :class:`headgate_django.durable.Client` and ``Manager``. The history
+route returns the export byte for byte as ``Manager.history`` writes it, so
+``curl …/history > h.json`` feeds ``durable.replay`` / ``manage.py durable_replay``
+directly. A signal's ``message_id`` defaults to the request's ``Idempotency-Key``, so a
+retried request can never deliver a signal twice, even after the response record expired.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from headgate_django.api.base import ID_REGEX, HeadgateViewSet
+from headgate_django.api.errors import InvalidQueryParameter
+from headgate_django.api.idempotency import require_key
+from headgate_django.api.pagination import limit_parameter, parse_limit
+from headgate_django.api.schema import document
+from headgate_django.api.serializers import durable as s
+from headgate_django.durable import Client, Manager
+from headgate_django.exceptions import NotFoundError
+from headgate_django.models import DURABLE_STATES, Execution
+
+FILTERS = ("state", "name", "version", "task_queue", "business_idempotency_key")
+LIST_PARAMETERS = [
+    OpenApiParameter("state", str, enum=DURABLE_STATES),
+    OpenApiParameter("name", str, description="Workflow name."),
+    OpenApiParameter("version", str),
+    OpenApiParameter("task_queue", str),
+    OpenApiParameter("business_idempotency_key", str),
+    OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+]
+
+
+def _query_text(request: Request, name: str) -> str | None:
+    raw = request.query_params.get(name)
+    if raw is not None and any(ord(c) < 32 for c in raw):
+        raise InvalidQueryParameter(f"{name} must not contain control characters")
+    return raw or None
+
+
+def _view(workflow_id: str) -> Response:
+    return Response(s.ExecutionSerializer(Manager().get(workflow_id)).data)
+
+
+class ExecutionViewSet(HeadgateViewSet):
+    permission_model = Execution
+    lookup_field = "workflow_id"
+    lookup_value_regex = ID_REGEX
+
+    @document(
+        summary="Executions ordered by id (without input and result)",
+        parameters=[*LIST_PARAMETERS, limit_parameter(50)],
+        responses=s.ExecutionListSerializer,
+    )
+    def list(self, request: Request) -> Response:
+        filters = {k: v for k in FILTERS if (v := _query_text(request, k)) is not None}
+        page = Manager().list(filters, _query_text(request, "cursor"), parse_limit(request, 50))
+        body = {
+            "executions": s.ExecutionSummarySerializer(page.items, many=True).data,
+            "next_cursor": page.cursor,
+        }
+        return Response(body)
+
+    @document(
+        summary="Start an execution (deduplicated by a live business key)",
+        request=s.StartSerializer,
+        responses={201: s.StartResultSerializer, 200: s.StartResultSerializer},
+    )
+    def create(self, request: Request) -> Response:
+        serializer = s.StartSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        started = Client().start(
+            data["name"],
+            data["version"],
+            data["input"],
+            business_idempotency_key=data["business_idempotency_key"],
+            workflow_id=data["workflow_id"],
+            task_queue=data["task_queue"],
+            meta=data.get("meta"),
+        )
+        code = status.HTTP_200_OK if started.deduplicated else status.HTTP_201_CREATED
+        body = {"workflow_id": started.workflow_id, "deduplicated": started.deduplicated}
+        return Response(body, status=code)
+
+    @document(summary="One execution with input and result", responses=s.ExecutionSerializer)
+    def retrieve(self, request: Request, workflow_id: str) -> Response:
+        return _view(workflow_id)
+
+    @document(
+        summary="History in the replay-checker format",
+        responses=s.HistoryDocumentSerializer,
+    )
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, workflow_id: str) -> HttpResponse:
+        document = Manager().history(workflow_id)
+        return HttpResponse(document.encode(), content_type="application/json")
+
+    @document(
+        summary="Deliver a signal",
+        request=s.DurableSignalSerializer,
+        responses=s.DeliveredSerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def signal(self, request: Request, workflow_id: str) -> Response:
+        serializer = s.DurableSignalSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        message_id = data.get("message_id") or require_key(request)
+        delivered = Client().signal(workflow_id, data["name"], data["payload"], message_id)
+        return Response({"delivered": delivered})
+
+    @document(
+        summary="Cancel a running or suspended execution (no compensation runs)",
+        request=s.ReasonSerializer,
+        responses=s.ExecutionSerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, workflow_id: str) -> Response:
+        Manager().cancel(workflow_id, **_reason(request))
+        return _view(workflow_id)
+
+    @document(
+        summary="Stop replaying a running execution until resumed",
+        request=s.ReasonSerializer,
+        responses=s.ExecutionSerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def suspend(self, request: Request, workflow_id: str) -> Response:
+        Manager().suspend(workflow_id, **_reason(request))
+        return _view(workflow_id)
+
+    @document(
+        summary="Resume a suspended execution now", request=None, responses=s.ExecutionSerializer
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, workflow_id: str) -> Response:
+        Manager().resume(workflow_id)
+        return _view(workflow_id)
+
+    @document(
+        summary="Decide an uncertain Operation: complete, fail or retry",
+        request=s.ResolveSerializer,
+        responses=s.ExecutionSerializer,
+    )
+    @action(detail=True, methods=["post"], url_path="resolve-uncertain")
+    def resolve_uncertain(self, request: Request, workflow_id: str) -> Response:
+        serializer = s.ResolveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        job_id = data.get("job_id") or f"{workflow_id}:{data['command_id']}"
+        if not job_id.startswith(f"{workflow_id}:"):
+            raise NotFoundError(f"{job_id} is not an Operation of execution {workflow_id}")
+        Manager().get(workflow_id)  # 404 for an unknown execution before anything else
+        Manager().resolve_uncertain(job_id, data["decision"], data["result"], data["error"])
+        return _view(workflow_id)
+
+
+def _reason(request: Request) -> dict[str, Any]:
+    serializer = s.ReasonSerializer(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)

@@ -1,0 +1,226 @@
+"""``/jobs``: list (never payloads), detail, enqueue, operator verbs, explicit reads.
+
+Every state change goes through a store verb (:mod:`headgate_django.store.operator`), so
+the API obeys the same state table and locks as the Python API; this module only
+translates HTTP to those calls and their results back.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from headgate_django import store
+from headgate_django.api.base import ID_REGEX, HeadgateGenericViewSet
+from headgate_django.api.errors import InvalidQueryParameter, NoResult
+from headgate_django.api.filters import JobFilter
+from headgate_django.api.pagination import cursor_pagination
+from headgate_django.api.permissions import require_payload_permission
+from headgate_django.api.schema import document
+from headgate_django.api.serializers.jobs import (
+    STATES,
+    SUMMARY_FIELDS,
+    JobCheckpointSerializer,
+    JobCountsSerializer,
+    JobCreatedSerializer,
+    JobCreateSerializer,
+    JobDetailSerializer,
+    JobProgressSerializer,
+    JobResultSerializer,
+    JobSummarySerializer,
+    ReplacePayloadSerializer,
+    RescheduleSerializer,
+)
+from headgate_django.enqueue import enqueue
+from headgate_django.exceptions import InvalidTransitionError, NotFoundError
+from headgate_django.models import Job
+
+INCLUDE_PAYLOAD = OpenApiParameter(
+    "include_payload",
+    bool,
+    description="Reveal the payload (base64). Needs `headgate_django.view_job_payload`.",
+)
+QUEUE = OpenApiParameter("queue", str, description="Count one queue only.")
+_TRUE = {"1", "true", "yes"}
+_FALSE = {"", "0", "false", "no"}
+
+
+def _flag(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name, "").lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise InvalidQueryParameter(f"{name} must be true or false")
+
+
+def _job(pk: str, fields: list[str] | None = None) -> Job:
+    qs = Job.objects.all() if fields is None else Job.objects.only(*fields)
+    job = qs.filter(pk=pk).first()
+    if job is None:
+        raise NotFoundError(f"job {pk} does not exist", id=pk)
+    return job
+
+
+def _summary(pk: str) -> Response:
+    return Response(JobSummarySerializer(_job(pk, SUMMARY_FIELDS)).data)
+
+
+class JobViewSet(HeadgateGenericViewSet):
+    permission_model = Job
+    queryset = Job.objects.all()
+    lookup_value_regex = ID_REGEX
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = JobFilter
+    # Keyset on the primary key alone: unique, so no page repeats or skips a row, and
+    # generated ids are ULIDs, so this is newest first. (enqueued_at is not unique, and on
+    # SQLite its millisecond text does not compare exactly with a microsecond parameter.)
+    pagination_class = cursor_pagination("jobs", ("-id",))
+    serializer_class = JobSummarySerializer
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return Job.objects.only(*SUMMARY_FIELDS)
+
+    @document(summary="List jobs (never payloads)", responses=JobSummarySerializer)
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(JobSummarySerializer(page, many=True).data)
+
+    @document(
+        summary="One job with its attempt timeline",
+        parameters=[INCLUDE_PAYLOAD],
+        responses=JobDetailSerializer,
+    )
+    def retrieve(self, request: Request, pk: str) -> Response:
+        reveal = _flag(request, "include_payload")
+        if reveal:
+            require_payload_permission(request)
+        job = _job(pk)
+        return Response(JobDetailSerializer(job, context={"include_payload": reveal}).data)
+
+    @document(
+        summary="Enqueue a job of a registered kind",
+        request=JobCreateSerializer,
+        responses={201: JobCreatedSerializer},
+    )
+    def create(self, request: Request) -> Response:
+        serializer = JobCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        (job_id,) = enqueue(serializer.envelope())
+        return Response({"id": job_id}, status=status.HTTP_201_CREATED)
+
+    @document(summary="Delete a job that is not running", responses={204: None})
+    def destroy(self, request: Request, pk: str) -> Response:
+        store.job_delete(pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # -- operator verbs ------------------------------------------------------------------
+
+    @document(
+        summary="Give an archived, cancelled or undecodable job fresh attempts",
+        request=None,
+        responses=JobSummarySerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str) -> Response:
+        store.job_operator_retry(pk)
+        return _summary(pk)
+
+    @document(
+        summary="Cancel an unfinished job (a running handler stops at its next fenced write)",
+        request=None,
+        responses=JobSummarySerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        if not store.job_cancel(pk):
+            raise InvalidTransitionError(f"job {pk} has already finished", id=pk)
+        return _summary(pk)
+
+    @document(
+        summary="Make a pending or scheduled job available now",
+        request=None,
+        responses=JobSummarySerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def promote(self, request: Request, pk: str) -> Response:
+        store.job_promote(pk)
+        return _summary(pk)
+
+    @document(
+        summary="Run a pending or scheduled job at an instant or after a delay",
+        request=RescheduleSerializer,
+        responses=JobSummarySerializer,
+    )
+    @action(detail=True, methods=["post"])
+    def reschedule(self, request: Request, pk: str) -> Response:
+        serializer = RescheduleSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if "delay_ms" in data:
+            store.job_reschedule(pk, delay=timedelta(milliseconds=data["delay_ms"]))
+        else:
+            store.job_reschedule(pk, at=data["scheduled_at"])
+        return _summary(pk)
+
+    @document(
+        summary="Replace the payload (typically of an undecodable job) before a retry",
+        request=ReplacePayloadSerializer,
+        responses=JobSummarySerializer,
+    )
+    @action(detail=True, methods=["put"])
+    def payload(self, request: Request, pk: str) -> Response:
+        serializer = ReplacePayloadSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        store.job_replace_payload(
+            pk, payload=data["payload"], schema_version=data.get("schema_version")
+        )
+        return _summary(pk)
+
+    # -- explicit reads ------------------------------------------------------------------
+
+    @document(summary="The result of a completed job", responses=JobResultSerializer)
+    @action(detail=True, methods=["get"])
+    def result(self, request: Request, pk: str) -> Response:
+        job = _job(pk, ["id", "state", "result"])
+        if job.state != "completed":
+            raise NoResult(f"job {pk} is {job.state}, not completed", state=job.state)
+        return Response({"result": job.result})
+
+    @document(summary="Step checkpoint and cursor position", responses=JobCheckpointSerializer)
+    @action(detail=True, methods=["get"])
+    def checkpoint(self, request: Request, pk: str) -> Response:
+        job = _job(pk, ["id", "checkpoint", "cp_cursor"])
+        cursor = None if job.cp_cursor is None else bytes(job.cp_cursor)
+        return Response(
+            JobCheckpointSerializer({"checkpoint": job.checkpoint, "cursor": cursor}).data
+        )
+
+    @document(summary="Last reported progress", responses=JobProgressSerializer)
+    @action(detail=True, methods=["get"])
+    def progress(self, request: Request, pk: str) -> Response:
+        job = _job(pk, ["id", "progress"])
+        return Response({"progress": job.progress})
+
+    @document(summary="Job counts by state", parameters=[QUEUE], responses=JobCountsSerializer)
+    @action(detail=False, methods=["get"], filter_backends=[], pagination_class=None)
+    def counts(self, request: Request) -> Response:
+        qs = Job.objects.all()
+        queue = request.query_params.get("queue")
+        if queue is not None:
+            if "\x00" in queue:
+                raise InvalidQueryParameter("queue must not contain NUL")
+            qs = qs.filter(queue=queue)
+        counts: dict[str, Any] = dict.fromkeys(STATES, 0)
+        for row in qs.values("state").annotate(n=Count("id")).order_by():
+            counts[row["state"]] = row["n"]
+        return Response({"counts": counts, "total": sum(counts.values()), "approximate": False})

@@ -1,0 +1,95 @@
+"""``/queues`` and ``/quarantine``: the operations dashboard's reads and switches."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from headgate_django import store
+from headgate_django.api.base import ID_REGEX, HeadgateGenericViewSet, HeadgateViewSet
+from headgate_django.api.filters import QuarantineFilter
+from headgate_django.api.pagination import cursor_pagination
+from headgate_django.api.schema import document
+from headgate_django.api.serializers.ops import QuarantineSerializer, QueueListSerializer
+from headgate_django.kernel.names import validate_queue
+from headgate_django.models import Quarantine, QueueState
+from headgate_django.store.stats import queue_overview
+
+RELEASED = OpenApiResponse(
+    description="Released; `X-Released-Jobs` says how many quarantined jobs became available."
+)
+
+RELEASED_HEADER = OpenApiParameter(
+    "X-Released-Jobs",
+    int,
+    OpenApiParameter.HEADER,
+    response=[204],
+    description="How many quarantined jobs became available.",
+)
+
+
+class QueueViewSet(HeadgateViewSet):
+    """Queues exist while they have jobs or a switch; pausing makes every claim skip one."""
+
+    permission_model = QueueState
+    lookup_field = "name"
+    lookup_value_regex = ID_REGEX
+
+    @document(
+        summary="Queues with counts by state, oldest available age, last-minute rates",
+        responses=QueueListSerializer,
+    )
+    def list(self, request: Request) -> Response:
+        queues = [{**asdict(q), "total": q.total} for q in queue_overview()]
+        return Response({"queues": queues})
+
+    @document(summary="Pause a queue: claims skip it", request=None, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, name: str) -> Response:
+        store.queue_set_paused(validate_queue(name), True)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @document(summary="Resume a paused queue", request=None, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, name: str) -> Response:
+        store.queue_set_paused(validate_queue(name), False)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class QuarantineViewSet(HeadgateGenericViewSet):
+    permission_model = Quarantine
+    serializer_class = QuarantineSerializer
+    lookup_field = "fingerprint"
+    lookup_value_regex = ID_REGEX
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = QuarantineFilter
+    pagination_class = cursor_pagination("quarantine", ("fingerprint",))
+
+    def get_queryset(self) -> QuerySet[Quarantine]:
+        return Quarantine.objects.defer("sample_payload")
+
+    @document(
+        summary="Quarantined fingerprints (no sample payloads)",
+        responses=QuarantineSerializer,
+    )
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(QuarantineSerializer(page, many=True).data)
+
+    @document(
+        summary="Release a fingerprint",
+        responses={204: RELEASED},
+        parameters=[RELEASED_HEADER],
+    )
+    def destroy(self, request: Request, fingerprint: str) -> Response:
+        released = store.quarantine_release(fingerprint)
+        return Response(
+            status=status.HTTP_204_NO_CONTENT, headers={"X-Released-Jobs": str(released)}
+        )

@@ -1,0 +1,35 @@
+"""Who may see what in the console; one place, shared by the pages and the WebSockets.
+
+The console is staff only, like the admin it lives in, and each page also needs the
+admin's view permission on the model it shows, so a staff member who cannot open the
+job changelist cannot read the same rows through a graph either. Payload-like data
+(job payloads, durable inputs and results) needs the explicit reveal permission.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VIEW_JOBS = "headgate_django.view_job"
+VIEW_EXECUTIONS = "headgate_django.view_execution"
+VIEW_SIGNALS = "headgate_django.view_signalemission"
+REVEAL_PAYLOADS = "headgate_django.view_job_payload"
+
+
+def is_console_user(user: Any, permission: str = VIEW_JOBS) -> bool:
+    """Active staff holding ``permission`` (superusers hold every permission)."""
+    return bool(
+        user is not None
+        and getattr(user, "is_authenticated", False)
+        and user.is_active
+        and user.is_staff
+        and user.has_perm(permission)
+    )
+
+
+def may_see_signals(user: Any) -> bool:
+    return bool(user.has_perm(VIEW_SIGNALS))
+
+
+def may_see_payloads(user: Any) -> bool:
+    return bool(user.has_perm(REVEAL_PAYLOADS))

@@ -1,0 +1,58 @@
+"""Console routes, mounted inside the admin site by the ModelAdmins in ``admin.py``.
+
+Mounting them through ``ModelAdmin.get_urls`` (rather than a custom ``AdminSite``) keeps
+them working with the default ``admin.site`` and with any site the models are
+registered on: ``admin_view`` enforces staff login, and each page then checks the view
+permission of the model it shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import update_wrapper
+from typing import Any
+
+from django.contrib.admin import AdminSite
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
+
+from headgate_django.console import access, views
+
+
+def _page(site: AdminSite, view: Callable[..., HttpResponse], permission: str) -> Any:
+    def inner(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        if not access.is_console_user(request.user, permission):
+            raise PermissionDenied
+        request.current_app = site.name
+        return view(request, site, **kwargs)
+
+    update_wrapper(inner, view)
+    return site.admin_view(inner)
+
+
+def job_console_urls(site: AdminSite) -> list[URLPattern]:
+    """Queues and workflows, under ``<admin>/headgate_django/job/``."""
+    jobs = access.VIEW_JOBS
+    return [
+        path("queues/", _page(site, views.queues_dashboard, jobs), name="headgate_django_queues"),
+        path(
+            "workflows/", _page(site, views.workflow_list, jobs), name="headgate_django_workflows"
+        ),
+        path(
+            "workflows/<path:workflow_id>/graph/",
+            _page(site, views.workflow_page, jobs),
+            name="headgate_django_workflow",
+        ),
+    ]
+
+
+def execution_console_urls(site: AdminSite) -> list[URLPattern]:
+    """The durable execution page, under ``<admin>/headgate_django/execution/``."""
+    return [
+        path(
+            "<path:execution_id>/timeline/",
+            _page(site, views.execution_page, access.VIEW_EXECUTIONS),
+            name="headgate_django_execution_page",
+        )
+    ]

@@ -1,0 +1,136 @@
+"""``durable.Manager``: read and operate executions outside the replay path.
+
+Every verb checks the state it starts from and writes nothing when it does not hold
+(``NotFoundError`` for a missing execution, ``InvalidTransitionError`` for a wrong state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from headgate_django.envelope import canonical_json
+from headgate_django.exceptions import DefinitionError, NotFoundError
+from headgate_django.kernel.replay_events import history_to_json
+from headgate_django.models import Execution
+from headgate_django.store import durable as store
+from headgate_django.store import durable_jobs
+from headgate_django.store.operator import job_cancel_many
+
+DECISIONS = ("complete", "fail", "retry")
+
+
+@dataclass(frozen=True)
+class ExecutionView:
+    """One execution's header as an operator sees it."""
+
+    id: str
+    name: str
+    version: str
+    state: str
+    input: Any
+    result: Any
+    failure_reason: str
+    suspended_reason: str
+    business_idempotency_key: str | None
+    task_queue: str
+    meta: dict[str, Any]
+    history_length: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Execution) -> ExecutionView:
+        return cls(
+            id=row.id,
+            name=row.name,
+            version=row.version,
+            state=row.state,
+            input=row.input,
+            result=row.result,
+            failure_reason=row.failure_reason,
+            suspended_reason=row.suspended_reason,
+            business_idempotency_key=row.business_idempotency_key,
+            task_queue=row.task_queue,
+            meta=row.meta,
+            history_length=row.last_seq,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            finished_at=row.finished_at,
+        )
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of executions; pass ``cursor`` back to get the next one (None: no more)."""
+
+    items: list[ExecutionView] = field(default_factory=list)
+    cursor: str | None = None
+
+
+class Manager:
+    def __init__(self, *, using: str = "default") -> None:
+        self.using = using
+
+    def get(self, workflow_id: str) -> ExecutionView:
+        return ExecutionView.of(self._row(workflow_id))
+
+    def list(
+        self, filters: dict[str, Any] | None = None, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        """Executions ordered by id, filtered by state, name, version, task_queue or
+        business_idempotency_key."""
+        if not 1 <= limit <= 1000:
+            raise DefinitionError("limit must be between 1 and 1000")
+        rows = store.execution_list(
+            filters=filters, after=cursor, limit=limit + 1, using=self.using
+        )
+        more = len(rows) > limit
+        items = [ExecutionView.of(r) for r in rows[:limit]]
+        return Page(items, items[-1].id if more else None)
+
+    def history(self, workflow_id: str) -> str:
+        """The history as JSON, in the format ``durable.replay`` and ``durable_replay`` read."""
+        row = self._row(workflow_id)
+        events = store.history_load(row.id, upto_seq=row.last_seq, using=self.using)
+        return history_to_json(
+            events, name=row.name, version=row.version, workflow_id=row.id, input=row.input
+        )
+
+    def cancel(self, workflow_id: str, reason: str = "cancelled by an operator") -> None:
+        """Cancel a running or suspended execution and its live jobs (a running Operation
+        learns at its next lease renewal). No compensation runs."""
+        live = store.execution_cancel(workflow_id, reason=reason, using=self.using)
+        job_cancel_many(live, using=self.using)
+
+    def suspend(self, workflow_id: str, reason: str = "suspended by an operator") -> None:
+        """Stop replaying a running execution until :meth:`resume`; facts still accrue."""
+        store.execution_suspend(workflow_id, reason=reason, using=self.using)
+
+    def resume(self, workflow_id: str) -> None:
+        """Run a suspended execution again now, with a fresh replay budget (the recovery
+        after a replay error: deploy fixed code, then resume)."""
+        store.execution_resume(workflow_id, using=self.using)
+
+    def resolve_uncertain(
+        self, job_id: str, decision: str, result: Any = None, error: str = ""
+    ) -> None:
+        """Decide an uncertain Operation: ``complete`` with ``result``, ``fail`` with
+        ``error`` (or ``result["error"]``), or ``retry`` it. Atomic with its history and the wake-up; refused
+        (``InvalidTransitionError``) unless the Operation is uncertain right now."""
+        if decision not in DECISIONS:
+            raise DefinitionError(f"decision must be one of {', '.join(DECISIONS)}")
+        canonical_json(result)
+        if decision == "fail" and not error and isinstance(result, dict):
+            error = str(result.get("error") or "")
+        durable_jobs.operation_resolve(
+            job_id, decision=decision, result=result, error=error, using=self.using
+        )
+
+    def _row(self, workflow_id: str) -> Execution:
+        row = store.execution_get(workflow_id, using=self.using)
+        if row is None:
+            raise NotFoundError(f"execution {workflow_id} does not exist", id=workflow_id)
+        return row

@@ -1,0 +1,215 @@
+"""Operations: the only place where a durable workflow touches the world.
+
+An Operation runs as an ordinary leased job (the worker renews its lease while it runs;
+a lost lease cancels it and nothing it returns lands). Its outcome reaches history in
+the same transaction that finishes the job (``store.durable_jobs``):
+
+========================================  ==========================================
+handler                                   outcome
+========================================  ==========================================
+returns a JSON value                      OperationCompleted(result)
+raises ``Skip``                           OperationCompleted without a result
+raises, attempts left                     retried after the queue's backoff
+raises, attempts used up / ``Abort``      OperationFailed(error)
+raises ``Snooze``                         runs again later, no attempt used
+raises ``Uncertain`` / outlives timeout   OperationUncertain; execution suspended
+========================================  ==========================================
+
+An attempt that outlives its StartToClose timeout is *uncertain*, not retried: it may have
+had its effect. A watchdog records that when the timeout elapses, even if the handler
+never returns. ``ctx.execution_key`` is the same on every attempt: use it to make the
+effect idempotent (side effects are at-least-once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import Any
+
+from django.db import connections
+
+from headgate_django.context import JobContext
+from headgate_django.control import Abort, Skip, Snooze, Uncertain
+from headgate_django.durable.registry import find_operation
+from headgate_django.envelope import canonical_json
+from headgate_django.exceptions import LeaseLostError, PayloadError
+from headgate_django.registry import task
+from headgate_django.store.durable_jobs import (
+    OP_KIND,
+    TERMINAL,
+    operation_mark_failed,
+    operation_mark_uncertain,
+    operation_rerun_status,
+)
+
+log = logging.getLogger("headgate_django.durable")
+
+#: How soon a worker lacking the Operation's code looks at its job again.
+MISSING_CODE_RETRY = timedelta(seconds=30)
+
+
+class OperationContext:
+    """What an Operation receives: a stable identity for idempotent effects, and the
+    attempt's cancellation (set when its lease is lost or its timeout elapsed)."""
+
+    def __init__(self, job: JobContext, *, execution_id: str, command_id: str) -> None:
+        self._job = job
+        self.workflow_id = execution_id
+        self.command_id = command_id
+
+    @property
+    def execution_key(self) -> str:
+        """``<workflow id>:<command id>``: the same on every attempt of this Operation."""
+        return self._job.job_id
+
+    @property
+    def job_id(self) -> str:
+        return self._job.job_id
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first attempt; failures and crashes both count."""
+        return self._job.attempt
+
+    @property
+    def cancelled(self) -> bool:
+        return self._job.cancelled
+
+    def wait_cancelled(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early if the attempt is cancelled."""
+        return self._job.wait_cancelled(timeout)
+
+
+@task(kind=OP_KIND)
+def operation_job(
+    ctx: JobContext,
+    execution_id: str,
+    command_id: str,
+    name: str,
+    version: str,
+    input: Any = None,
+) -> Any:
+    if ctx.attempt > 1:
+        _skip_if_decided(ctx, execution_id)
+    definition = find_operation(name, version)
+    if definition is None:
+        log.warning(
+            "Operation job %s needs operation %r version %r, which this worker does not "
+            "have; leaving it for a worker that does",
+            ctx.job_id,
+            name,
+            version,
+            extra={"job_id": ctx.job_id, "operation": name, "version": version},
+        )
+        raise Snooze(MISSING_CODE_RETRY)
+    op_ctx = OperationContext(ctx, execution_id=execution_id, command_id=command_id)
+    watchdog = _Watchdog(ctx, execution_id, command_id, definition.timeout)
+    try:
+        result = definition.fn(op_ctx, input)
+    except Uncertain as exc:
+        watchdog.settle()
+        operation_mark_uncertain(
+            ctx.lease,
+            execution_id=execution_id,
+            command_id=command_id,
+            reason=exc.reason,
+            finish_job=False,
+        )
+        raise Skip(f"uncertain: {exc.reason}") from exc
+    except Abort as exc:
+        watchdog.settle()
+        _fail(ctx, exc.message)
+    except (Snooze, Skip, LeaseLostError):
+        watchdog.settle()
+        raise
+    except Exception as exc:
+        watchdog.settle()
+        failed_before = ctx.attempt - 1 - ctx.crash_attempt
+        if failed_before + 1 >= definition.max_attempts:
+            _fail(ctx, f"{type(exc).__name__}: {exc} (after {failed_before + 1} attempt(s))")
+        raise
+    watchdog.settle()
+    try:
+        canonical_json(result)
+    except PayloadError as exc:
+        _fail(ctx, f"the Operation's result is not JSON: {exc}")
+    return result
+
+
+def _skip_if_decided(ctx: JobContext, execution_id: str) -> None:
+    """A re-run (crash, retry) must not repeat an effect whose outcome is already known."""
+    status = operation_rerun_status(execution_id, ctx.job_id)
+    if status.execution_state is None or status.execution_state in TERMINAL:
+        raise Skip(f"execution {execution_id} is {status.execution_state or 'gone'}")
+    if status.settled:
+        raise Skip("the Operation's outcome is already recorded")
+    if status.uncertain:
+        raise Skip("the Operation is uncertain: an operator decides")
+
+
+def _fail(ctx: JobContext, error: str) -> None:
+    operation_mark_failed(ctx.lease, error=error)
+    raise Skip(error)
+
+
+class _Watchdog:
+    """Records an Operation as uncertain when its attempt outlives StartToClose.
+
+    Runs on its own thread so a handler that never returns is still noticed; the attempt's
+    job is archived at that moment, so the worker's later writes for it do not land.
+    """
+
+    def __init__(
+        self, ctx: JobContext, execution_id: str, command_id: str, timeout: timedelta | None
+    ) -> None:
+        self._ctx = ctx
+        self._execution_id = execution_id
+        self._command_id = command_id
+        self._lock = threading.Lock()
+        self._fired = False
+        self._recorded = threading.Event()
+        self._timer: threading.Timer | None = None
+        if timeout is not None:
+            self._timeout = timeout
+            self._timer = threading.Timer(timeout.total_seconds(), self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def settle(self) -> None:
+        """The handler is done: cancel the watchdog, or stop the attempt if it fired."""
+        if self._timer is None:
+            return
+        with self._lock:
+            self._timer.cancel()
+            fired = self._fired
+            self._fired = True  # from now on the watchdog does nothing
+        if fired:
+            self._recorded.wait()
+            raise LeaseLostError(
+                f"the attempt outlived its StartToClose timeout ({self._timeout}); "
+                "the Operation is uncertain"
+            )
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._fired:
+                return
+            self._fired = True
+        try:
+            operation_mark_uncertain(
+                self._ctx.lease,
+                execution_id=self._execution_id,
+                command_id=self._command_id,
+                reason=f"start-to-close timeout after {self._timeout} (uncertain)",
+                finish_job=True,
+            )
+        except LeaseLostError:
+            pass  # the attempt had already lost its lease: nothing to record
+        except Exception:
+            log.exception("could not record the timeout of Operation job %s", self._ctx.job_id)
+        finally:
+            connections.close_all()  # this thread's own connections
+            self._ctx.cancel()
+            self._recorded.set()

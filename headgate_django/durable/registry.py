@@ -1,0 +1,150 @@
+"""``@durable.workflow`` and ``@durable.operation``: register code by (name, version).
+
+Registration is checked when the decorator runs, so a bad or duplicate definition fails at
+import, not in a worker hours later. The registry is per process: a worker replays an
+execution only with the exact (name, version) recorded on its header, and one that lacks
+it leaves the task for a worker that has it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from headgate_django.exceptions import DefinitionError
+from headgate_django.kernel.names import validate_queue
+
+#: StartToClose: how long one attempt of an Operation may run before it is uncertain.
+DEFAULT_OPERATION_TIMEOUT = timedelta(minutes=5)
+DEFAULT_OPERATION_ATTEMPTS = 5
+
+_MAX_NAME = 128
+_MAX_VERSION = 64
+
+
+@dataclass(frozen=True, eq=False)
+class WorkflowDef:
+    """A registered workflow function ``fn(ctx, input) -> result``."""
+
+    fn: Callable[[Any, Any], Any]
+    name: str
+    version: str
+
+    def __call__(self, ctx: Any, input: Any = None) -> Any:
+        return self.fn(ctx, input)
+
+
+@dataclass(frozen=True, eq=False)
+class OperationDef:
+    """A registered Operation ``fn(ctx, input) -> result``: the only place for side effects."""
+
+    fn: Callable[[Any, Any], Any]
+    name: str
+    version: str
+    max_attempts: int = DEFAULT_OPERATION_ATTEMPTS
+    timeout: timedelta | None = DEFAULT_OPERATION_TIMEOUT
+    queue: str | None = None
+
+    def __call__(self, ctx: Any, input: Any = None) -> Any:
+        return self.fn(ctx, input)
+
+
+_WORKFLOWS: dict[tuple[str, str], WorkflowDef] = {}
+_OPERATIONS: dict[tuple[str, str], OperationDef] = {}
+
+
+def check_name(what: str, value: object, limit: int) -> str:
+    if not isinstance(value, str) or not value or value != value.strip():
+        raise DefinitionError(f"a {what} must be a non-empty string without outer spaces, not {value!r}")
+    if len(value) > limit or any(ord(c) < 32 for c in value):
+        raise DefinitionError(f"a {what} has at most {limit} printable characters: {value[:40]!r}")
+    return value
+
+
+def _check_function(what: str, fn: Callable[..., Any]) -> None:
+    if not callable(fn):
+        raise DefinitionError(f"@durable.{what} decorates a function, not {fn!r}")
+    if inspect.iscoroutinefunction(fn):
+        raise DefinitionError(f"{_origin(fn)}: a durable {what} must not be async")
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise DefinitionError(
+            f"{_origin(fn)}: a durable {what} takes exactly (ctx, input)"
+        ) from None
+
+
+def _origin(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _register(table: dict[tuple[str, str], Any], what: str, definition: Any) -> Any:
+    key = (definition.name, definition.version)
+    existing = table.get(key)
+    # Re-importing the same module (autoreload, a second import path) is not a conflict.
+    if existing is not None and _origin(existing.fn) != _origin(definition.fn):
+        raise DefinitionError(
+            f"durable {what} {definition.name!r} version {definition.version!r} is already "
+            f"registered by {_origin(existing.fn)}; register changed code under a new version"
+        )
+    table[key] = definition
+    return definition
+
+
+def workflow(name: str, *, version: str = "1") -> Callable[[Callable[..., Any]], WorkflowDef]:
+    """Register ``fn(ctx, input)`` as workflow ``name`` at ``version``."""
+    check_name("workflow name", name, _MAX_NAME)
+    check_name("workflow version", version, _MAX_VERSION)
+
+    def decorate(fn: Callable[..., Any]) -> WorkflowDef:
+        _check_function("workflow", fn)
+        return _register(_WORKFLOWS, "workflow", WorkflowDef(fn, name, version))  # type: ignore[no-any-return]
+
+    return decorate
+
+
+def operation(
+    name: str,
+    *,
+    version: str = "1",
+    max_attempts: int = DEFAULT_OPERATION_ATTEMPTS,
+    timeout: timedelta | None = DEFAULT_OPERATION_TIMEOUT,
+    queue: str | None = None,
+) -> Callable[[Callable[..., Any]], OperationDef]:
+    """Register ``fn(ctx, input)`` as Operation ``name`` at ``version``.
+
+    ``max_attempts`` counts failed attempts (retried with the queue's backoff); ``timeout``
+    is StartToClose per attempt (None: no limit) — an attempt that outlives it is
+    *uncertain*, because it may have had its effect. ``queue`` defaults to the execution's
+    task queue.
+    """
+    check_name("operation name", name, _MAX_NAME)
+    check_name("operation version", version, _MAX_VERSION)
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise DefinitionError(f"operation {name!r}: max_attempts must be an integer ≥ 1")
+    if timeout is not None and (not isinstance(timeout, timedelta) or timeout <= timedelta(0)):
+        raise DefinitionError(f"operation {name!r}: timeout must be a positive timedelta or None")
+    if queue is not None:
+        validate_queue(queue)
+
+    def decorate(fn: Callable[..., Any]) -> OperationDef:
+        _check_function("operation", fn)
+        definition = OperationDef(fn, name, version, max_attempts, timeout, queue)
+        return _register(_OPERATIONS, "operation", definition)  # type: ignore[no-any-return]
+
+    return decorate
+
+
+def find_workflow(name: str, version: str) -> WorkflowDef | None:
+    return _WORKFLOWS.get((name, version))
+
+
+def find_operation(name: str, version: str) -> OperationDef | None:
+    return _OPERATIONS.get((name, version))
+
+
+def registered_workflows() -> list[WorkflowDef]:
+    return list(_WORKFLOWS.values())

@@ -1,0 +1,203 @@
+"""The workflow task: one replay pass of one execution, as an ordinary leased job.
+
+A pass reads the header and the history (only what this process has not cached), reads
+the store clock, fires due timers, replays the workflow function through the pure kernel,
+and commits what the replay decided in one transaction fenced by the task's lease and by
+a compare-and-set on the history (see ``store.durable.execution_commit_pass``). It then
+ends the task (the execution ended) or snoozes it until its earliest timer; facts that
+arrive meanwhile wake it (``store.durable_jobs``).
+
+Replay errors (nondeterminism, a corrupt history) are retried with the job backoff, then
+the execution is suspended with the reason. A worker that lacks the execution's
+(name, version) leaves the task for one that has it, and says so in its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from headgate_django.conf import headgate_settings
+from headgate_django.context import JobContext
+from headgate_django.control import Snooze
+from headgate_django.durable.history_cache import histories
+from headgate_django.durable.registry import (
+    DEFAULT_OPERATION_ATTEMPTS,
+    WorkflowDef,
+    find_operation,
+    find_workflow,
+    registered_workflows,
+)
+from headgate_django.envelope import Envelope, canonical_json
+from headgate_django.exceptions import (
+    InvalidTransitionError,
+    NondeterminismError,
+    PayloadError,
+    RevisionConflictError,
+)
+from headgate_django.kernel.replay import replay
+from headgate_django.kernel.replay_events import (
+    TIMER_FIRED,
+    Completed,
+    Event,
+    Failed,
+    Nondeterministic,
+    Outcome,
+    Parked,
+    ScheduleOperation,
+    due_timers,
+)
+from headgate_django.models import Execution
+from headgate_django.registry import task
+from headgate_django.store import db_now
+from headgate_django.store.durable import (
+    Ending,
+    NewEvent,
+    execution_commit_pass,
+    execution_get,
+    execution_suspend,
+)
+from headgate_django.store.durable_history import from_ms, to_ms
+from headgate_django.store.durable_jobs import TASK_KIND, TERMINAL, operation_envelope
+
+log = logging.getLogger("headgate_django.durable")
+
+#: A parked execution that only a fact can wake is re-checked this often anyway.
+PARK_RECHECK = timedelta(hours=1)
+#: How soon a worker lacking the workflow's code looks at the task again.
+MISSING_CODE_RETRY = timedelta(seconds=30)
+#: Attempts of a pass that fails to replay before the execution is suspended.
+REPLAY_ATTEMPTS = 5
+#: Passes in a row that may lose the race against facts landing before the task yields.
+MAX_RACES = 20
+
+
+@task(kind=TASK_KIND)
+def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
+    for _ in range(MAX_RACES):
+        header = execution_get(execution_id)
+        if header is None or header.state in TERMINAL:
+            # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost.
+            return {"execution_id": execution_id, "state": header.state if header else None}
+        if header.state == "suspended":
+            raise Snooze(PARK_RECHECK)  # Manager.resume wakes it
+        definition = find_workflow(header.name, header.version)
+        if definition is None:
+            _leave_for_another_worker(header)
+            raise Snooze(MISSING_CODE_RETRY)
+        try:
+            return _pass(ctx, header, definition)
+        except RevisionConflictError:
+            histories.forget(execution_id)
+            continue  # a fact landed while we replayed: replay again with it
+    raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
+
+
+def _leave_for_another_worker(header: Execution) -> None:
+    here = sorted(d.version for d in registered_workflows() if d.name == header.name)
+    log.warning(
+        "execution %s needs workflow %r version %r, which this worker does not have "
+        "(it has %s); leaving its task for a worker that does",
+        header.id,
+        header.name,
+        header.version,
+        ", ".join(repr(v) for v in here) or "no version of it",
+        extra={"execution_id": header.id, "workflow": header.name, "version": header.version},
+    )
+
+
+def _pass(ctx: JobContext, header: Execution, definition: WorkflowDef) -> dict[str, Any]:
+    history = histories.load(header)
+    now = db_now()
+    read_at = time.monotonic()
+    now_ms = to_ms(now)
+    seq = header.last_seq
+    fired = [
+        Event(seq + n, TIMER_FIRED, {"command_id": cid}, now_ms)
+        for n, cid in enumerate(due_timers(history, now_ms), start=1)
+    ]
+    outcome = replay(
+        definition.fn, header.input, history + fired, workflow_id=header.id, now_ms=now_ms
+    )
+    if isinstance(outcome, Nondeterministic):
+        return _replay_failed(ctx, header, outcome.error)
+    outcome = _checked(outcome)
+    events = [NewEvent(e.type, e.payload, at=now) for e in fired]
+    events += [NewEvent(c.event_type, c.event_payload(), at=now) for c in outcome.commands]
+    ending = None
+    if isinstance(outcome, Completed | Failed):
+        events.append(NewEvent(outcome.event_type, outcome.event_payload(), at=now))
+        ending = (
+            Ending("succeeded", result=outcome.result)
+            if isinstance(outcome, Completed)
+            else Ending("failed", failure_reason=outcome.reason)
+        )
+    operations = [
+        _operation_job(header, c) for c in outcome.commands if isinstance(c, ScheduleOperation)
+    ]
+    wake_at_ms = outcome.wake_at_ms if isinstance(outcome, Parked) else None
+    execution_commit_pass(
+        ctx.lease,
+        execution_id=header.id,
+        expected_seq=seq,
+        events=events,
+        operations=operations,
+        ending=ending,
+        next_timer_at=None if wake_at_ms is None else from_ms(wake_at_ms),
+        reset_attempts=ctx.attempt > 1,
+    )
+    written = [Event(seq + n, e.type, e.payload, now_ms) for n, e in enumerate(events, start=1)]
+    histories.store(header, [*history, *written])
+    if ending is not None:
+        return {"execution_id": header.id, "state": ending.state}
+    if wake_at_ms is None:
+        raise Snooze(PARK_RECHECK)
+    # The snooze counts from the store clock when it is written: take off this pass's time.
+    spent = timedelta(seconds=time.monotonic() - read_at)
+    delay = timedelta(milliseconds=wake_at_ms - now_ms) - spent
+    raise Snooze(max(delay, timedelta(milliseconds=1)))
+
+
+def _checked(outcome: Outcome) -> Outcome:
+    """Refuse what cannot be stored as JSON, as a failure of the workflow (a code bug)."""
+    try:
+        for command in getattr(outcome, "commands", []):
+            if isinstance(command, ScheduleOperation):
+                canonical_json(command.input)
+        if isinstance(outcome, Completed):
+            canonical_json(outcome.result)
+    except PayloadError as exc:
+        return Failed(f"PayloadError: {exc}", [])
+    return outcome
+
+
+def _operation_job(header: Execution, command: ScheduleOperation) -> Envelope:
+    # A workflow-only worker may not have the Operation's code: defaults then, and the
+    # Operation's own worker applies its definition when it runs it.
+    definition = find_operation(command.name, command.version)
+    attempts = definition.max_attempts if definition else DEFAULT_OPERATION_ATTEMPTS
+    return operation_envelope(
+        header.id,
+        command_id=command.command_id,
+        name=command.name,
+        version=command.version,
+        input=command.input,
+        execution_key=command.execution_key,
+        queue=(definition.queue if definition else None) or header.task_queue,
+        max_attempts=max(attempts, headgate_settings.MAX_ATTEMPTS),
+    )
+
+
+def _replay_failed(ctx: JobContext, header: Execution, error: NondeterminismError) -> Any:
+    """Retry with the job's backoff; after REPLAY_ATTEMPTS, suspend for an operator."""
+    histories.forget(header.id)
+    if ctx.attempt < REPLAY_ATTEMPTS:
+        raise error
+    reason = f"replay failed after {ctx.attempt} attempts: {error}"
+    log.error("execution %s suspended: %s", header.id, reason)
+    with contextlib.suppress(InvalidTransitionError):  # cancelled or suspended meanwhile
+        execution_suspend(header.id, reason=reason)
+    raise Snooze(PARK_RECHECK)

@@ -1,0 +1,185 @@
+"""Reads the console needs beyond the public inspection calls: change fingerprints, per-node
+job detail, filtered workflow pages, durable execution detail. All bounded, payload-free.
+
+A *fingerprint* is a small tuple that changes whenever something a console page shows
+changes. A live page's consumer recomputes it every half second on the embedded default
+(where workers in other processes cannot reach it), so it must stay a handful of indexed
+aggregates: it reads ``headgate_job`` through its ``workflow_id`` index and never touches
+payloads. It deliberately ignores the coordinator's (or durable task's) own ``claimed_at``
+and ``scheduled_at``: those move on every tick of a waiting workflow and would make every
+poll look like a change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db.models import Count, Max, Sum
+
+from headgate_django.models import Execution, HistoryEvent, Job, SignalEmission, WorkflowCheckpoint
+from headgate_django.store.workflows import COORDINATOR_KIND
+
+_CHUNK = 500
+#: Kinds whose rows are a workflow's or execution's own driver, not a node or Operation.
+_DRIVER_KINDS = (COORDINATOR_KIND, "headgate:durable-task")
+
+
+def _jobs_fingerprint(group: str, using: str) -> tuple[Any, ...]:
+    """Per-state counts and latest instants of a group's jobs, drivers excepted."""
+    rows = (
+        Job.objects.using(using)
+        .filter(workflow_id=group)
+        .exclude(kind__in=_DRIVER_KINDS)
+        .values("state")
+        .annotate(
+            n=Count("id"),
+            finalized=Max("finalized_at"),
+            claimed=Max("claimed_at"),
+            scheduled=Max("scheduled_at"),
+            attempts=Sum("attempt"),
+            crashes=Sum("crash_attempt"),
+        )
+        .order_by("state")
+    )
+    finished_drivers = (
+        Job.objects.using(using)
+        .filter(workflow_id=group, kind__in=_DRIVER_KINDS, finalized_at__isnull=False)
+        .values_list("id", "state", "finalized_at")
+        .order_by("id")
+    )
+    return tuple(tuple(r.values()) for r in rows), tuple(finished_drivers)
+
+
+def workflow_fingerprint(workflow_id: str, *, using: str = "default") -> tuple[Any, ...]:
+    """Changes when a node's job, the workflow's history or its signals change."""
+    checkpoint = (
+        WorkflowCheckpoint.objects.using(using)
+        .filter(pk=workflow_id)
+        .values_list("revision", "generation", "next_sequence", "failed", "outcome")
+        .first()
+    )
+    signals = (
+        SignalEmission.objects.using(using)
+        .filter(workflow_id=workflow_id)
+        .aggregate(last=Max("id"))["last"]
+    )
+    return (_jobs_fingerprint(workflow_id, using), checkpoint, signals)
+
+
+def execution_fingerprint(
+    execution_id: str, group: str, *, using: str = "default"
+) -> tuple[Any, ...]:
+    """Changes when the execution's header, history or Operation jobs change."""
+    header = (
+        Execution.objects.using(using)
+        .filter(pk=execution_id)
+        .values_list("state", "last_seq", "suspended_reason", "finished_at")
+        .first()
+    )
+    return (_jobs_fingerprint(group, using), header)
+
+
+def node_job_details(
+    job_ids: Iterable[str], *, using: str = "default"
+) -> dict[str, dict[str, Any]]:
+    """Attempts, timing and the newest error of each job, by id; absent rows are absent."""
+    ids = list(job_ids)
+    found: dict[str, dict[str, Any]] = {}
+    fields = (
+        "id",
+        "state",
+        "queue",
+        "attempt",
+        "crash_attempt",
+        "max_attempts",
+        "scheduled_at",
+        "claimed_at",
+        "finalized_at",
+        "errors",
+    )
+    for start in range(0, len(ids), _CHUNK):
+        for row in (
+            Job.objects.using(using).filter(pk__in=ids[start : start + _CHUNK]).values(*fields)
+        ):
+            errors = row.pop("errors") or []
+            row["last_error"] = errors[-1] if errors else None
+            found[row["id"]] = row
+    return found
+
+
+def workflow_page(
+    *,
+    after: str | None = None,
+    limit: int = 50,
+    state: str | None = None,
+    queue: str | None = None,
+    prefix: str | None = None,
+    using: str = "default",
+) -> list[dict[str, Any]]:
+    """Coordinators ordered by workflow id, filtered; the cursor is the last workflow id."""
+    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND)
+    if state:
+        qs = qs.filter(state=state)
+    if queue:
+        qs = qs.filter(queue=queue)
+    if prefix:
+        qs = qs.filter(workflow_id__startswith=prefix)
+    if after is not None:
+        qs = qs.filter(workflow_id__gt=after)
+    rows = qs.order_by("workflow_id").values(
+        "workflow_id", "id", "state", "queue", "enqueued_at", "finalized_at"
+    )[:limit]
+    return [dict(row) for row in rows]
+
+
+def workflow_queues(*, using: str = "default") -> list[str]:
+    """The queues coordinators live in (a handful), for the list's filter."""
+    return list(
+        Job.objects.using(using)
+        .filter(kind=COORDINATOR_KIND)
+        .values_list("queue", flat=True)
+        .distinct()
+        .order_by("queue")
+    )
+
+
+def workflow_progress(
+    workflow_ids: Sequence[str], *, using: str = "default"
+) -> dict[str, dict[str, int]]:
+    """``{workflow_id: {state: n}}`` over the node jobs of one page of workflows."""
+    progress: dict[str, dict[str, int]] = {w: {} for w in workflow_ids}
+    rows = (
+        Job.objects.using(using)
+        .filter(workflow_id__in=list(workflow_ids))
+        .exclude(kind=COORDINATOR_KIND)
+        .values("workflow_id", "state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in rows:
+        progress[str(row["workflow_id"])][row["state"]] = row["n"]
+    return progress
+
+
+def execution_detail(
+    execution_id: str, *, using: str = "default"
+) -> tuple[Execution, list[HistoryEvent]] | None:
+    """The header and the whole history (seq order) of one execution."""
+    header = Execution.objects.using(using).filter(pk=execution_id).first()
+    if header is None:
+        return None
+    history = list(
+        HistoryEvent.objects.using(using).filter(execution_id=execution_id).order_by("seq")
+    )
+    return header, history
+
+
+def execution_jobs(group: str, *, using: str = "default") -> dict[str, dict[str, Any]]:
+    """The execution's jobs (task and Operations) by id, with their attempts."""
+    rows = (
+        Job.objects.using(using)
+        .filter(workflow_id=group)
+        .values("id", "kind", "state", "attempt", "max_attempts", "checkpoint")
+    )
+    return {r["id"]: dict(r) for r in rows}

@@ -1,0 +1,395 @@
+"""Store verbs of the durable runtime: executions, their history, signals, operator verbs.
+
+Every verb that changes an execution locks its header row first and appends to history
+with a compare-and-set on ``last_seq`` (the seq of the newest event), so appends are
+contiguous and two writers can never both append at one seq. The header lock also orders
+every writer that wakes the execution's workflow task (see :mod:`.durable_jobs`), so a
+wake-up is either seen by the pass that is running or it re-runs the task afterwards.
+
+Instants come from the store clock; history events appended by a replay pass carry the
+store instant that pass read, because that is the time its replay used for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from headgate_django.envelope import Envelope
+from headgate_django.exceptions import (
+    DefinitionError,
+    IdConflictError,
+    InvalidTransitionError,
+    NotFoundError,
+    RevisionConflictError,
+)
+from headgate_django.kernel.replay_events import (
+    SIGNAL_RECEIVED,
+    WORKFLOW_CANCELLED,
+    WORKFLOW_RESUMED,
+    WORKFLOW_STARTED,
+    WORKFLOW_SUSPENDED,
+)
+from headgate_django.kernel.states import State
+from headgate_django.models import DURABLE_LIVE, Execution, SignalInbox
+from headgate_django.store import durable_jobs as jobs
+from headgate_django.store import vendor as v
+from headgate_django.store.durable_history import (
+    EXEC_TABLE,
+    NewEvent,
+    append,
+    append_fact,
+    history_append,
+    history_load,
+    insert_events,
+    lock_execution,
+    prep,
+)
+from headgate_django.store.fenced import LeaseRef, _lock_one
+from headgate_django.store.insert import job_insert_many
+
+_MS = timedelta(milliseconds=1)
+
+__all__ = [
+    "Ending",
+    "NewEvent",
+    "execution_cancel",
+    "execution_commit_pass",
+    "execution_get",
+    "execution_list",
+    "execution_reconcile",
+    "execution_resume",
+    "execution_start",
+    "execution_suspend",
+    "execution_vacuum",
+    "history_append",
+    "history_load",
+    "signal_deliver",
+]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a pass ends the execution: its terminal state and what to record on the header."""
+
+    state: str
+    result: Any = None
+    failure_reason: str = ""
+
+
+# -- reads ---------------------------------------------------------------------------
+
+
+def execution_get(execution_id: str, *, using: str = "default") -> Execution | None:
+    return Execution.objects.using(using).filter(pk=execution_id).first()
+
+
+def execution_list(
+    *,
+    filters: dict[str, Any] | None = None,
+    after: str | None = None,
+    limit: int = 50,
+    using: str = "default",
+) -> list[Execution]:
+    """A page of executions ordered by id; ``after`` is the last id of the previous page."""
+    allowed = {"state", "name", "version", "task_queue", "business_idempotency_key"}
+    unknown = sorted(set(filters or {}) - allowed)
+    if unknown:
+        raise DefinitionError(
+            f"unknown execution filter(s) {', '.join(unknown)}; use {', '.join(sorted(allowed))}"
+        )
+    query = Q(**(filters or {}))
+    if after is not None:
+        query &= Q(pk__gt=after)
+    return list(Execution.objects.using(using).filter(query).order_by("id")[:limit])
+
+
+# -- start ---------------------------------------------------------------------------
+
+
+def execution_start(
+    *,
+    execution_id: str,
+    name: str,
+    version: str,
+    input: Any,
+    seed: str,
+    business_key: str | None,
+    task_queue: str,
+    meta: dict[str, Any],
+    using: str = "default",
+) -> tuple[str, bool]:
+    """Insert the header, ``WorkflowStarted`` (seq 1) and the first workflow task, atomically.
+
+    Returns ``(execution_id, deduplicated)``: a live execution of ``name`` holding
+    ``business_key`` is returned instead of starting another one.
+    """
+    conn = v.connection_for(using)
+    q = conn.ops.quote_name
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        live = _live_with_key(name, business_key, using)
+        if live is not None:
+            return live, True
+        if Execution.objects.using(using).filter(pk=execution_id).exists():
+            raise IdConflictError(f"execution {execution_id} already exists", id=execution_id)
+        now = v.now(conn)
+        try:
+            with transaction.atomic(using=using):
+                cursor.execute(
+                    f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
+                    "failure_reason, suspended_reason, business_idempotency_key, task_queue, "
+                    "meta, last_seq, created_at, updated_at) "
+                    f"VALUES (%s, %s, %s, 'running', %s, '', '', %s, %s, %s, 1, {now}, {now})",
+                    [
+                        execution_id,
+                        name,
+                        version,
+                        prep(Execution, "input", input, conn),
+                        business_key,
+                        task_queue,
+                        prep(Execution, "meta", meta, conn),
+                    ],
+                )
+        except IntegrityError as exc:  # lost a race for the business key or the id
+            live = _live_with_key(name, business_key, using)
+            if live is not None:
+                return live, True
+            raise IdConflictError(f"execution {execution_id} already exists") from exc
+        started = NewEvent(WORKFLOW_STARTED, {"input": input, "seed": seed})
+        insert_events(cursor, conn, execution_id, 1, [started])
+        job_insert_many([jobs.task_envelope(execution_id, task_queue)], using=using)
+    return execution_id, False
+
+
+def _live_with_key(name: str, key: str | None, using: str) -> str | None:
+    if key is None:
+        return None
+    qs = Execution.objects.using(using).filter(name=name, business_idempotency_key=key)
+    return qs.filter(state__in=DURABLE_LIVE).values_list("id", flat=True).first()
+
+
+# -- one replay pass -----------------------------------------------------------------
+
+
+def execution_commit_pass(
+    ref: LeaseRef,
+    *,
+    execution_id: str,
+    expected_seq: int,
+    events: Sequence[NewEvent],
+    operations: Sequence[Envelope],
+    ending: Ending | None,
+    next_timer_at: datetime | None = None,
+    reset_attempts: bool = False,
+    using: str = "default",
+) -> int:
+    """Record what one replay pass decided, in one transaction fenced twice.
+
+    The append is a compare-and-set on ``expected_seq`` (the last seq the pass read), so
+    a pass that raced another writer — a fact landing meanwhile, or a second pass —
+    raises :class:`RevisionConflictError` and writes nothing; the workflow task's lease is
+    checked too (:class:`LeaseLostError`). Operation jobs are enqueued by their execution
+    key, so a retried pass never creates a second job. ``next_timer_at`` is when the
+    earliest timer the pass left unfired is due.
+    """
+    conn = v.connection_for(using)
+    header: dict[str, Any] = {"next_timer_at": next_timer_at}
+    if ending is not None:
+        header.update(
+            state=ending.state,
+            result=ending.result,
+            failure_reason=ending.failure_reason,
+            finished_at=None,
+        )
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        locked = lock_execution(cursor, conn, execution_id)
+        if locked is None or locked.state != "running" or locked.last_seq != expected_seq:
+            raise RevisionConflictError(
+                f"execution {execution_id} changed while its workflow task ran",
+                execution_id=execution_id,
+            )
+        _lock_one(cursor, conn, ref, "id")  # LeaseLostError if the task moved on
+        last = append(cursor, conn, execution_id, expected_seq, events, header)
+        if operations:
+            job_insert_many(list(operations), using=using)
+        if reset_attempts:  # earlier failures and crashes of this task no longer count
+            jobs.task_reset_attempts(cursor, ref.job_id)
+    return last
+
+
+# -- signals -------------------------------------------------------------------------
+
+
+def signal_deliver(
+    execution_id: str,
+    *,
+    name: str,
+    payload: Any,
+    message_id: str | None,
+    using: str = "default",
+) -> bool:
+    """Record a signal (inbox + ``SignalReceived``) and wake a running execution, atomically.
+
+    Returns False when ``message_id`` was already delivered for ``name``. A terminal or
+    suspended execution records the signal without a wake-up (resume wakes it).
+    """
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        locked = lock_execution(cursor, conn, execution_id)
+        if locked is None:
+            raise NotFoundError(f"execution {execution_id} does not exist", id=execution_id)
+        if message_id is not None and (
+            SignalInbox.objects.using(using)
+            .filter(workflow_id=execution_id, name=name, message_id=message_id)
+            .exists()
+        ):
+            return False
+        event = {"name": name, "payload": payload}
+        if message_id is not None:
+            event["message_id"] = message_id
+        seq = append_fact(cursor, conn, execution_id, locked, [NewEvent(SIGNAL_RECEIVED, event)])
+        cursor.execute(
+            "INSERT INTO headgate_durable_signal (workflow_id, name, message_id, payload, seq, "
+            f"received_at) VALUES (%s, %s, %s, %s, %s, {v.now(conn)})",
+            [execution_id, name, message_id, prep(SignalInbox, "payload", payload, conn), seq],
+        )
+        if locked.state == "running":
+            jobs.task_wake(cursor, conn, execution_id, locked.task_queue)
+    return True
+
+
+# -- operator verbs ------------------------------------------------------------------
+
+
+def execution_suspend(execution_id: str, *, reason: str, using: str = "default") -> None:
+    """running → suspended: no replay until resumed."""
+    _transition(execution_id, "suspended", reason=reason, using=using)
+
+
+def execution_resume(execution_id: str, *, using: str = "default") -> None:
+    """suspended → running, and wake the workflow task with a fresh replay budget."""
+    _transition(execution_id, "running", using=using)
+
+
+def execution_cancel(execution_id: str, *, reason: str, using: str = "default") -> list[str]:
+    """Any live state → cancelled; return the ids of its live jobs (the caller cancels them).
+
+    The jobs are cancelled in a second transaction by the caller: a finishing Operation job
+    locks its row before the header, so taking both here could deadlock with it.
+    """
+    _transition(execution_id, "cancelled", reason=reason, using=using)
+    return jobs.live_job_ids(execution_id, using=using)
+
+
+def _transition(execution_id: str, target: str, *, reason: str = "", using: str) -> None:
+    allowed = {"suspended": ("running",), "running": ("suspended",), "cancelled": DURABLE_LIVE}
+    event = {
+        "suspended": NewEvent(WORKFLOW_SUSPENDED, {"reason": reason}),
+        "running": NewEvent(WORKFLOW_RESUMED, {}),
+        "cancelled": NewEvent(WORKFLOW_CANCELLED, {"reason": reason}),
+    }[target]
+    header: dict[str, Any] = {"state": target}
+    if target == "suspended":
+        header["suspended_reason"] = reason
+    elif target == "running":
+        header["suspended_reason"] = ""
+    else:
+        header.update(failure_reason=reason, finished_at=None, next_timer_at=None)
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        locked = lock_execution(cursor, conn, execution_id)
+        if locked is None:
+            raise NotFoundError(f"execution {execution_id} does not exist", id=execution_id)
+        state, last_seq, task_queue = locked.state, locked.last_seq, locked.task_queue
+        if state not in allowed[target]:
+            raise InvalidTransitionError(
+                f"execution {execution_id} is {state}; only a "
+                f"{' or '.join(allowed[target])} execution can become {target}",
+                state=state,
+            )
+        append(cursor, conn, execution_id, last_seq, [event], header)
+        if target == "running":
+            jobs.task_wake(cursor, conn, execution_id, task_queue, reset_attempts=True)
+
+
+# -- maintenance ---------------------------------------------------------------------
+
+
+def execution_vacuum(
+    *, older_than: timedelta, limit: int = 100, using: str = "default"
+) -> list[str]:
+    """Delete terminal executions finished more than ``older_than`` ago, with their history,
+    signals and jobs; return their ids."""
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {EXEC_TABLE} WHERE state IN (%s, %s, %s) AND finished_at <= "
+            f"{v.plus_ms(conn)} ORDER BY finished_at LIMIT %s{v.skip_locked(conn)}",
+            [*sorted(jobs.TERMINAL), -(older_than // _MS), limit],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        if not ids:
+            return []
+        marks = v.placeholders(len(ids))
+        cursor.execute(f"DELETE FROM headgate_durable_history WHERE execution_id IN ({marks})", ids)
+        cursor.execute(f"DELETE FROM headgate_durable_signal WHERE workflow_id IN ({marks})", ids)
+        cursor.execute(
+            f"DELETE FROM headgate_job WHERE workflow_id IN ({marks})",
+            [jobs.group_of(i) for i in ids],
+        )
+        cursor.execute(f"DELETE FROM {EXEC_TABLE} WHERE id IN ({marks})", ids)
+    return ids
+
+
+def _task_id_sql(conn: Any) -> str:
+    if conn.vendor == "mysql":
+        return "CONCAT(e.id, ':task')"
+    return "(e.id || ':task')"
+
+
+def execution_reconcile(
+    *, stalled_for: timedelta, limit: int = 100, using: str = "default"
+) -> dict[str, list[str]]:
+    """Defence in depth, for the duty: revive running executions idle for ``stalled_for``
+    whose workflow task is gone or finished, and record the outcome of Operation jobs that
+    finished without a hook (crash quarantine, bulk cancel). Returns what it touched."""
+    conn = v.connection_for(using)
+    live = jobs.LIVE_JOB_STATES
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT e.id FROM {EXEC_TABLE} e WHERE e.state = %s AND e.updated_at <= "
+            f"{v.plus_ms(conn)} AND NOT EXISTS (SELECT 1 FROM headgate_job j WHERE "
+            f"j.id = {_task_id_sql(conn)} AND j.state IN ({v.placeholders(len(live))})) "
+            "ORDER BY e.updated_at LIMIT %s",
+            ["running", -(stalled_for // _MS), *live, limit],
+        )
+        stalled = [row[0] for row in cursor.fetchall()]
+        lost = [State.QUARANTINED.value, State.CANCELLED.value]
+        start = len(jobs.GROUP_PREFIX) + 1  # SUBSTR(workflow_id, start) is the execution id
+        cursor.execute(
+            "SELECT DISTINCT j.workflow_id FROM headgate_job j WHERE j.kind = %s AND j.state IN "
+            f"(%s, %s) AND EXISTS (SELECT 1 FROM {EXEC_TABLE} e WHERE "
+            "e.id = SUBSTR(j.workflow_id, %s) AND e.state IN (%s, %s)) AND NOT EXISTS (SELECT 1 "
+            "FROM headgate_durable_history h WHERE h.fact_key = j.id AND "
+            "h.execution_id = SUBSTR(j.workflow_id, %s)) LIMIT %s",
+            [jobs.OP_KIND, *lost, start, *DURABLE_LIVE, start, limit],
+        )
+        unsettled = [row[0][len(jobs.GROUP_PREFIX) :] for row in cursor.fetchall()]
+    revived = []
+    for execution_id in stalled:
+        with transaction.atomic(using=using), conn.cursor() as cursor:
+            locked = lock_execution(cursor, conn, execution_id)
+            if locked is not None and locked.state == "running":
+                jobs.task_wake(cursor, conn, execution_id, locked.task_queue)
+                revived.append(execution_id)
+    settled = []
+    for execution_id in unsettled:
+        with transaction.atomic(using=using), conn.cursor() as cursor:
+            if jobs.settle_finished_operations(cursor, conn, execution_id):
+                settled.append(execution_id)
+    return {"revived": revived, "settled": settled}

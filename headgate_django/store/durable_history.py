@@ -1,0 +1,202 @@
+"""The append-only history of durable executions: read it, and append to it safely.
+
+An append is a compare-and-set on the header's ``last_seq`` (the seq of the newest event)
+made while the header row is locked, backed by the unique ``(execution, seq)`` constraint:
+seqs stay contiguous from 1 and two writers can never both append at one seq. Every durable
+writer locks the header before anything else it touches in the durable tables, which also
+orders the wake-ups of the workflow task (see :mod:`.durable_jobs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from headgate_django.exceptions import NotFoundError, RevisionConflictError
+from headgate_django.kernel.replay_events import TIMER_FIRED, TIMER_SCHEDULED, Event, due_timers
+from headgate_django.models import Execution, HistoryEvent
+from headgate_django.store import vendor as v
+
+EXEC_TABLE = "headgate_durable_execution"
+HISTORY_TABLE = "headgate_durable_history"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append. ``at=None`` stamps it with the store clock at insert time;
+    ``fact_key`` (an Operation's execution key) allows one result event per Operation."""
+
+    type: str
+    payload: dict[str, Any]
+    at: datetime | None = None
+    fact_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Locked:
+    """The header fields a writer needs, read under the row lock, and the store time."""
+
+    state: str
+    last_seq: int
+    task_queue: str
+    timer_due: bool
+    now: datetime
+
+
+def to_ms(at: datetime) -> int:
+    """Exact epoch milliseconds (no float rounding), as the replay engine sees instants."""
+    return (at - _EPOCH) // _MS
+
+
+def prep(model: Any, column: str, value: Any, conn: Any) -> Any:
+    """A Python value as the raw SQL parameter the ORM would store in ``column``."""
+    return model._meta.get_field(column).get_db_prep_save(value, connection=conn)
+
+
+def from_ms(ms: int) -> datetime:
+    return _EPOCH + ms * _MS
+
+
+def history_load(
+    execution_id: str,
+    *,
+    after_seq: int = 0,
+    upto_seq: int | None = None,
+    types: Sequence[str] | None = None,
+    using: str = "default",
+) -> list[Event]:
+    """Events with ``after_seq < seq <= upto_seq`` (of ``types``) in seq order, as the replay
+    engine reads them."""
+    qs = HistoryEvent.objects.using(using).filter(execution_id=execution_id, seq__gt=after_seq)
+    if upto_seq is not None:
+        qs = qs.filter(seq__lte=upto_seq)
+    if types is not None:
+        qs = qs.filter(type__in=types)
+    rows = qs.order_by("seq").values_list("seq", "type", "payload", "at")
+    return [Event(seq, type_, payload, to_ms(at)) for seq, type_, payload, at in rows]
+
+
+def lock_execution(cursor: Any, conn: Any, execution_id: str) -> Locked | None:
+    """Lock the header row (the durable writers' mutex); None when it does not exist."""
+    now = v.now(conn)
+    cursor.execute(
+        f"SELECT state, last_seq, task_queue, CASE WHEN next_timer_at <= {now} THEN 1 ELSE 0 "
+        f"END, {now} FROM {EXEC_TABLE} WHERE id = %s{v.for_update(conn)}",
+        [execution_id],
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return Locked(row[0], int(row[1]), row[2], bool(row[3]), v.parse_instant(conn, row[4]))
+
+
+def append(
+    cursor: Any,
+    conn: Any,
+    execution_id: str,
+    expected_seq: int,
+    events: Sequence[NewEvent],
+    header: dict[str, Any] | None = None,
+) -> int:
+    """Append ``events`` right after seq ``expected_seq`` and set ``header`` columns; return
+    the new last seq, or raise :class:`RevisionConflictError` if the history moved on.
+
+    ``header["finished_at"]`` (any value) stamps the store clock.
+    """
+    q = conn.ops.quote_name
+    sets = [f"last_seq = %s, updated_at = {v.now(conn)}"]
+    params: list[Any] = [expected_seq + len(events)]
+    for column, value in (header or {}).items():
+        if column == "finished_at":
+            sets.append(f"finished_at = {v.now(conn)}")
+        else:
+            sets.append(f"{q(column)} = %s")
+            params.append(prep(Execution, column, value, conn))
+    cursor.execute(
+        f"UPDATE {EXEC_TABLE} SET {', '.join(sets)} WHERE id = %s AND last_seq = %s",
+        [*params, execution_id, expected_seq],
+    )
+    if cursor.rowcount != 1:
+        raise RevisionConflictError(
+            f"the history of execution {execution_id} moved past seq {expected_seq}",
+            execution_id=execution_id,
+        )
+    if events:
+        insert_events(cursor, conn, execution_id, expected_seq + 1, events)
+    return expected_seq + len(events)
+
+
+def append_fact(
+    cursor: Any,
+    conn: Any,
+    execution_id: str,
+    locked: Locked,
+    events: Sequence[NewEvent],
+    header: dict[str, Any] | None = None,
+) -> int:
+    """Append facts from outside a replay pass (an Operation outcome, a signal, a decision),
+    first recording every timer already due, so history follows the store clock: a timer
+    due before a signal arrived comes before it, however late a worker gets to either."""
+    fired: list[NewEvent] = []
+    if locked.timer_due:
+        timers = history_load(execution_id, types=(TIMER_SCHEDULED, TIMER_FIRED), using=conn.alias)
+        due = due_timers(timers, to_ms(locked.now))
+        fired = [NewEvent(TIMER_FIRED, {"command_id": cid}, at=locked.now) for cid in due]
+        header = {**(header or {}), "next_timer_at": next_timer(timers, fired=due)}
+    return append(cursor, conn, execution_id, locked.last_seq, [*fired, *events], header)
+
+
+def next_timer(history: Sequence[Event], *, fired: Sequence[str] = ()) -> datetime | None:
+    """When the earliest timer of ``history`` that has not fired (nor is in ``fired``) is due."""
+    done = set(fired) | {e.payload.get("command_id") for e in history if e.type == TIMER_FIRED}
+    pending = [
+        e.payload.get("fire_at_ms")
+        for e in history
+        if e.type == TIMER_SCHEDULED and e.payload.get("command_id") not in done
+    ]
+    valid = [at for at in pending if isinstance(at, int)]  # tolerant: replay reports corruption
+    return from_ms(min(valid)) if valid else None
+
+
+def insert_events(
+    cursor: Any, conn: Any, execution_id: str, first_seq: int, events: Sequence[NewEvent]
+) -> None:
+    q = conn.ops.quote_name
+    rows, params = [], []
+    for offset, event in enumerate(events):
+        rows.append(f"(%s, %s, %s, %s, {v.now(conn) if event.at is None else '%s'}, %s)")
+        params += [execution_id, first_seq + offset, event.type]
+        params.append(prep(HistoryEvent, "payload", event.payload, conn))
+        if event.at is not None:
+            params.append(prep(HistoryEvent, "at", event.at, conn))
+        params.append(event.fact_key)
+    cursor.execute(
+        f"INSERT INTO {HISTORY_TABLE} (execution_id, seq, {q('type')}, payload, {q('at')}, "
+        f"fact_key) VALUES {', '.join(rows)}",
+        params,
+    )
+
+
+def history_append(
+    execution_id: str,
+    *,
+    expected_seq: int,
+    events: Sequence[NewEvent],
+    using: str = "default",
+) -> int:
+    """Append ``events`` after seq ``expected_seq``; return the new last seq.
+
+    Raises :class:`RevisionConflictError` when another writer appended first, and
+    :class:`NotFoundError` for a missing execution.
+    """
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        if lock_execution(cursor, conn, execution_id) is None:
+            raise NotFoundError(f"execution {execution_id} does not exist", id=execution_id)
+        return append(cursor, conn, execution_id, expected_seq, events)

@@ -1,0 +1,426 @@
+"""The jobs of the durable runtime: one workflow task per execution, one job per Operation.
+
+The **workflow task** (kind ``headgate:durable-task``) has the id ``<execution>:task``, so an
+execution has at most one and at most one replay pass runs at a time. It lives as long as
+the execution: between passes it waits ``scheduled`` (for a timer, or a long re-check when
+only a fact can wake it). A wake-up makes it ``available`` now; if it is ``running``, its
+``scheduled_at`` moves past its ``claimed_at`` and the snooze that ends the pass honours
+that by running it again at once (see ``job_snooze``). Wakers lock the execution header
+first, and a pass commits under the same lock, so no wake-up is lost in between.
+
+An **Operation job** (kind ``headgate:durable-op``) has its execution key as id, so a pass
+retried after a crash finds the job it already enqueued. Its outcome reaches history in
+the transaction that finishes the job: the ``ON_FINISH`` hook records the fact and wakes
+the workflow task (lock order everywhere: Operation job, header, workflow task).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from headgate_django.conf import headgate_settings
+from headgate_django.envelope import Envelope, encode_call
+from headgate_django.exceptions import InvalidTransitionError, NotFoundError
+from headgate_django.kernel.replay_events import (
+    OPERATION_COMPLETED,
+    OPERATION_FAILED,
+    OPERATION_UNCERTAIN,
+    OPERATION_UNCERTAIN_RESOLVED,
+)
+from headgate_django.kernel.states import LIVE_STATES, State
+from headgate_django.models import Execution, HistoryEvent, Job
+from headgate_django.store import hooks
+from headgate_django.store import vendor as v
+from headgate_django.store.durable_history import (
+    HISTORY_TABLE,
+    NewEvent,
+    append_fact,
+    lock_execution,
+)
+from headgate_django.store.fenced import LeaseRef, _append, _error_entry, _lock_one
+from headgate_django.store.insert import job_insert_many
+from headgate_django.store.rows import RowReader, prep
+
+TASK_KIND = "headgate:durable-task"
+OP_KIND = "headgate:durable-op"
+#: ``Job.workflow_id`` of an execution's jobs: prefixed so it never meets a DAG workflow id.
+GROUP_PREFIX = "durable:"
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+LIVE_JOB_STATES = sorted(s.value for s in LIVE_STATES)
+_FINISHED = [
+    State.COMPLETED.value,
+    State.ARCHIVED.value,
+    State.CANCELLED.value,
+    State.UNDECODABLE.value,
+    State.QUARANTINED.value,
+]
+#: Operation job rows must outlive their ack: the hook reads the result from them.
+_MIN_OP_RETENTION = timedelta(hours=1)
+
+
+def task_job_id(execution_id: str) -> str:
+    return f"{execution_id}:task"
+
+
+def group_of(execution_id: str) -> str:
+    return f"{GROUP_PREFIX}{execution_id}"
+
+
+def task_envelope(execution_id: str, task_queue: str) -> Envelope:
+    return Envelope(
+        kind=TASK_KIND,
+        id=task_job_id(execution_id),
+        payload=encode_call((), {"execution_id": execution_id}),
+        queue=task_queue,
+        workflow_id=group_of(execution_id),
+    )
+
+
+def operation_envelope(
+    execution_id: str,
+    *,
+    command_id: str,
+    name: str,
+    version: str,
+    input: Any,
+    execution_key: str,
+    queue: str,
+    max_attempts: int,
+) -> Envelope:
+    call = {"execution_id": execution_id, "command_id": command_id, "name": name}
+    call.update(version=version, input=input)
+    return Envelope(
+        kind=OP_KIND,
+        id=execution_key,
+        payload=encode_call((), call),
+        queue=queue,
+        max_attempts=max_attempts,
+        retention=max(headgate_settings.RETENTION, _MIN_OP_RETENTION),
+        workflow_id=group_of(execution_id),
+    )
+
+
+# -- the workflow task ---------------------------------------------------------------
+
+
+def _after_claim(conn: Any) -> str:
+    """``max(now, claimed_at + 1 ms)``: a wake of a running task must land strictly after
+    its claim even within one tick of a millisecond clock (SQLite)."""
+    if conn.vendor == "postgresql":
+        return "GREATEST(clock_timestamp(), claimed_at + interval '1 millisecond')"
+    if conn.vendor == "mysql":
+        return "GREATEST(UTC_TIMESTAMP(6), claimed_at + INTERVAL 1000 MICROSECOND)"
+    return (
+        "MAX(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'), "
+        "strftime('%%Y-%%m-%%d %%H:%%M:%%f', claimed_at, '+0.001 seconds'))"
+    )
+
+
+def task_wake(
+    cursor: Any, conn: Any, execution_id: str, task_queue: str, *, reset_attempts: bool = False
+) -> None:
+    """Make the execution's workflow task run (again) now. Call with the header locked.
+
+    A task backing off after a replay error keeps its backoff (the next pass reads every
+    fact anyway); a missing or finished one is revived, so a running execution always has
+    a task after this.
+    """
+    job_id = task_job_id(execution_id)
+    s = State
+    # scheduled_at first: MySQL evaluates SET assignments left to right on the new values.
+    cursor.execute(
+        f"UPDATE headgate_job SET scheduled_at = CASE WHEN state = %s THEN {_after_claim(conn)} "
+        f"WHEN state = %s THEN scheduled_at ELSE {v.now(conn)} END, "
+        "state = CASE WHEN state IN (%s, %s) THEN %s ELSE state END"
+        f"{', attempt = 0, crash_attempt = 0' if reset_attempts else ''} "
+        "WHERE id = %s AND state IN (%s, %s, %s, %s)",
+        [
+            s.RUNNING.value,
+            s.AVAILABLE.value,
+            s.SCHEDULED.value,
+            s.PENDING.value,
+            s.AVAILABLE.value,
+            job_id,
+            s.SCHEDULED.value,
+            s.PENDING.value,
+            s.AVAILABLE.value,
+            s.RUNNING.value,
+        ],
+    )
+    if cursor.rowcount:
+        return
+    cursor.execute("SELECT state FROM headgate_job WHERE id = %s", [job_id])
+    row = cursor.fetchone()
+    if row is None:
+        job_insert_many([task_envelope(execution_id, task_queue)], using=conn.alias)
+    elif row[0] == s.RETRYABLE.value and reset_attempts:
+        cursor.execute("UPDATE headgate_job SET attempt = 0 WHERE id = %s", [job_id])
+    elif row[0] not in (s.RETRYABLE.value, s.QUARANTINED.value):
+        # Finished under an earlier life (archived after errors, cancelled by an operator):
+        # a fresh set of attempts, as an operator retry would give it.
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, attempt = 0, crash_attempt = 0, "
+            f"scheduled_at = {v.now(conn)}, finalized_at = NULL, expires_at = NULL WHERE id = %s",
+            [s.AVAILABLE.value, job_id],
+        )
+
+
+def task_reset_attempts(cursor: Any, job_id: str) -> None:
+    cursor.execute("UPDATE headgate_job SET attempt = 0, crash_attempt = 0 WHERE id = %s", [job_id])
+
+
+def live_job_ids(execution_id: str, *, using: str = "default") -> list[str]:
+    qs = Job.objects.using(using).filter(
+        workflow_id=group_of(execution_id), state__in=LIVE_JOB_STATES
+    )
+    return sorted(qs.values_list("id", flat=True))
+
+
+# -- Operation outcomes --------------------------------------------------------------
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _marker(checkpoint: Any) -> dict[str, Any]:
+    """The durable runtime's note on an Operation job (``uncertain``, ``failed``, …)."""
+    marker = (_json(checkpoint) or {}).get("durable")
+    return marker if isinstance(marker, dict) else {}
+
+
+def _fact(job: dict[str, Any], execution_id: str) -> NewEvent | None:
+    """The history fact a finished Operation job stands for; None while it is uncertain."""
+    cid = job["id"][len(execution_id) + 1 :]
+    marker = _marker(job["checkpoint"])
+    state = job["state"]
+    if state == State.COMPLETED.value:
+        payload = {"command_id": cid, "result": job["result"]}
+        return NewEvent(OPERATION_COMPLETED, payload, fact_key=job["id"])
+    if marker.get("state") == "uncertain":
+        return None
+    errors = _json(job["errors"]) or []
+    last = errors[-1] if errors else {}
+    if marker.get("state") == "failed":
+        error = str(marker.get("error") or "the Operation failed")
+    elif state == State.ARCHIVED.value and last.get("kind") == "skip":
+        return NewEvent(OPERATION_COMPLETED, {"command_id": cid}, fact_key=job["id"])
+    elif state == State.ARCHIVED.value:
+        error = str(last.get("error") or "the Operation failed")
+    else:
+        error = f"the Operation's job is {state}: {last.get('error') or 'no error recorded'}"
+    return NewEvent(OPERATION_FAILED, {"command_id": cid, "error": error}, fact_key=job["id"])
+
+
+def settle_finished_operations(cursor: Any, conn: Any, execution_id: str) -> int:
+    """Record the outcome of every finished Operation job of the execution that history
+    lacks, and wake its workflow task; return how many facts were appended."""
+    locked = lock_execution(cursor, conn, execution_id)
+    if locked is None or locked.state in TERMINAL:
+        return 0
+    columns = ("id", "state", "result", "errors", "checkpoint")
+    cursor.execute(
+        f"SELECT {', '.join(columns)} FROM headgate_job WHERE workflow_id = %s AND kind = %s "
+        f"AND state IN ({v.placeholders(len(_FINISHED))}) AND NOT EXISTS (SELECT 1 FROM "
+        f"{HISTORY_TABLE} h WHERE h.execution_id = %s AND h.fact_key = headgate_job.id) "
+        "ORDER BY id",
+        [group_of(execution_id), OP_KIND, *_FINISHED, execution_id],
+    )
+    reader = RowReader.get(conn, columns)
+    events, waiting = [], []
+    for job in (reader.read(row) for row in cursor.fetchall()):
+        fact = _fact(job, execution_id)
+        if fact is None:
+            waiting.append(job["id"])
+        else:
+            events.append(fact)
+    if waiting:  # an operator decides an uncertain Operation: retention must not evict it
+        cursor.execute(
+            "UPDATE headgate_job SET expires_at = NULL "
+            f"WHERE id IN ({v.placeholders(len(waiting))})",
+            waiting,
+        )
+    if events:
+        append_fact(cursor, conn, execution_id, locked, events)
+        if locked.state == "running":
+            task_wake(cursor, conn, execution_id, locked.task_queue)
+    return len(events)
+
+
+def _on_finish(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
+    for group in sorted(w for w in workflow_ids if w.startswith(GROUP_PREFIX)):
+        settle_finished_operations(cursor, conn, group[len(GROUP_PREFIX) :])
+
+
+hooks.ON_FINISH.append(_on_finish)
+
+
+@dataclass(frozen=True)
+class RerunStatus:
+    """What a re-run of an Operation job must know before running the Operation again."""
+
+    execution_state: str | None
+    settled: bool
+    uncertain: bool
+
+
+def operation_rerun_status(
+    execution_id: str, job_id: str, *, using: str = "default"
+) -> RerunStatus:
+    state = Execution.objects.using(using).filter(pk=execution_id).values_list("state", flat=True)
+    settled = HistoryEvent.objects.using(using).filter(execution_id=execution_id, fact_key=job_id)
+    checkpoint = Job.objects.using(using).filter(pk=job_id).values_list("checkpoint", flat=True)
+    return RerunStatus(
+        execution_state=state.first(),
+        settled=settled.exists(),
+        uncertain=_marker(checkpoint.first()).get("state") == "uncertain",
+    )
+
+
+def operation_mark_failed(ref: LeaseRef, *, error: str, using: str = "default") -> None:
+    """Note (fenced) that this attempt failed the Operation for good; the job is then
+    skipped by the worker and the hook records ``OperationFailed`` with ``error``."""
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        (checkpoint, _) = _lock_one(cursor, conn, ref, "checkpoint")
+        marked = {**(_json(checkpoint) or {}), "durable": {"state": "failed", "error": error}}
+        cursor.execute(
+            "UPDATE headgate_job SET checkpoint = %s WHERE id = %s",
+            [prep(conn, "checkpoint", marked), ref.job_id],
+        )
+
+
+def operation_mark_uncertain(
+    ref: LeaseRef,
+    *,
+    execution_id: str,
+    command_id: str,
+    reason: str,
+    finish_job: bool,
+    using: str = "default",
+) -> None:
+    """The Operation may or may not have had its effect: record ``OperationUncertain`` and
+    suspend the execution for an operator, fenced on the attempt's lease.
+
+    ``finish_job`` also archives the job now (StartToClose: its handler may never return);
+    otherwise the handler skips it afterwards, and a crash in between re-runs nothing (the
+    next attempt sees the note and skips).
+    """
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        checkpoint, errors, attempt, at = _lock_one(
+            cursor, conn, ref, "checkpoint, errors, attempt"
+        )
+        marked = {**(_json(checkpoint) or {}), "durable": {"state": "uncertain", "reason": reason}}
+        if finish_job:
+            entry = _error_entry(conn, at, attempt + 1, "uncertain", reason, None)
+            cursor.execute(
+                f"UPDATE headgate_job SET state = %s, checkpoint = %s, errors = %s, "
+                f"finalized_at = {v.now(conn)}, expires_at = NULL, lease_id = NULL, "
+                "lease_expires_at = NULL WHERE id = %s",
+                [
+                    State.ARCHIVED.value,
+                    prep(conn, "checkpoint", marked),
+                    prep(conn, "errors", _append(errors, entry)),
+                    ref.job_id,
+                ],
+            )
+        else:
+            cursor.execute(
+                "UPDATE headgate_job SET checkpoint = %s WHERE id = %s",
+                [prep(conn, "checkpoint", marked), ref.job_id],
+            )
+        locked = lock_execution(cursor, conn, execution_id)
+        if locked is None or locked.state in TERMINAL:
+            return
+        header = None
+        if locked.state == "running":
+            why = f"Operation job {ref.job_id} is uncertain: {reason}"
+            header = {"state": "suspended", "suspended_reason": why}
+        event = NewEvent(OPERATION_UNCERTAIN, {"command_id": command_id, "reason": reason})
+        append_fact(cursor, conn, execution_id, locked, [event], header)
+
+
+def operation_resolve(
+    job_id: str, *, decision: str, result: Any = None, error: str = "", using: str = "default"
+) -> None:
+    """Apply an operator's decision to an uncertain Operation, atomically with its history
+    and the wake-up: ``complete`` (with ``result``), ``fail`` (with ``error``) or ``retry``.
+
+    Refuses, writing nothing, unless the Operation is uncertain right now. The execution
+    resumes once none of its Operations is uncertain any more.
+    """
+    job = Job.objects.using(using).filter(pk=job_id, kind=OP_KIND).values("workflow_id").first()
+    if job is None or not str(job["workflow_id"] or "").startswith(GROUP_PREFIX):
+        raise NotFoundError(f"no durable Operation job {job_id}", id=job_id)
+    execution_id = job["workflow_id"][len(GROUP_PREFIX) :]
+    cid = job_id[len(execution_id) + 1 :]
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        locked = lock_execution(cursor, conn, execution_id)
+        cursor.execute(
+            f"SELECT state, checkpoint FROM headgate_job WHERE id = %s{v.for_update(conn)}",
+            [job_id],
+        )
+        state, checkpoint = cursor.fetchone() or (None, None)
+        if state != State.ARCHIVED.value or _marker(checkpoint).get("state") != "uncertain":
+            raise InvalidTransitionError(
+                f"Operation job {job_id} is not uncertain (its job is {state})", state=state
+            )
+        if locked is None or locked.state in TERMINAL:
+            raise InvalidTransitionError(
+                f"execution {execution_id} is {locked.state if locked else 'gone'}",
+                state=locked.state if locked else None,
+            )
+        events = [NewEvent(OPERATION_UNCERTAIN_RESOLVED, {"command_id": cid, "decision": decision})]
+        if decision == "complete":
+            payload = {"command_id": cid, "result": result}
+            events.append(NewEvent(OPERATION_COMPLETED, payload, fact_key=job_id))
+        elif decision == "fail":
+            payload = {"command_id": cid, "error": error or "uncertain: fail"}
+            events.append(NewEvent(OPERATION_FAILED, payload, fact_key=job_id))
+        _apply_decision(cursor, conn, job_id, checkpoint, decision, result)
+        header = None
+        if locked.state == "suspended" and _uncertain_left(cursor, conn, execution_id) <= 1:
+            header = {"state": "running", "suspended_reason": ""}
+        append_fact(cursor, conn, execution_id, locked, events, header)
+        if decision != "retry" and (header or locked.state == "running"):
+            task_wake(cursor, conn, execution_id, locked.task_queue)
+
+
+def _apply_decision(
+    cursor: Any, conn: Any, job_id: str, checkpoint: Any, decision: str, result: Any
+) -> None:
+    if decision == "retry":
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, attempt = 0, crash_attempt = 0, "
+            f"scheduled_at = {v.now(conn)}, finalized_at = NULL, expires_at = NULL, "
+            "checkpoint = %s WHERE id = %s",
+            [State.AVAILABLE.value, prep(conn, "checkpoint", {}), job_id],
+        )
+        return
+    marked = {**(_json(checkpoint) or {}), "durable": {"state": "resolved", "decision": decision}}
+    cursor.execute(
+        f"UPDATE headgate_job SET checkpoint = %s, result = %s, "
+        f"expires_at = {v.plus_duration_column(conn, 'retention')} WHERE id = %s",
+        [prep(conn, "checkpoint", marked), prep(conn, "result", result), job_id],
+    )
+
+
+def _uncertain_left(cursor: Any, conn: Any, execution_id: str) -> int:
+    """Uncertain Operations of the execution not yet resolved (before this resolution)."""
+    kind = conn.ops.quote_name("type")
+    cursor.execute(
+        f"SELECT {kind}, COUNT(*) FROM {HISTORY_TABLE} WHERE execution_id = %s AND {kind} IN "
+        f"(%s, %s) GROUP BY {kind}",
+        [execution_id, OPERATION_UNCERTAIN, OPERATION_UNCERTAIN_RESOLVED],
+    )
+    counts = dict(cursor.fetchall())
+    return int(counts.get(OPERATION_UNCERTAIN, 0)) - int(
+        counts.get(OPERATION_UNCERTAIN_RESOLVED, 0)
+    )

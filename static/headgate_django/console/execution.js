@@ -1,0 +1,104 @@
+/* Headgate console: the durable execution page — header, Operations (pending and uncertain
+   ones flagged in text and colour), timers and the history timeline, kept live. */
+(function () {
+  "use strict";
+
+  function h(tag, attrs, children) {
+    var el = document.createElement(tag);
+    for (var key in attrs || {}) {
+      if (attrs[key] !== null && attrs[key] !== undefined) {
+        el.setAttribute(key, attrs[key]);
+      }
+    }
+    (children || []).forEach(function (child) {
+      if (child !== null && child !== undefined) {
+        el.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
+      }
+    });
+    return el;
+  }
+
+  function when(iso) {
+    return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", " UTC") : "—";
+  }
+
+  function summary(event) {
+    var parts = [];
+    for (var key in event.summary) {
+      parts.push(key + "=" + JSON.stringify(event.summary[key]));
+    }
+    var cell = [parts.join(", ")];
+    if (event.payload) {
+      cell.push(h("details", {}, [h("summary", {}, ["payload"]),
+        h("pre", { "class": "hg-json" }, [JSON.stringify(event.payload, null, 2)])]));
+    }
+    return cell;
+  }
+
+  function render(snap) {
+    var state = document.getElementById("hg-state");
+    state.textContent = snap.state;
+    state.className = "hg-badge hg-wf-" + ({ succeeded: "succeeded", failed: "failed", cancelled: "cancelled" }[snap.state] || "running");
+    var header = document.getElementById("hg-header");
+    var fields = [["Task queue", snap.task_queue], ["Created", when(snap.created_at)],
+      ["Updated", when(snap.updated_at)], ["Finished", when(snap.finished_at)],
+      ["History length", snap.last_seq], ["Failure reason", snap.failure_reason || "—"],
+      ["Suspended because", snap.suspended_reason || "—"],
+      ["Waiting for", snap.pending.length ? snap.pending.join(", ") : "no Operation"],
+      ["Uncertain", snap.uncertain.length ? snap.uncertain.join(", ") : "none"]];
+    header.replaceChildren.apply(header, fields.reduce(function (all, f) {
+      return all.concat([h("dt", {}, [f[0]]), h("dd", {}, [f[1]])]);
+    }, []));
+    var ops = snap.operations.map(function (op) {
+      return h("tr", { "class": "hg-op-" + op.status, "data-command": op.command_id }, [
+        h("td", {}, [op.command_id]),
+        h("td", {}, [op.name + "@" + op.version]),
+        h("td", {}, [h("span", { "class": "hg-flag" }, [op.status])]),
+        h("td", {}, [op.url ? h("a", { href: op.url }, [(op.job_state || "") + " " + op.job_id]) : op.job_id]),
+        h("td", {}, [op.attempt === undefined || op.attempt === null ? "—" : op.attempt + " / " + op.max_attempts]),
+        h("td", {}, [op.detail || ""])
+      ]);
+    });
+    if (!ops.length) {
+      ops = [h("tr", {}, [h("td", { colspan: "6" }, ["No Operation scheduled yet."])])];
+    }
+    var body = document.getElementById("hg-ops-body");
+    body.replaceChildren.apply(body, ops);
+    var timers = document.getElementById("hg-timers");
+    timers.replaceChildren(snap.timers.length ? h("ul", {}, snap.timers.map(function (t) {
+      return h("li", {}, [t.command_id + ": " + (t.duration_ms / 1000) + " s, " +
+        (t.fired ? "fired" : "due " + when(new Date(t.fire_at_ms).toISOString()))]);
+    })) : h("p", {}, ["No timers."]));
+    var history = document.getElementById("hg-history-body");
+    history.replaceChildren.apply(history, snap.events.map(function (e) {
+      return h("tr", {}, [h("td", { "class": "hg-num" }, [e.seq]), h("td", {}, [when(e.at)]),
+        h("td", {}, [e.type]), h("td", {}, summary(e))]);
+    }));
+  }
+
+  function start() {
+    var root = document.getElementById("hg-execution");
+    render(JSON.parse(document.getElementById("hg-snapshot").textContent));
+    root.setAttribute("data-ready", "1");
+    var live = document.getElementById("hg-live");
+    var path = root.getAttribute("data-ws") + "?site=" + encodeURIComponent(root.getAttribute("data-site"));
+    window.HGLive.connect(path, {
+      onStatus: function (status) {
+        window.HGLive.showStatus(live, status);
+      },
+      onMessage: function (message) {
+        if (message.type === "gone") {
+          root.querySelector(".hg-gone").hidden = false;
+        } else if (message.type === "snapshot") {
+          render(message.snapshot);
+        }
+      }
+    });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

@@ -1,0 +1,72 @@
+/* Headgate console: one WebSocket per live page, reconnecting until the page goes away.
+
+   After a server restart (or a network blip) the socket closes; we retry with a capped
+   exponential backoff, and the server answers every new connection with a fresh
+   snapshot, so the page is back in sync without a reload. */
+(function () {
+  "use strict";
+
+  function connect(path, handlers) {
+    var delay = 250;
+    var socket = null;
+    var stopped = false;
+
+    function url() {
+      return (window.location.protocol === "https:" ? "wss://" : "ws://") + window.location.host + path;
+    }
+
+    function open() {
+      handlers.onStatus("connecting");
+      socket = new WebSocket(url());
+      socket.onopen = function () {
+        delay = 250;
+        handlers.onStatus("live");
+      };
+      socket.onmessage = function (event) {
+        var message;
+        try {
+          message = JSON.parse(event.data);
+        } catch (err) {
+          return;
+        }
+        if (message.type === "gone") {
+          stopped = true;
+        }
+        handlers.onMessage(message);
+      };
+      socket.onclose = function () {
+        if (stopped) {
+          handlers.onStatus("closed");
+          return;
+        }
+        handlers.onStatus("reconnecting");
+        window.setTimeout(open, delay + Math.random() * 100);
+        delay = Math.min(delay * 2, 4000);
+      };
+    }
+
+    open();
+    return {
+      close: function () {
+        stopped = true;
+        if (socket) {
+          socket.close();
+        }
+      }
+    };
+  }
+
+  var LABELS = {
+    connecting: "Connecting…",
+    live: "Live",
+    reconnecting: "Reconnecting…",
+    closed: "Not live (the object is gone)"
+  };
+
+  function showStatus(el, status) {
+    el.textContent = LABELS[status] || status;
+    el.setAttribute("data-status", status);
+  }
+
+  window.HGLive = { connect: connect, showStatus: showStatus };
+})();

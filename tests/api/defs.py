@@ -1,0 +1,30 @@
+"""Tasks and durable definitions the API tests drive (registered at import, like a
+project's ``tasks.py``). Names are prefixed ``api`` so they never meet other suites'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headgate_django import durable, task
+
+
+@task(kind="test.api.welcome", schema_version=2)
+def send_welcome(ctx: Any, **kwargs: Any) -> dict[str, Any]:
+    return kwargs
+
+
+@durable.operation("api-unsure", version="1")
+def unsure(ctx: Any, _: Any) -> str:
+    raise durable.Uncertain("the bank did not answer")
+
+
+@durable.workflow("api-wait", version="1")
+def wait_for_go(ctx: durable.Context, order: Any) -> Any:
+    go = ctx.wait_signal("go")
+    ctx.select(go)
+    return {"order": order, "go": go.result()}
+
+
+@durable.workflow("api-unsure", version="1")
+def call_unsure(ctx: durable.Context, _: Any) -> Any:
+    return ctx.execute_operation("api-unsure", "1", None).result()

@@ -1,0 +1,183 @@
+"""One envelope, ``{"error": {"code", "message", "detail"}}``, for every error status —
+the API's own, DRF's, Django's, and a database that is down."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.db import OperationalError
+from django.test import override_settings
+from rest_framework.throttling import UserRateThrottle
+
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from tests.api.conftest import Api, onboarding_workflow
+from tests.conformance.helpers import job_in_state, unique_payload
+
+pytestmark = pytest.mark.django_db
+
+
+def envelope(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "detail"}
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert body["error"]["code"] == code, body
+    return body["error"]
+
+
+def test_400_validation_names_the_fields(operator: Api) -> None:
+    error = envelope(operator.post("/api/v1/jobs", {"priority": "high"}), 400, "invalid")
+    assert set(error["detail"]) == {"kind", "priority"}
+
+
+def test_400_malformed_json(operator: Api) -> None:
+    response = operator.client.post(
+        "/api/v1/jobs", "{", content_type="application/json", HTTP_IDEMPOTENCY_KEY="k"
+    )
+    envelope(response, 400, "parse_error")
+
+
+def test_400_json_strings_with_nul(operator: Api) -> None:
+    response = operator.post("/api/v1/jobs", {"kind": "test.echo", "kwargs": {"v": "a\x00b"}})
+    envelope(response, 400, "parse_error")
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=201", "limit=x", "cursor=zzzz", "state=nope"])
+def test_400_bad_query_parameters(operator: Api, query: str) -> None:
+    response = operator.get(f"/api/v1/jobs?{query}")
+    code = "invalid" if query.startswith("state") else "invalid_query_parameter"
+    envelope(response, 400, code)
+
+
+def test_401_without_credentials(anon: Api) -> None:
+    response = anon.get("/api/v1/jobs")
+    envelope(response, 401, "not_authenticated")
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_401_with_a_bad_token(anon: Api) -> None:
+    response = anon.get("/api/v1/jobs", HTTP_AUTHORIZATION="Token nope")
+    envelope(response, 401, "authentication_failed")
+
+
+def test_403_without_permission(viewer: Api) -> None:
+    envelope(viewer.post("/api/v1/queues/a/pause"), 403, "permission_denied")
+
+
+def test_404_unknown_object(operator: Api) -> None:
+    error = envelope(operator.get("/api/v1/jobs/nope"), 404, "not_found")
+    assert error["detail"] == {"id": "nope"}
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/nope", "/api/v1/jobs/a/b/c", "/api/v1", "/api/v1/jobs/", "/api/v1/jobs/%01"]
+)
+def test_404_unknown_route(anon: Api, path: str) -> None:
+    envelope(anon.get(path), 404, "not_found")
+
+
+def test_405_wrong_method_says_what_is_allowed(operator: Api) -> None:
+    response = operator.send("PATCH", "/api/v1/jobs", {})
+    envelope(response, 405, "method_not_allowed")
+    assert set(response["Allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
+
+
+def test_409_revision_conflict(operator: Api) -> None:
+    onboarding_workflow()
+    body = {"expected_revision": 7, "tasks": [{"name": "x", "kind": "test.noop"}]}
+    error = envelope(
+        operator.post("/api/v1/workflows/onboarding:42/grafts", body), 409, "revision_conflict"
+    )
+    assert error["detail"] == {"current_revision": 1}
+
+
+def test_409_duplicate_unique_key(operator: Api) -> None:
+    body = {"kind": "test.noop", "unique_key": "once"}
+    first = operator.post("/api/v1/jobs", body)
+    error = envelope(operator.post("/api/v1/jobs", body), 409, "duplicate")
+    assert error["detail"]["existing_id"] == first.json()["id"]
+
+
+def test_409_invalid_transition(operator: Api) -> None:
+    job_id, _ = job_in_state(State.COMPLETED)
+    envelope(operator.post(f"/api/v1/jobs/{job_id}/cancel"), 409, "invalid_transition")
+
+
+def test_413_request_body_over_2_mib(operator: Api) -> None:
+    body = {"kind": "test.echo", "kwargs": {"blob": "x" * (2 * 1024 * 1024)}}
+    error = envelope(operator.post("/api/v1/jobs", body), 413, "request_too_large")
+    assert error["detail"]["limit"] == 2 * 1024 * 1024
+
+
+def test_413_payload_over_its_limit(operator: Api) -> None:
+    payload = base64.b64encode(b"x" * (1024 * 1024 + 1)).decode()
+    response = operator.post("/api/v1/jobs", {"kind": "test.noop", "payload": payload})
+    envelope(response, 413, "payload_too_large")
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+def test_415_body_that_is_not_json(operator: Api, content_type: str) -> None:
+    response = operator.client.generic(
+        "POST",
+        "/api/v1/jobs",
+        b'{"kind": "test.noop"}',
+        content_type=content_type,
+        HTTP_IDEMPOTENCY_KEY="k",
+    )
+    envelope(response, 415, "unsupported_media_type")
+
+
+def test_422_invalid_definition(operator: Api) -> None:
+    response = operator.post("/api/v1/jobs", {"kind": "test.noop", "queue": "no spaces"})
+    envelope(response, 422, "invalid_definition")
+
+
+def test_423_quarantined_fingerprint(operator: Api) -> None:
+    payload = unique_payload()
+    job_in_state(State.QUARANTINED, payload=payload)
+    body = {"kind": "test.noop", "payload": base64.b64encode(payload).decode()}
+    error = envelope(operator.post("/api/v1/jobs", body), 423, "quarantined")
+    assert error["detail"]["fingerprint"] == Job.objects.get(state="quarantined").fingerprint
+
+
+class OnePerMinute(UserRateThrottle):
+    rate = "1/min"
+
+
+def test_429_throttled(operator: Api) -> None:
+    throttling = {"DEFAULT_THROTTLE_CLASSES": ["tests.api.test_errors.OnePerMinute"]}
+    with override_settings(REST_FRAMEWORK=throttling):
+        from django.core.cache import cache
+
+        cache.clear()
+        assert operator.get("/api/v1/meta").status_code == 200
+        response = operator.get("/api/v1/meta")
+        cache.clear()
+    envelope(response, 429, "throttled")
+    assert int(response["Retry-After"]) > 0
+
+
+def test_500_unclassified(operator: Api, caplog: Any) -> None:
+    with mock.patch("headgate_django.api.views.health.meta", side_effect=RuntimeError("boom")):
+        response = operator.get("/api/v1/meta")
+    error = envelope(response, 500, "internal_error")
+    assert "boom" not in error["message"]  # internals are logged, not shown
+    assert "boom" in caplog.text
+
+
+def test_503_database_down(operator: Api) -> None:
+    down = OperationalError("server closed the connection unexpectedly")
+    with mock.patch("django.db.backends.utils.CursorWrapper.execute", side_effect=down):
+        response = operator.get("/api/v1/jobs")
+        ready = operator.get("/api/v1/readyz")
+        alive = operator.get("/api/v1/healthz")
+    envelope(response, 503, "database_unavailable")
+    envelope(ready, 503, "database_unavailable")
+    assert response["Retry-After"] == ready["Retry-After"] == "1"
+    assert alive.status_code == 200 and alive.json() == {"status": "ok"}

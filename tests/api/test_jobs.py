@@ -1,0 +1,183 @@
+"""``/jobs``: lists without payloads, filters and cursors, payload reveal, enqueue, verbs."""
+
+from __future__ import annotations
+
+import base64
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from headgate_django import store
+from headgate_django.envelope import encode_call
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from tests.api.conftest import Api, _api
+from tests.conformance.helpers import enqueue_job, job_in_state
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "s3cret-payload-marker"
+
+
+def secret_job(**kwargs: Any) -> str:
+    return enqueue_job(payload=encode_call((), {"card": SECRET}), **kwargs)
+
+
+def assert_no_payload(content: bytes) -> None:
+    encoded = base64.b64encode(encode_call((), {"card": SECRET})).decode()
+    assert SECRET.encode() not in content
+    assert encoded.encode() not in content
+    assert b'"payload"' not in content
+
+
+def test_list_never_carries_payloads(operator: Api, operator_user: Any) -> None:
+    operator_user.user_permissions.add(Permission.objects.get(codename="view_job_payload"))
+    operator_user = User.objects.get(pk=operator_user.pk)  # drop the permission cache
+    for state in (State.AVAILABLE, State.COMPLETED, State.ARCHIVED, State.UNDECODABLE):
+        job_in_state(state, payload=encode_call((), {"card": SECRET}))
+    for query in ("", "?include_payload=1", "?q=test", "?state=archived&state=completed"):
+        response = _api(operator_user).get(f"/api/v1/jobs{query}")
+        assert response.status_code == 200 and response.json()["jobs"]
+        assert_no_payload(response.content)
+
+
+def test_list_filters(operator: Api) -> None:
+    a = enqueue_job(queue="mail", kind="test.echo")
+    b = enqueue_job(queue="mail", kind="test.noop", pending=True)
+    c = enqueue_job(queue="billing", kind="test.noop")
+
+    def ids(**params: Any) -> set[str]:
+        response = operator.get("/api/v1/jobs", params)
+        assert response.status_code == 200, response.content
+        return {j["id"] for j in response.json()["jobs"]}
+
+    assert ids(queue="mail") == {a, b}
+    assert ids(kind="test.noop") == {b, c}
+    assert ids(state=["pending"]) == {b}
+    assert ids(state=["pending", "available"]) == {a, b, c}
+    assert ids(q="test.ec") == {a}
+    assert ids(q=c[:20]) == {c}
+    created = Job.objects.get(pk=b).enqueued_at
+    assert b in ids(created_after=(created - timedelta(seconds=1)).isoformat())
+    assert b not in ids(created_before=(created - timedelta(seconds=1)).isoformat())
+    assert ids(created_after="2099-01-01T00:00:00Z") == set()
+    assert ids(finalized_after="2000-01-01T00:00:00Z") == set()
+
+
+def test_cursor_pages_cover_every_job_once(operator: Api) -> None:
+    made = {enqueue_job() for _ in range(7)}
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        params = {"limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = operator.get("/api/v1/jobs", params).json()
+        seen += [j["id"] for j in page["jobs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == len(made) and set(seen) == made
+
+
+def test_detail_reveals_the_payload_only_when_asked_and_allowed(
+    viewer: Api, viewer_user: Any
+) -> None:
+    job_id = secret_job()
+    plain = viewer.get(f"/api/v1/jobs/{job_id}")
+    assert plain.json()["payload"] is None and plain.json()["payload_size"] > 0
+    refused = viewer.get(f"/api/v1/jobs/{job_id}", {"include_payload": "1"})
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "payload_permission_required"
+    viewer_user.user_permissions.add(Permission.objects.get(codename="view_job_payload"))
+    shown = _api(User.objects.get(pk=viewer_user.pk)).get(f"/api/v1/jobs/{job_id}", {"include_payload": "true"})
+    assert base64.b64decode(shown.json()["payload"]) == encode_call((), {"card": SECRET})
+
+
+def test_create_from_args_and_kwargs(operator: Api) -> None:
+    response = operator.post(
+        "/api/v1/jobs",
+        {"kind": "test.echo", "kwargs": {"value": 3}, "queue": "api", "priority": 5},
+    )
+    assert response.status_code == 201
+    job = Job.objects.get(pk=response.json()["id"])
+    assert (job.kind, job.queue, job.priority, job.state) == ("test.echo", "api", 5, "available")
+    assert bytes(job.payload) == encode_call((), {"value": 3})
+
+
+def test_create_pending_delayed_and_by_payload(operator: Api) -> None:
+    pending = operator.post("/api/v1/jobs", {"kind": "test.noop", "pending": True}).json()["id"]
+    later = operator.post("/api/v1/jobs", {"kind": "test.noop", "delay_ms": 60000}).json()["id"]
+    raw = base64.b64encode(encode_call((), {"value": "raw"})).decode()
+    by_payload = operator.post(
+        "/api/v1/jobs", {"kind": "test.echo", "payload": raw, "id": "job:custom"}
+    ).json()["id"]
+    assert Job.objects.get(pk=pending).state == "pending"
+    assert Job.objects.get(pk=later).state == "scheduled"
+    assert by_payload == "job:custom"
+    assert bytes(Job.objects.get(pk="job:custom").payload) == encode_call((), {"value": "raw"})
+
+
+def test_create_unknown_kind_is_404(operator: Api) -> None:
+    response = operator.post("/api/v1/jobs", {"kind": "not.registered"})
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "unknown_task"
+
+
+def test_operator_verbs_move_jobs(operator: Api) -> None:
+    pending = enqueue_job(pending=True)
+    body = {"scheduled_at": "2099-01-01T00:00:00Z"}
+    moved = operator.post(f"/api/v1/jobs/{pending}/reschedule", body).json()
+    assert moved["state"] == "scheduled" and moved["scheduled_at"].startswith("2099-01-01")
+    assert operator.post(f"/api/v1/jobs/{pending}/promote").json()["state"] == "available"
+    assert operator.post(f"/api/v1/jobs/{pending}/cancel").json()["state"] == "cancelled"
+    assert operator.post(f"/api/v1/jobs/{pending}/retry").json()["state"] == "available"
+    assert operator.delete(f"/api/v1/jobs/{pending}").status_code == 204
+    assert not Job.objects.filter(pk=pending).exists()
+
+
+def test_reschedule_needs_exactly_one_of_instant_or_delay(operator: Api) -> None:
+    job_id = enqueue_job(pending=True)
+    response = operator.post(f"/api/v1/jobs/{job_id}/reschedule", {})
+    assert response.status_code == 400
+    both = {"delay_ms": 1, "scheduled_at": "2099-01-01T00:00:00Z"}
+    assert operator.post(f"/api/v1/jobs/{job_id}/reschedule", both).status_code == 400
+
+
+def test_replace_payload_then_retry(operator: Api) -> None:
+    job_id, _ = job_in_state(State.UNDECODABLE)
+    fixed = base64.b64encode(encode_call((), {"fixed": True})).decode()
+    response = operator.put(
+        f"/api/v1/jobs/{job_id}/payload", {"payload": fixed, "schema_version": 3}
+    )
+    assert response.status_code == 200 and response.json()["schema_version"] == 3
+    assert bytes(Job.objects.get(pk=job_id).payload) == encode_call((), {"fixed": True})
+    assert operator.post(f"/api/v1/jobs/{job_id}/retry").json()["state"] == "available"
+
+
+def test_explicit_reads(operator: Api) -> None:
+    done, _ = job_in_state(State.COMPLETED)
+    assert operator.get(f"/api/v1/jobs/{done}/result").json() == {"result": {"ok": True}}
+    waiting = enqueue_job()
+    missing = operator.get(f"/api/v1/jobs/{waiting}/result")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "no_result"
+    job_id, claimed = job_in_state(State.RUNNING)
+    assert claimed is not None
+    store.job_save_progress(claimed.ref, {"done": 3, "total": 10})
+    store.job_set_cursor(claimed.ref, b"page-4", {"import": {"cursor": True}})
+    assert operator.get(f"/api/v1/jobs/{job_id}/progress").json() == {
+        "progress": {"done": 3, "total": 10}
+    }
+    checkpoint = operator.get(f"/api/v1/jobs/{job_id}/checkpoint").json()
+    assert base64.b64decode(checkpoint["cursor"]) == b"page-4"
+
+
+def test_counts_by_state(operator: Api) -> None:
+    enqueue_job(queue="a")
+    enqueue_job(queue="a", pending=True)
+    enqueue_job(queue="b")
+    everything = operator.get("/api/v1/jobs/counts").json()
+    assert everything["counts"]["available"] == 2 and everything["total"] == 3
+    assert set(everything["counts"]) == {s.value for s in State if s is not State.DELETED}
+    only_a = operator.get("/api/v1/jobs/counts", {"queue": "a"}).json()
+    assert (only_a["counts"]["pending"], only_a["total"]) == (1, 2)

@@ -1,0 +1,68 @@
+"""``/queues`` and ``/quarantine``: counts, pause/resume (claims skip a paused queue),
+quarantine list without sample payloads, release with ``X-Released-Jobs``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from headgate_django import store
+from headgate_django.kernel.states import State
+from headgate_django.models import Job
+from tests.api.conftest import Api
+from tests.conformance.helpers import enqueue_job, job_in_state, unique_payload
+
+pytestmark = pytest.mark.django_db
+
+
+def claim(queue: str) -> list[str]:
+    claimed = store.job_claim(worker_id="api", limit=5, lease_ttl=timedelta(minutes=1))
+    return [c.ref.job_id for c in claimed if Job.objects.get(pk=c.ref.job_id).queue == queue]
+
+
+def test_queue_list_counts_and_rates(operator: Api) -> None:
+    job_in_state(State.COMPLETED, queue="mail")
+    enqueue_job(queue="mail")
+    enqueue_job(queue="mail", pending=True)
+    queues = {q["name"]: q for q in operator.get("/api/v1/queues").json()["queues"]}
+    mail = queues["mail"]
+    assert mail["counts"] == {"available": 1, "pending": 1, "completed": 1}
+    assert mail["total"] == 3
+    assert mail["arrivals_last_minute"] == 3 and mail["completions_last_minute"] == 1
+    assert mail["oldest_available_age_s"] >= 0 and mail["paused"] is False
+
+
+def test_pause_makes_claims_skip_the_queue(operator: Api) -> None:
+    job_id = enqueue_job(queue="mail")
+    assert operator.post("/api/v1/queues/mail/pause").status_code == 204
+    assert claim("mail") == []
+    queues = {q["name"]: q for q in operator.get("/api/v1/queues").json()["queues"]}
+    assert queues["mail"]["paused"] is True
+    assert operator.post("/api/v1/queues/mail/resume").status_code == 204
+    assert claim("mail") == [job_id]
+
+
+def test_pausing_an_invalid_queue_name_is_422(operator: Api) -> None:
+    assert operator.post("/api/v1/queues/-bad/pause").status_code == 422
+
+
+def test_quarantine_list_hides_sample_payloads(operator: Api) -> None:
+    payload = unique_payload(card="s3cret")
+    job_id, _ = job_in_state(State.QUARANTINED, payload=payload)
+    response = operator.get("/api/v1/quarantine")
+    (entry,) = response.json()["quarantine"]
+    assert entry["fingerprint"] == Job.objects.get(pk=job_id).fingerprint
+    assert entry["kind"] == "test.noop" and entry["sample_job_id"] == job_id
+    assert b"s3cret" not in response.content and b"payload" not in response.content
+
+
+def test_release_says_how_many_jobs_came_back(operator: Api) -> None:
+    payload = unique_payload()
+    first, _ = job_in_state(State.QUARANTINED, payload=payload)
+    fingerprint = Job.objects.get(pk=first).fingerprint
+    response = operator.delete(f"/api/v1/quarantine/{fingerprint}")
+    assert response.status_code == 204 and response["X-Released-Jobs"] == "1"
+    assert Job.objects.get(pk=first).state == "available"
+    again = operator.delete(f"/api/v1/quarantine/{fingerprint}")
+    assert again.status_code == 404

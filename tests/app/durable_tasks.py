@@ -1,0 +1,49 @@
+"""Durable workflows and Operations for the tests that run real worker processes.
+
+Worker subprocesses import this module when ``AUTODISCOVER_MODULES`` names it (see
+``tests/durable/test_workers.py``); the test process imports it directly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from headgate_django import durable
+from tests.app.models import Execution
+
+
+def _record(ctx: Any) -> int:
+    Execution.objects.create(
+        job_id=ctx.job_id, label=ctx.execution_key, attempt=ctx.attempt, fence=0, pid=os.getpid()
+    )
+    return Execution.objects.filter(job_id=ctx.job_id).count()
+
+
+@durable.operation("it-step", version="1")
+def step(ctx: Any, value: Any) -> Any:
+    _record(ctx)
+    return value
+
+
+@durable.operation("it-crash-once", version="1")
+def crash_once(ctx: Any, marker: str) -> Any:
+    """Hangs on its first attempt (the test kills the worker); the next attempt returns."""
+    if _record(ctx) == 1:
+        while not ctx.cancelled:
+            time.sleep(0.05)
+        return None
+    return {"recovered": marker}
+
+
+@durable.workflow("it-two-steps", version="1")
+def two_steps(ctx: durable.Context, marker: str) -> Any:
+    before = ctx.execute_operation("it-step", "1", "before").result()
+    after = ctx.execute_operation("it-crash-once", "1", marker).result()
+    return [before, after]
+
+
+@durable.workflow("it-steps", version="1")
+def steps(ctx: durable.Context, count: int) -> Any:
+    return [ctx.execute_operation("it-step", "1", n).result() for n in range(count)]

@@ -1,0 +1,30 @@
+"""Durable definitions the console tests drive (registered at import, like a project's
+``tasks.py``). Names are prefixed ``console`` so they never meet other suites'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headgate_django import durable
+
+
+@durable.operation("console-unsure", version="1")
+def unsure(ctx: Any, _: Any) -> str:
+    raise durable.Uncertain("the bank did not answer")
+
+
+@durable.operation("console-ship", version="1")
+def ship(ctx: Any, order: Any) -> dict[str, Any]:
+    return {"shipped": order}
+
+
+@durable.workflow("console-pay", version="1")
+def pay(ctx: durable.Context, order: Any) -> Any:
+    return ctx.execute_operation("console-unsure", "1", order).result()
+
+
+@durable.workflow("console-ship", version="1")
+def ship_after_go(ctx: durable.Context, order: Any) -> Any:
+    go = ctx.wait_signal("go")
+    ctx.select(go)
+    return ctx.execute_operation("console-ship", "1", order).result()

@@ -1,0 +1,225 @@
+"""The live consumers, driven with Channels' ``WebsocketCommunicator``: staff get a snapshot
+and then the changes a worker in another process makes; everyone else is refused; the
+sample project's stack validates the origin. Both change paths are covered: polling on the
+in-memory layer, and publishing through Redis (when a Redis server is reachable)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+from django.test import Client
+
+from headgate_django import durable, testing
+from headgate_django.console.consumers import LiveConsumer
+from headgate_django.console.routing import websocket_urlpatterns
+from headgate_django.models import Job
+from tests.console.conftest import signal_workflow
+
+#: How long a change may take to reach an open page (the acceptance point).
+LIVE_WITHIN = 2.0
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def communicator(path: str, user: Any, app: Any = None, **kwargs: Any) -> WebsocketCommunicator:
+    comm = WebsocketCommunicator(app or URLRouter(websocket_urlpatterns), path, **kwargs)
+    if user is not None:
+        comm.scope["user"] = user
+    return comm
+
+
+def nodes_in(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return message.get("nodes") or message.get("snapshot", {}).get("nodes") or []
+
+
+async def wait_until_committed(job_id: str, state: str, timeout: float = 60) -> float:
+    """Poll the database (from this process) until the job is in ``state``; the loop time then."""
+    loop = asyncio.get_running_loop()
+    read = database_sync_to_async(
+        lambda: Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
+    )
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if await read() == state:
+            return loop.time()
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{job_id} never reached {state}")
+
+
+async def wait_for_node(
+    comm: WebsocketCommunicator, name: str, state: str, timeout: float = 60
+) -> float:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        message = await comm.receive_json_from(timeout=max(0.01, deadline - loop.time()))
+        if any(n["name"] == name and n["state"] == state for n in nodes_in(message)):
+            return loop.time()
+
+
+def run_worker_and_measure(
+    user: Any, start_worker: Callable[..., Any], workflow_id: str, env: dict[str, str] | None = None
+) -> float:
+    """Open the workflow's socket, let a worker process complete ``extract``, and return how
+    long after the commit the page heard about it."""
+
+    async def scenario() -> float:
+        comm = communicator(f"/ws/headgate/workflows/{workflow_id}/", user)
+        connected, _ = await comm.connect(timeout=10)
+        assert connected
+        first = await comm.receive_json_from(timeout=10)
+        assert first["type"] == "snapshot"
+        states = {n["name"]: n["state"] for n in first["snapshot"]["nodes"]}
+        assert states == {"extract": "available", "approved": "pending", "load": "pending"}
+        start_worker("--burst", "--queue", "default", env=env)
+        committed = asyncio.ensure_future(
+            wait_until_committed(f"{workflow_id}:extract", "completed")
+        )
+        heard = await wait_for_node(comm, "extract", "completed")
+        done = await committed
+        await comm.disconnect()
+        return heard - done
+
+    return async_to_sync(scenario)()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_staff_receives_a_change_made_by_a_worker_process(
+    viewer: Any, start_worker: Callable[..., Any]
+) -> None:
+    signal_workflow("live-wf")
+    latency = run_worker_and_measure(viewer, start_worker, "live-wf")
+    assert latency < LIVE_WITHIN, f"the change reached the page {latency:.2f} s after its commit"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("who", ["anonymous", "outsider", "staff_without_perms"])
+def test_everyone_but_staff_is_refused(who: str, request: pytest.FixtureRequest) -> None:
+    signal_workflow("refused-wf")
+    user = AnonymousUser() if who == "anonymous" else request.getfixturevalue(who)
+
+    async def scenario() -> None:
+        for path in ("/ws/headgate/workflows/refused-wf/", "/ws/headgate/executions/anything/"):
+            comm = communicator(path, user)
+            connected, code = await comm.connect(timeout=5)
+            assert (connected, code) == (False, 4403), path
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sample_project_validates_origin_and_reads_the_session(viewer: Any) -> None:
+    from sampleproject.asgi import application
+
+    signal_workflow("origin-wf")
+    client = Client()
+    client.force_login(viewer)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    path = "/ws/headgate/workflows/origin-wf/"
+
+    async def scenario() -> None:
+        evil = communicator(
+            path,
+            None,
+            application,
+            headers=[(b"origin", b"http://evil.example"), (b"cookie", cookie)],
+        )
+        assert (await evil.connect(timeout=5))[0] is False
+        no_session = communicator(
+            path, None, application, headers=[(b"origin", b"http://testserver")]
+        )
+        assert await no_session.connect(timeout=5) == (False, 4403)
+        good = communicator(
+            path,
+            None,
+            application,
+            headers=[(b"origin", b"http://testserver"), (b"cookie", cookie)],
+        )
+        assert (await good.connect(timeout=5))[0] is True
+        assert (await good.receive_json_from(timeout=10))["type"] == "snapshot"
+        await good.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_execution_page_follows_its_operation(viewer: Any, console_data: Any) -> None:
+    execution = console_data.execution_waiting
+
+    async def scenario() -> None:
+        comm = communicator(f"/ws/headgate/executions/{execution}/", viewer)
+        assert (await comm.connect(timeout=10))[0]
+        first = (await comm.receive_json_from(timeout=10))["snapshot"]
+        assert first["pending"] == ["op:1"] and first["state"] == "running"
+        await database_sync_to_async(testing.run_jobs)()  # the Operation, then the last pass
+        while True:
+            message = await comm.receive_json_from(timeout=10)
+            if message["snapshot"]["state"] == "succeeded":
+                break
+        snap = message["snapshot"]
+        assert snap["pending"] == [] and snap["operations"][0]["status"] == "completed"
+        assert snap["events"][0]["type"] == "WorkflowCompleted"
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+    assert durable.Manager().get(execution).state == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_page_of_a_missing_workflow_is_told_it_is_gone(viewer: Any) -> None:
+    async def scenario() -> None:
+        comm = communicator("/ws/headgate/workflows/never-was/", viewer)
+        assert (await comm.connect(timeout=5))[0]
+        assert await comm.receive_json_from(timeout=5) == {"type": "gone"}
+        assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+
+    async_to_sync(scenario)()
+
+
+def _redis_reachable() -> bool:
+    try:
+        import channels_redis  # noqa: F401
+    except ImportError:
+        return False
+    parts = urlsplit(REDIS_URL)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), 0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not _redis_reachable(), reason="needs channels-redis and a Redis server (REDIS_URL)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_with_redis_the_worker_publishes_the_change(
+    viewer: Any, start_worker: Callable[..., Any], settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = f"hgtest{uuid.uuid4().hex[:8]}"
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": prefix},
+        }
+    }
+    # Without a publish the consumer would look only every minute: a fast update proves
+    # the worker's message arrived.
+    monkeypatch.setattr(LiveConsumer, "idle_interval", 60.0)
+    signal_workflow("redis-wf")
+    env = {"HEADGATE_TEST_REDIS_URL": REDIS_URL, "HEADGATE_TEST_REDIS_PREFIX": prefix}
+    latency = run_worker_and_measure(viewer, start_worker, "redis-wf", env=env)
+    assert latency < LIVE_WITHIN, f"the change reached the page {latency:.2f} s after its commit"

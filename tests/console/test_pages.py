@@ -1,0 +1,174 @@
+"""The console pages: staff only, read-only, each showing what its acceptance point asks."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.test import Client
+from django.urls import reverse
+
+from headgate_django.console import views
+from tests.console.conftest import signal_workflow
+from tests.console.test_admin import mutation_controls
+
+
+def snapshot_of(html: str) -> dict[str, Any]:
+    found = re.search(
+        r'<script id="hg-snapshot" type="application/json">(.*?)</script>', html, re.S
+    )
+    assert found, "the page embeds no snapshot"
+    return json.loads(found.group(1))
+
+
+def pages(data: Any) -> list[str]:
+    return [
+        reverse("admin:headgate_django_queues"),
+        reverse("admin:headgate_django_workflows"),
+        reverse("admin:headgate_django_workflow", args=[data.workflow_id]),
+        reverse("admin:headgate_django_execution_page", args=[data.execution_uncertain]),
+    ]
+
+
+@pytest.mark.django_db
+def test_pages_load_for_staff_without_mutation_controls(viewer: Any, console_data: Any) -> None:
+    client = Client()
+    client.force_login(viewer)
+    for url in pages(console_data):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        html = response.content.decode()
+        assert mutation_controls(html) == [], url
+        assert 'id="site-name"' in html  # the admin's own chrome and look
+
+
+@pytest.mark.django_db
+def test_pages_refuse_everyone_but_staff_with_view_permission(
+    outsider: Any, staff_without_perms: Any, console_data: Any
+) -> None:
+    anonymous = Client()
+    outside = Client()
+    outside.force_login(outsider)
+    bare = Client()
+    bare.force_login(staff_without_perms)
+    for url in pages(console_data):
+        for client in (anonymous, outside):
+            response = client.get(url)
+            assert response.status_code == 302 and "/login/" in response["Location"], url
+        assert bare.get(url).status_code == 403, url
+
+
+@pytest.mark.django_db
+def test_queues_dashboard(viewer: Any, console_data: Any) -> None:
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(reverse("admin:headgate_django_queues")).content.decode()
+    assert 'data-queue="paused-queue"' in html
+    assert re.search(
+        r'data-queue="paused-queue">.*?<strong class="hg-paused">paused</strong>', html, re.S
+    )
+    assert "Oldest available" in html and "Arrivals /min" in html and "Completions /min" in html
+    assert "state__exact=completed" in html
+
+
+@pytest.mark.django_db
+def test_workflow_list_filters_and_cursor_pages(
+    viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("wf-a", "wf-b", "wf-c"):
+        signal_workflow(name)
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    client = Client()
+    client.force_login(viewer)
+    url = reverse("admin:headgate_django_workflows")
+    first = client.get(url).content.decode()
+    assert 'data-workflow="wf-a"' in first and 'data-workflow="wf-b"' in first
+    assert 'data-workflow="wf-c"' not in first
+    assert "cursor=wf-b" in first
+    second = client.get(url, {"cursor": "wf-b"}).content.decode()
+    assert 'data-workflow="wf-c"' in second and 'data-workflow="wf-a"' not in second
+    assert "cursor=" not in second.split('class="hg-pages"')[1]
+    assert "0 / 3" in second  # nodes completed of total
+    filtered = client.get(url, {"q": "wf-c", "state": "scheduled", "queue": "headgate-workflow"})
+    html = filtered.content.decode()
+    assert 'data-workflow="wf-c"' in html and 'data-workflow="wf-a"' not in html
+    none = client.get(url, {"state": "completed"}).content.decode()
+    assert "No workflows match these filters." in none
+
+
+@pytest.mark.django_db
+def test_workflow_page_snapshot(viewer: Any, console_data: Any) -> None:
+    client = Client()
+    client.force_login(viewer)
+    url = reverse("admin:headgate_django_workflow", args=[console_data.workflow_id])
+    html = client.get(url, {"job": "console-wf:approved"}).content.decode()
+    assert 'data-selected="approved"' in html
+    assert 'data-ws="/ws/headgate/workflows/console-wf/"' in html
+    snap = snapshot_of(html)
+    nodes = {n["name"]: n for n in snap["nodes"]}
+    assert list(nodes) == ["extract", "approved", "load", "report"]  # the graft is drawn
+    assert snap["revision"] == 2
+    assert nodes["extract"]["state"] == "completed" and nodes["extract"]["done"]
+    assert nodes["extract"]["url"] == reverse(
+        "admin:headgate_django_job_change", args=[quote("console-wf:extract")]
+    )
+    assert nodes["approved"]["wait"] == {"signal": "approved"}
+    assert nodes["approved"]["attempt"] == 0 and nodes["approved"]["max_attempts"] >= 1
+    assert len(snap["layout"]["positions"]) == 4
+    assert [e[:2] for e in snap["layout"]["edges"]] == [[0, 1], [1, 2], [2, 3]]
+    signal = snap["signals"][0]
+    assert signal["payload"] == {"ok": True} and signal["source"] == {"by": "ops"}
+    assert signal["idempotency_key"] == "ops-1"
+    events = [e["event"] for e in snap["events"]]
+    assert "workflow_started" in events and "workflow_graft_accepted" in events
+
+
+@pytest.mark.django_db
+def test_signal_payloads_need_the_signal_view_permission(console_data: Any) -> None:
+    from tests.console.conftest import make_user
+
+    jobs_only = make_user("jobs-only", staff=True, perms=["view_job"])
+    client = Client()
+    client.force_login(jobs_only)
+    url = reverse("admin:headgate_django_workflow", args=[console_data.workflow_id])
+    snap = snapshot_of(client.get(url).content.decode())
+    assert snap["signals_revealed"] is False
+    assert "payload" not in snap["signals"][0] and "source" not in snap["signals"][0]
+
+
+@pytest.mark.django_db
+def test_unknown_workflow_is_404(viewer: Any) -> None:
+    client = Client()
+    client.force_login(viewer)
+    url = reverse("admin:headgate_django_workflow", args=["no-such-workflow"])
+    assert client.get(url).status_code == 404
+
+
+@pytest.mark.django_db
+def test_execution_page_flags_pending_and_uncertain(
+    viewer: Any, superuser: Any, console_data: Any
+) -> None:
+    client = Client()
+    client.force_login(viewer)
+    url = reverse("admin:headgate_django_execution_page", args=[console_data.execution_uncertain])
+    snap = snapshot_of(client.get(url).content.decode())
+    assert snap["state"] == "suspended"
+    assert snap["uncertain"] == ["op:1"] and snap["pending"] == []
+    op = snap["operations"][0]
+    assert op["status"] == "uncertain" and "the bank did not answer" in op["detail"]
+    assert op["url"]
+    assert [e["type"] for e in snap["events"]][::-1] == [
+        "WorkflowStarted",
+        "OperationScheduled",
+        "OperationUncertain",
+    ]
+    assert "input" not in snap["events"][-1]["summary"] and "payload" not in snap["events"][-1]
+    url = reverse("admin:headgate_django_execution_page", args=[console_data.execution_waiting])
+    snap = snapshot_of(client.get(url).content.decode())
+    assert snap["pending"] == ["op:1"]
+    client.force_login(superuser)
+    snap = snapshot_of(client.get(url).content.decode())
+    assert snap["events"][-1]["payload"]["input"] == {"order": 8}

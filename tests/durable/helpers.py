@@ -1,0 +1,80 @@
+"""Drive durable executions through the real store in the test's thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models.functions import Now
+
+from headgate_django import durable, testing
+from headgate_django.models import Execution, HistoryEvent, Job, SignalInbox
+from headgate_django.store.durable_jobs import OP_KIND, TASK_KIND, task_job_id
+
+
+def start(name: str, input: Any = None, version: str = "1", **options: Any) -> str:
+    return durable.Client().start(name, version, input, **options).workflow_id
+
+
+def drive(rounds: int = 200, *, tasks_due: bool = False) -> list[tuple[str, str]]:
+    """Run every runnable job until none is left. Operation retries and snoozes are made
+    due at once (so are workflow tasks with ``tasks_due``: replay-error backoffs); timers
+    are not, because a pass checks them against the store clock."""
+    outcomes: list[tuple[str, str]] = []
+    kinds = [OP_KIND, TASK_KIND] if tasks_due else [OP_KIND]
+    for _ in range(rounds):
+        ran = testing.run_jobs().outcomes
+        outcomes += ran
+        due = Job.objects.filter(kind__in=kinds, state__in=["scheduled", "retryable"]).update(
+            state="available", scheduled_at=Now()
+        )
+        if not ran and not due:
+            return outcomes
+    raise AssertionError(f"jobs still runnable after {rounds} rounds")
+
+
+def history(workflow_id: str) -> list[tuple[str, dict[str, Any]]]:
+    rows = HistoryEvent.objects.filter(execution_id=workflow_id).order_by("seq")
+    return list(rows.values_list("type", "payload"))
+
+
+def types(workflow_id: str) -> list[str]:
+    return [t for t, _ in history(workflow_id)]
+
+
+def seqs(workflow_id: str) -> list[int]:
+    return list(
+        HistoryEvent.objects.filter(execution_id=workflow_id)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+    )
+
+
+def view(workflow_id: str) -> durable.ExecutionView:
+    return durable.Manager().get(workflow_id)
+
+
+def task_job(workflow_id: str) -> Job:
+    return Job.objects.get(pk=task_job_id(workflow_id))
+
+
+def op_job(workflow_id: str, n: int = 1) -> Job:
+    return Job.objects.get(pk=f"{workflow_id}:op:{n}")
+
+
+def op_jobs(workflow_id: str) -> list[Job]:
+    return list(Job.objects.filter(kind=OP_KIND, workflow_id=f"durable:{workflow_id}"))
+
+
+def live_jobs(workflow_id: str) -> list[Job]:
+    live = ["pending", "scheduled", "available", "running", "retryable"]
+    return list(Job.objects.filter(workflow_id=f"durable:{workflow_id}", state__in=live))
+
+
+def counts() -> tuple[int, int, int, int]:
+    """Rows in the durable tables and the job table, for "nothing was written" checks."""
+    return (
+        Execution.objects.count(),
+        HistoryEvent.objects.count(),
+        SignalInbox.objects.count(),
+        Job.objects.count(),
+    )

@@ -1,0 +1,173 @@
+"""Failures of the workflow and of replay, through the database (azync cases 25–31): a
+business failure, a worker lacking the code, replay errors retried then suspended, and
+recovery by resume."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from headgate_django import durable, store, testing
+from headgate_django.durable.registry import WorkflowDef
+from headgate_django.exceptions import InvalidTransitionError, NotFoundError
+from headgate_django.models import Job
+from headgate_django.store.durable_history import NewEvent, history_append
+from headgate_django.store.durable_jobs import TASK_KIND
+from tests.durable.helpers import drive, history, live_jobs, op_jobs, start, task_job, types, view
+
+pytestmark = pytest.mark.django_db
+
+
+@durable.operation("fail-echo", version="1")
+def echo(ctx: Any, value: Any) -> Any:
+    return value
+
+
+@durable.workflow("fail-raises", version="1")
+def raises(ctx: durable.Context, _: Any) -> Any:
+    raise ValueError("the order is invalid")
+
+
+@durable.workflow("fail-op-then-sleep", version="1")
+def op_then_sleep(ctx: durable.Context, _: Any) -> Any:
+    value = ctx.execute_operation("fail-echo", "1", "v").result()
+    ctx.select(ctx.sleep(timedelta(milliseconds=1)))
+    return value
+
+
+@durable.workflow("fail-unregistered-op", version="1")
+def uses_missing_op(ctx: durable.Context, _: Any) -> Any:
+    return ctx.execute_operation("fail-later", "1", "x").result()
+
+
+@durable.workflow("fail-versioned", version="2")
+def versioned(ctx: durable.Context, _: Any) -> Any:
+    return "v2"
+
+
+def sleep_first(ctx: durable.Context, _: Any) -> Any:
+    """``fail-op-then-sleep`` after a bad deploy: it sleeps where history has an Operation."""
+    ctx.select(ctx.sleep(timedelta(milliseconds=1)))
+    return ctx.execute_operation("fail-echo", "1", "v").result()
+
+
+def test_case_25_a_workflow_that_raises_fails_without_retry() -> None:
+    wf = start("fail-raises")
+    outcomes = drive()
+    assert outcomes == [(f"{wf}:task", "completed")]
+    row = view(wf)
+    assert (row.state, row.failure_reason) == ("failed", "ValueError: the order is invalid")
+    assert history(wf)[-1] == ("WorkflowFailed", {"reason": "ValueError: the order is invalid"})
+    assert task_job(wf).attempt == 0
+
+
+def test_case_26_a_worker_lacking_the_version_leaves_the_task(
+    swap_code: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    wf = start("fail-versioned", version="2")
+    swap_code("workflow", "fail-versioned", "2", None)  # this worker was deployed without v2
+    with caplog.at_level(logging.WARNING, logger="headgate_django.durable"):
+        assert testing.run_jobs().outcomes == [(f"{wf}:task", "snoozed")]
+    assert "needs workflow 'fail-versioned' version '2'" in caplog.text
+    assert "leaving its task for a worker that does" in caplog.text
+    assert (view(wf).state, task_job(wf).state, task_job(wf).attempt) == (
+        "running",
+        "scheduled",
+        0,
+    )
+    swap_code("workflow", "fail-versioned", "2", versioned)  # a worker that has it
+    drive(tasks_due=True)
+    assert view(wf).result == "v2"
+
+
+def test_case_27_an_operation_no_worker_has_yet_waits_for_one(
+    swap_code: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    wf = start("fail-unregistered-op")
+    with caplog.at_level(logging.WARNING, logger="headgate_django.durable"):
+        testing.run_jobs()
+    assert "needs operation 'fail-later' version '1'" in caplog.text
+    (job,) = op_jobs(wf)
+    assert (job.state, job.attempt) == ("scheduled", 0)
+    assert types(wf) == ["WorkflowStarted", "OperationScheduled"]
+    swap_code("operation", "fail-later", "1", durable.OperationDef(lambda ctx, x: x * 2, "fail-later", "1"))
+    drive()
+    assert view(wf).result == "xx"
+
+
+def replay_until_suspended(wf: str) -> None:
+    for _ in range(10):
+        testing.run_jobs()
+        if view(wf).state == "suspended":
+            return
+        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
+    raise AssertionError("the execution was not suspended")
+
+
+def test_case_28_a_corrupt_history_is_retried_with_backoff_then_suspended() -> None:
+    wf = start("fail-op-then-sleep")
+    testing.run_jobs()  # pass 1 schedules op:1; the Operation completes
+    Job.objects.filter(kind=TASK_KIND).update(state="scheduled")  # hold the next pass
+    last = view(wf).history_length
+    history_append(wf, expected_seq=last, events=[NewEvent("OperationCompleted", {"no": "id"})])
+    Job.objects.filter(kind=TASK_KIND).update(state="available")
+    testing.run_one()
+    job = task_job(wf)
+    assert (job.state, job.attempt) == ("retryable", 1)
+    assert job.scheduled_at > store.db_now() - timedelta(seconds=1)
+    assert "HistoryCorruptError" in job.errors[-1]["error"]
+    assert view(wf).state == "running"
+    replay_until_suspended(wf)
+    reason = view(wf).suspended_reason
+    assert reason.startswith("replay failed after 5 attempts: History event")
+    assert task_job(wf).state == "scheduled"  # kept for resume, not failed
+
+
+def test_case_29_and_30_nondeterminism_suspends_then_fixed_code_resumes(swap_code: Any) -> None:
+    wf = start("fail-op-then-sleep")
+    testing.run_one()  # history: Started, OperationScheduled(op:1)
+    swap_code("workflow", "fail-op-then-sleep", "1", WorkflowDef(sleep_first, "fail-op-then-sleep", "1"))
+    replay_until_suspended(wf)
+    reason = view(wf).suspended_reason
+    assert "timer:1: the code issues a new command while history still expects op:1" in reason
+    assert "TimerScheduled" not in types(wf)  # a diverging pass records nothing
+
+    swap_code("workflow", "fail-op-then-sleep", "1", op_then_sleep)  # the fix is deployed
+    durable.Manager().resume(wf)
+    row = view(wf)
+    assert (row.state, row.suspended_reason) == ("running", "")
+    assert [j.state for j in live_jobs(wf) if j.kind == TASK_KIND] == ["available"]
+    assert task_job(wf).attempt == 0  # a fresh replay budget
+    drive(tasks_due=True)  # the Operation, then the 1 ms timer
+    assert view(wf).result == "v"
+
+
+def test_case_30_resume_and_suspend_refuse_the_wrong_state() -> None:
+    manager = durable.Manager()
+    wf = start("fail-raises")
+    with pytest.raises(InvalidTransitionError, match="only a suspended execution"):
+        manager.resume(wf)
+    drive()
+    with pytest.raises(InvalidTransitionError):
+        manager.resume(wf)
+    with pytest.raises(InvalidTransitionError):
+        manager.suspend(wf)
+    with pytest.raises(NotFoundError):
+        manager.resume("missing")
+    with pytest.raises(NotFoundError):
+        manager.suspend("missing")
+
+
+def test_case_31_a_task_arriving_while_suspended_is_consumed_without_replay() -> None:
+    wf = start("fail-op-then-sleep")
+    durable.Manager().suspend(wf, "provider outage")
+    assert testing.run_jobs().outcomes == [(f"{wf}:task", "snoozed")]
+    assert types(wf) == ["WorkflowStarted", "WorkflowSuspended"]
+    assert (view(wf).state, view(wf).suspended_reason) == ("suspended", "provider outage")
+    durable.Manager().resume(wf)
+    assert len([j for j in live_jobs(wf) if j.kind == TASK_KIND]) == 1
+    drive(tasks_due=True)  # the Operation, then the 1 ms timer
+    assert view(wf).result == "v"

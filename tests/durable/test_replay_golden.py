@@ -1,0 +1,164 @@
+"""Golden histories (``tests/replay/*.json``), one per determinism rule, replayed through
+``durable.replay`` and ``manage.py durable_replay``.
+
+Each file was recorded by running its ``ORIGINAL`` workflow through the real runtime and
+exporting ``Manager.history()``. The original code must replay every file; each changed
+version must pass or raise ``NondeterminismError`` exactly as the table below says.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from headgate_django import durable
+from headgate_django.durable import WorkflowDef
+from headgate_django.exceptions import DefinitionError, HistoryCorruptError
+
+GOLDEN = Path(__file__).resolve().parent.parent / "replay"
+
+
+def _two_ops(first: str, second: str, version: str = "1") -> Any:
+    def workflow(ctx: durable.Context, order: Any) -> Any:
+        a = ctx.execute_operation(first, "1", order).result()
+        b = ctx.execute_operation(second, version, order).result()
+        return [a, b]
+
+    return workflow
+
+
+def _one_op(name: str, version: str = "1") -> Any:
+    def workflow(ctx: durable.Context, order: Any) -> Any:
+        return ctx.execute_operation(name, version, order).result()
+
+    return workflow
+
+
+def _sleep(duration: timedelta) -> Any:
+    def workflow(ctx: durable.Context, _: Any) -> Any:
+        ctx.select(ctx.sleep(duration))
+        return "woke"
+
+    return workflow
+
+
+def _deadline(now: Any) -> Any:
+    """Branch on the time: ``now(ctx)`` is the clock the code reads."""
+
+    def workflow(ctx: durable.Context, args: dict[str, str]) -> Any:
+        ctx.select(ctx.sleep(timedelta(milliseconds=20)))
+        if now(ctx) < datetime.fromisoformat(args["deadline"]):
+            return ctx.execute_operation("golden-on-time", "1", None).result()
+        return ctx.execute_operation("golden-late", "1", None).result()
+
+    return workflow
+
+
+def _defs(name: str, original: Any, changed: Any) -> tuple[WorkflowDef, WorkflowDef]:
+    return WorkflowDef(original, name, "1"), WorkflowDef(changed, name, "1")
+
+
+#: file → (original, changed, None when the change replays, else the expected error)
+CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
+    "reordered_operations.json": (
+        *_defs(
+            "golden-reordered",
+            _two_ops("golden-reserve", "golden-charge"),
+            _two_ops("golden-charge", "golden-reserve"),
+        ),
+        "op:1: the code schedules Operation 'golden-charge' version '1', but history has "
+        "op:1 (OperationScheduled(name='golden-reserve'",
+    ),
+    "renamed_operation.json": (
+        *_defs("golden-renamed", _one_op("golden-charge"), _one_op("golden-charge-card")),
+        "the code schedules Operation 'golden-charge-card'",
+    ),
+    "changed_operation_version.json": (
+        *_defs("golden-version", _one_op("golden-charge"), _one_op("golden-charge", "2")),
+        "the code schedules Operation 'golden-charge' version '2', but history has op:1 "
+        "(OperationScheduled(name='golden-charge', version='1')",
+    ),
+    "changed_sleep_duration.json": (
+        *_defs(
+            "golden-sleep", _sleep(timedelta(milliseconds=50)), _sleep(timedelta(hours=2))
+        ),
+        "timer:1: the code sleeps 7200000 ms, but history has timer:1 "
+        "(TimerScheduled(duration_ms=50)",
+    ),
+    "removed_call.json": (
+        *_defs(
+            "golden-removed",
+            _two_ops("golden-reserve", "golden-charge"),
+            _one_op("golden-reserve"),
+        ),
+        "op:2: history has op:2 (OperationScheduled(name='golden-charge'",
+    ),
+    "added_call.json": (
+        *_defs(
+            "golden-added",
+            _one_op("golden-reserve"),
+            _two_ops("golden-reserve", "golden-notify"),
+        ),
+        "History records WorkflowCompleted at seq 4, but the code now parks waiting on ['op:2']",
+    ),
+    "branch_on_now.json": (
+        *_defs(
+            "golden-now",
+            _deadline(lambda ctx: ctx.now()),
+            _deadline(lambda ctx: datetime.now(UTC)),  # the worker's clock: not recorded
+        ),
+        "op:1: the code schedules Operation 'golden-late'",
+    ),
+}
+
+
+def test_every_golden_file_has_a_case() -> None:
+    assert sorted(p.name for p in GOLDEN.glob("*.json")) == sorted(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_original_code_replays_its_history(name: str) -> None:
+    original, _, _ = CASES[name]
+    export = durable.replay((GOLDEN / name).read_text(), workflows=[original])
+    assert export.name == original.name
+    assert export.events[-1].type == "WorkflowCompleted"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_changed_code_passes_or_raises_as_expected(name: str) -> None:
+    _, changed, expected = CASES[name]
+    history = (GOLDEN / name).read_text()
+    if expected is None:
+        durable.replay(history, workflows=[changed])
+        return
+    with pytest.raises(durable.NondeterminismError) as raised:
+        durable.replay(history, workflows=[changed])
+    assert expected in str(raised.value)
+
+
+def test_replay_needs_a_matching_workflow_and_a_valid_export() -> None:
+    history = (GOLDEN / "renamed_operation.json").read_text()
+    with pytest.raises(DefinitionError, match="no workflow 'golden-renamed' version '1'"):
+        durable.replay(history, workflows=[])
+    with pytest.raises(HistoryCorruptError):
+        durable.replay('{"workflow": {}}', workflows=[])
+    with pytest.raises(DefinitionError, match="takes @durable.workflow definitions"):
+        durable.replay(history, workflows=[_one_op("x")])  # type: ignore[list-item]
+
+
+def test_durable_replay_command(capsys: pytest.CaptureFixture[str], swap_code: Any) -> None:
+    original, changed, _ = CASES["renamed_operation.json"]
+    path = str(GOLDEN / "renamed_operation.json")
+    swap_code("workflow", original.name, "1", original)
+    call_command("durable_replay", path)
+    assert "ok   " in capsys.readouterr().out
+    swap_code("workflow", original.name, "1", changed)
+    with pytest.raises(CommandError, match="1 of 1 history file"):
+        call_command("durable_replay", path)
+    assert "FAIL" in capsys.readouterr().err
+    with pytest.raises(CommandError, match="No such file"):
+        call_command("durable_replay", str(GOLDEN / "missing.json"))

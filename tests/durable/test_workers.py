@@ -1,0 +1,63 @@
+"""Real ``runworkers`` processes: a SIGKILLed worker in the middle of an Operation (azync
+case 40 with the recommended outcome) and ``--durable-mode``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from headgate_django import durable
+from headgate_django.models import Job
+from tests.app import durable_tasks  # noqa: F401  (registers the definitions here too)
+from tests.conftest import wait_for
+from tests.durable.helpers import op_job, start, view
+from tests.integration.helpers import FAST, headgate_env, runs, wait_serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def env() -> dict[str, str]:
+    return headgate_env(**FAST, AUTODISCOVER_MODULES=["tasks", "durable_tasks"])
+
+
+def test_a_killed_worker_mid_operation_is_reclaimed_and_the_workflow_completes(
+    start_worker: Any,
+) -> None:
+    wf = start("it-two-steps", "kill-once")
+    victim = start_worker("--no-duties", "--lease-ttl", "1", env=env())
+    crashing = f"{wf}:op:2"
+    wait_for(lambda: runs(crashing), timeout=60)
+    victim.kill()
+
+    rescuer = start_worker("--lease-ttl", "1", env=env())
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert view(wf).result == ["before", {"recovered": "kill-once"}]
+    attempts = runs(crashing)
+    assert [e.label for e in attempts] == [crashing, crashing]  # the same execution key
+    assert [e.pid for e in attempts] == [victim.pid, rescuer.pid]
+    job = op_job(wf, 2)
+    assert (job.crash_attempt, job.attempt) == (1, 0)
+    assert [e["kind"] for e in job.errors] == ["crash"]
+    assert rescuer.terminate() == 0
+
+
+def test_workflow_only_and_operation_only_workers_share_the_work(start_worker: Any) -> None:
+    wf = start("it-steps", 3)
+    workflows = start_worker("--durable-mode", "workflow-only", "--worker-id", "wf", env=env())
+    operations = start_worker("--durable-mode", "operation-only", "--worker-id", "op", env=env())
+    wait_serving(workflows)
+    wait_serving(operations)
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert view(wf).result == [0, 1, 2]
+    claimed = dict(Job.objects.filter(workflow_id=f"durable:{wf}").values_list("id", "claimed_by"))
+    assert claimed.pop(f"{wf}:task") == "wf"
+    assert set(claimed.values()) == {"op"}
+    assert workflows.terminate() == 0 and operations.terminate() == 0
+
+
+def test_runworkers_refuses_an_unknown_durable_mode(start_worker: Any) -> None:
+    worker = start_worker("--durable-mode", "sometimes", env=env())
+    assert worker.proc.wait(timeout=60) == 2
+    assert "invalid choice: 'sometimes'" in worker.output()
+    assert durable.Manager().list().items == []

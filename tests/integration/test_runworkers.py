@@ -1,0 +1,97 @@
+"""``manage.py runworkers`` options and reports: --burst, --processes, per-attempt timeouts,
+jobs of kinds this worker does not know."""
+
+from __future__ import annotations
+
+import pytest
+
+from headgate_django import enqueue, store
+from headgate_django.envelope import Envelope, encode_call
+from tests.app import tasks
+from tests.conftest import wait_for
+from tests.integration.helpers import alive, headgate_env, job, runs, state_is, wait_serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_burst_drains_then_exits_zero(start_worker):
+    ids = [tasks.echo.enqueue(value=i) for i in range(5)]
+    worker = start_worker("--burst", "--concurrency", "2")
+    assert worker.proc.wait(timeout=60) == 0, worker.output()
+    for i, job_id in enumerate(ids):
+        row = job(job_id)
+        assert row.state == "completed"
+        assert row.result == {"value": i, "attempt": 1}
+
+
+def test_processes_start_children_that_all_serve_and_stop_together(start_worker):
+    parent = start_worker(
+        "--processes",
+        "2",
+        "--concurrency",
+        "1",
+        "--worker-id",
+        "pair",
+        env=headgate_env(IDLE_BACKOFF_MAX=0.1),
+    )
+    wait_serving(parent, count=2)  # both children log to the parent's output
+    ids = [tasks.sleeper.enqueue(seconds=0.5, label=str(i)) for i in range(4)]
+    wait_for(lambda: all(state_is(job_id, "completed") for job_id in ids))
+
+    executions = [e for job_id in ids for e in runs(job_id)]
+    pids = {e.pid for e in executions}
+    assert len(pids) == 2
+    assert parent.pid not in pids
+    # Each child gets its own id: a shared one would make both hold the same duty lease.
+    assert {e.worker for e in executions} == {"pair.1", "pair.2"}
+
+    assert parent.terminate() == 0
+    assert parent.output().count(" stopped: ") == 2
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_attempt_timeout_archives_the_last_attempt(start_worker):
+    # Two jobs, one handler thread: the first handler ignores its timeout and keeps its
+    # thread, so the second must wait for the thread, not time out while queued for it.
+    ids = [tasks.too_slow.enqueue(), tasks.too_slow.enqueue()]
+    worker = start_worker("--burst", "--concurrency", "1")
+    assert worker.proc.wait(timeout=60) == 0, worker.output()
+    for job_id in ids:
+        row = job(job_id)
+        assert row.state == "archived"
+        assert row.attempt == 1
+        assert len(row.errors) == 1
+        assert row.errors[0]["error"].startswith("timeout:")
+        assert row.result is None
+        (execution,) = runs(job_id)
+        assert execution.started_at < row.finalized_at
+
+
+def test_job_of_unknown_kind_is_left_alone_and_reported(start_worker):
+    (unknown,) = enqueue(Envelope(kind="test.nobody-handles-this", payload=encode_call([], {})))
+    known = tasks.noop.enqueue()
+    worker = start_worker()
+    wait_for(lambda: state_is(known, "completed"))
+    wait_for(lambda: "test.nobody-handles-this" in worker.output())
+
+    row = job(unknown)
+    assert (row.state, row.fence, row.attempt) == ("available", 0, 0)
+    (line,) = [ln for ln in worker.output().splitlines() if "test.nobody-handles-this" in ln]
+    assert " WARNING " in line
+    assert "1 available job" in line
+    assert worker.terminate() == 0
+    assert job(unknown).state == "available"
+
+
+def test_completion_that_does_not_land_is_reported_and_the_worker_goes_on(start_worker):
+    job_id = tasks.sleeper.enqueue(seconds=1.0, label="cancelled")
+    worker = start_worker()
+    wait_for(lambda: runs(job_id))
+    assert store.job_cancel(job_id)  # the operator cancels it while the handler runs
+
+    wait_for(lambda: f"completion of job {job_id} did not land" in worker.output())
+    row = job(job_id)
+    assert (row.state, row.result) == ("cancelled", None)
+    after = tasks.echo.enqueue(value="after")
+    wait_for(lambda: state_is(after, "completed"))
+    assert worker.terminate() == 0

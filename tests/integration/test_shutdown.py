@@ -1,0 +1,52 @@
+"""Graceful drain on SIGTERM: in-flight handlers finish inside the drain window; what
+cannot finish is handed back without charging a crash."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.app import tasks
+from tests.app.models import Execution
+from tests.conftest import wait_for
+from tests.integration.helpers import headgate_env, job, runs
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_sigterm_lets_in_flight_handlers_finish(start_worker):
+    ids = [tasks.sleeper.enqueue(seconds=1.5, label=f"drain-{i}") for i in range(3)]
+    worker = start_worker("--concurrency", "2")
+    wait_for(lambda: Execution.objects.filter(label__startswith="start:").count() == 2)
+
+    assert worker.terminate() == 0
+
+    started = {e.job_id for e in Execution.objects.filter(label__startswith="start:")}
+    assert len(started) == 2
+    for job_id in started:
+        row = job(job_id)
+        assert (row.state, row.attempt, row.crash_attempt) == ("completed", 0, 0)
+        assert row.result == "slept"
+        assert [e.label.split(":")[0] for e in runs(job_id)] == ["start", "end"]
+    (waiting,) = set(ids) - started  # no new claim once the drain began
+    row = job(waiting)
+    assert (row.state, row.fence, row.attempt, row.crash_attempt) == ("available", 0, 0, 0)
+    assert "draining 2 in-flight job(s)" in worker.output()
+
+
+def test_handler_outliving_the_drain_window_is_released_uncharged(start_worker):
+    job_id = tasks.sleeper.enqueue(seconds=60, label="too-long")
+    worker = start_worker(env=headgate_env(SHUTDOWN_TIMEOUT=0.5))
+    wait_for(lambda: runs(job_id))
+
+    worker.proc.send_signal(signal.SIGTERM)
+    # Exits once the window has passed, without waiting for the handler.
+    assert worker.proc.wait(timeout=20) == 0
+
+    row = job(job_id)
+    assert (row.state, row.attempt, row.crash_attempt) == ("available", 0, 0)
+    assert row.lease_id is None and row.lease_expires_at is None
+    assert row.errors == []
+    assert [e.label for e in runs(job_id)] == ["start:too-long"]
+    assert "released 1 unfinished job(s)" in worker.output()

@@ -1,0 +1,272 @@
+"""Grafts: ordinary tasks added to a running workflow at an expected revision. The
+deterministic receipt makes concurrent writers collide; the coordinator validates the
+combined graph, checkpoints it and only then releases the receipt."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from django.db import connections
+
+from headgate_django import IdConflictError, NotFoundError, enqueue, testing
+from headgate_django.envelope import decode_call, encode_call
+from headgate_django.exceptions import GraphError, InvalidTransitionError
+from headgate_django.models import Graft, Job
+from headgate_django.store import workflows as workflow_store
+from headgate_django.workflows import (
+    SignalEmission,
+    Workflow,
+    WorkflowGraft,
+    emit_signal_with,
+    inspect_workflow,
+    submit_graft,
+    workflow_events,
+)
+from tests.app import tasks
+from tests.workflows.helpers import (
+    checkpoint,
+    coordinator,
+    event_names,
+    job_state,
+    run,
+    runs,
+)
+
+
+def onboarding() -> Workflow:
+    """create-account → send-welcome, held open by a ``done`` signal nobody has sent yet."""
+    return (
+        Workflow("onboarding:42")
+        .add("create-account", tasks.record_run.envelope(label="create-account"), [])
+        .add("send-welcome", tasks.record_run.envelope(label="send-welcome"), ["create-account"])
+        .add_signal("hold", "done", ["create-account"])
+    )
+
+
+def started() -> None:
+    enqueue(onboarding().prepare())
+    run()
+    assert coordinator("onboarding:42").state == "scheduled"
+
+
+def release() -> None:
+    emit_signal_with("onboarding:42", SignalEmission("done", "done"))
+    run()
+
+
+def survey(name: str = "send-survey", deps=("send-welcome",), label: str = "survey"):
+    return (
+        WorkflowGraft("onboarding:42", 1)
+        .queue("workflows")
+        .add(name, tasks.record_run.envelope(label=label), list(deps))
+    )
+
+
+@pytest.mark.django_db
+def test_the_seed_graft_is_checkpointed_before_its_receipt_is_released():
+    started()
+    graft = survey().prepare()
+    assert graft.receipt_job_id == "onboarding:42:graft:2"
+    assert graft.revision == 2
+    enqueue(graft)
+    assert job_state("onboarding:42:graft:2") == "pending"
+    assert job_state("onboarding:42:send-survey") == "pending"
+
+    testing.run_jobs(queues=["headgate-workflow"], include_scheduled=True)
+    # One transaction: the new revision and node are checkpointed with the receipt's release.
+    row = checkpoint("onboarding:42")
+    assert row.revision == 2
+    assert [n["name"] for n in row.grafts] == ["send-survey"]
+    assert job_state("onboarding:42:graft:2") == "available"
+
+    release()
+    snapshot = inspect_workflow("onboarding:42")
+    assert snapshot.coordinator_state == "completed"
+    assert snapshot.revision == 2
+    assert snapshot.node("send-survey").state == "completed"
+    assert snapshot.dependents("send-welcome") == ["send-survey"]
+    assert job_state("onboarding:42:graft:2") == "completed"
+    assert runs("onboarding:42:send-survey")[0].id > runs("onboarding:42:send-welcome")[-1].id
+    accepted = [
+        e for e in workflow_events("onboarding:42") if e["event"] == "workflow_graft_accepted"
+    ]
+    assert [(e["revision"], e["nodes"]) for e in accepted] == [(2, ["send-survey"])]
+    audit = Graft.objects.get(receipt_job_id="onboarding:42:graft:2")
+    assert (audit.status, audit.revision) == ("accepted", 2)
+
+
+@pytest.mark.django_db
+def test_two_grafts_on_one_revision_collide_and_exactly_one_is_accepted():
+    started()
+    enqueue(survey().prepare())
+    with pytest.raises(IdConflictError):
+        enqueue(survey("send-gift", label="gift").prepare())
+    assert job_state("onboarding:42:send-gift") is None  # the losing batch left nothing
+    release()
+    assert checkpoint("onboarding:42").revision == 2
+    assert [n.name for n in inspect_workflow("onboarding:42").nodes][-1] == "send-survey"
+    # The next writer must graft onto revision 2.
+    assert survey("send-gift").prepare().receipt_job_id == "onboarding:42:graft:2"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_graft_writers_exactly_one_wins():
+    started()
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+
+    def write(name: str) -> None:
+        graft = survey(name, label=name).prepare()
+        barrier.wait()
+        try:
+            outcomes[name] = submit_graft(graft)
+        except Exception as exc:  # recorded for the assertions below
+            outcomes[name] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in ("left", "right")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [n for n, o in outcomes.items() if o == "onboarding:42:graft:2"]
+    losers = [o for o in outcomes.values() if isinstance(o, IdConflictError)]
+    assert len(winners) == 1 and len(losers) == 1, outcomes
+    (loser,) = {"left", "right"} - set(winners)
+    assert job_state(f"onboarding:42:{loser}") is None
+    release()
+    snapshot = inspect_workflow("onboarding:42")
+    assert snapshot.revision == 2
+    assert snapshot.node(winners[0]).state == "completed"
+    assert snapshot.node(loser) is None
+
+
+@pytest.mark.django_db
+def test_a_graft_that_adds_a_cycle_is_rejected_and_removed():
+    started()
+    graft = (
+        WorkflowGraft("onboarding:42", 1)
+        .add("x", tasks.record_run.envelope(label="x"), ["y"])
+        .add("y", tasks.record_run.envelope(label="y"), ["x"])
+        .prepare()
+    )
+    enqueue(graft)
+    release()
+    assert job_state("onboarding:42:graft:2") is None
+    assert job_state("onboarding:42:x") is None and job_state("onboarding:42:y") is None
+    audit = Graft.objects.get(receipt_job_id="onboarding:42:graft:2")
+    assert audit.status == "rejected" and "cycle" in audit.reason
+    snapshot = inspect_workflow("onboarding:42")
+    assert snapshot.coordinator_state == "completed"
+    assert snapshot.revision == 1
+    assert "workflow_graft_accepted" not in event_names("onboarding:42")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("node", "reason"),
+    [
+        (("send-welcome", "onboarding:42:other-id", ["create-account"]), "already exists"),
+        (("new", "onboarding:42:new", ["ghost"]), "not declared"),
+    ],
+    ids=["replace an accepted node", "unknown dependency"],
+)
+def test_a_graft_that_changes_accepted_nodes_or_dangles_is_rejected(node, reason):
+    started()
+    name, job_id, deps = node
+    envelope = replace(tasks.record_run.envelope(label="grafted"), id=job_id)
+    enqueue(WorkflowGraft("onboarding:42", 1).add(name, envelope, deps).prepare())
+    release()
+    assert job_state(job_id) is None
+    assert reason in Graft.objects.get(receipt_job_id="onboarding:42:graft:2").reason
+    assert inspect_workflow("onboarding:42").revision == 1
+    assert runs(job_id) == []
+
+
+@pytest.mark.django_db
+def test_only_ordinary_tasks_can_be_grafted():
+    started()
+    with pytest.raises(GraphError):
+        WorkflowGraft("onboarding:42", 1).add("approval", "approved", ["send-welcome"])
+    assert not hasattr(WorkflowGraft, "add_signal")
+    # A receipt forged to carry a signal node is rejected by the coordinator.
+    graft = survey().prepare()
+    _, kwargs = decode_call(graft.envelopes[0].payload)
+    kwargs["nodes"][0].update(kind="signal", signal="approved", job_kind="headgate:signal")
+    enqueue([replace(graft.envelopes[0], payload=encode_call((), kwargs)), *graft.envelopes[1:]])
+    release()
+    audit = Graft.objects.get(receipt_job_id="onboarding:42:graft:2")
+    assert audit.status == "rejected"
+    assert "only task nodes can be grafted" in audit.reason
+    assert job_state("onboarding:42:send-survey") is None
+    assert inspect_workflow("onboarding:42").revision == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("outcome", ["completed", "archived", "cancelled"])
+def test_a_terminal_workflow_refuses_grafts(outcome):
+    enqueue(
+        Workflow("done")
+        .add("a", tasks.echo.envelope() if outcome != "archived" else _failing(), [])
+        .prepare()
+    )
+    if outcome == "cancelled":
+        from headgate_django.workflows import cancel_workflow
+
+        cancel_workflow("done")
+    run()
+    assert coordinator("done").state == outcome
+    graft = WorkflowGraft("done", 1).add("late", tasks.echo.envelope(), ["a"]).prepare()
+    with pytest.raises(InvalidTransitionError):
+        submit_graft(graft)
+    assert job_state("done:graft:2") is None and job_state("done:late") is None
+    with pytest.raises(NotFoundError):
+        submit_graft(WorkflowGraft("nope", 1).add("x", tasks.echo.envelope(), []).prepare())
+
+
+def _failing():
+    return replace(tasks.always_fail.envelope(), max_attempts=1)
+
+
+@pytest.mark.django_db
+def test_a_crash_between_checkpoint_and_release_replays_the_same_receipt(monkeypatch):
+    started()
+    enqueue(survey().prepare())
+    promote = workflow_store._promote
+    crashes = []
+
+    def crash_once(cursor, conn, job_ids):
+        promote(cursor, conn, job_ids)
+        if "onboarding:42:graft:2" in job_ids and not crashes:
+            crashes.append(job_ids)
+            raise RuntimeError("the worker died before the commit")
+
+    monkeypatch.setattr(workflow_store, "_promote", crash_once)
+    report = run()
+    assert crashes and "retried" in report.counts
+    release()
+    assert checkpoint("onboarding:42").revision == 2
+    assert [n["name"] for n in checkpoint("onboarding:42").grafts] == ["send-survey"]
+    assert event_names("onboarding:42").count("workflow_graft_accepted") == 1
+    assert inspect_workflow("onboarding:42").node("send-survey").state == "completed"
+
+
+@pytest.mark.django_db
+def test_successive_grafts_advance_the_revision():
+    started()
+    enqueue(survey().prepare())
+    testing.run_jobs(queues=["headgate-workflow"], include_scheduled=True)
+    enqueue(
+        WorkflowGraft("onboarding:42", 2)
+        .add("follow-up", tasks.record_run.envelope(label="f"), ["send-survey"])
+        .prepare()
+    )
+    release()
+    snapshot = inspect_workflow("onboarding:42")
+    assert snapshot.revision == 3
+    assert snapshot.node("follow-up").state == "completed"
+    assert snapshot.node("follow-up").dependencies == ("send-survey",)
+    assert Job.objects.filter(pk__startswith="onboarding:42:graft:").count() == 2
