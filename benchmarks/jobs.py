@@ -256,6 +256,17 @@ class Drain:
     steady: float  # jobs/s from the first claim to the last completion
     cpu_ms_per_1k: float  # worker processes' CPU (user + system) per 1,000 jobs
     server_ms_per_1k: float | None  # PostgreSQL backends' CPU per 1,000 jobs
+    commits_per_1k: float | None  # PostgreSQL transactions committed per 1,000 jobs
+
+
+def pg_commits(execute: Callable[[str], Any], vendor: str) -> int | None:
+    """Transactions committed in this database so far (PostgreSQL's statistics)."""
+    if vendor != "postgresql":
+        return None
+    time.sleep(0.5)  # exited backends flush their statistics as they go
+    return int(
+        execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+    )
 
 
 def per_1k(seconds: float | None, n: int) -> float | None:
@@ -342,6 +353,11 @@ class Raw:
         else:
             self.conn.execute("DELETE FROM bench_raw_job")
 
+    def scalar(self, query: str) -> Any:
+        cur = self.conn.cursor()
+        cur.execute(query)
+        return cur.fetchone()[0]
+
     def count(self, state: str) -> int:
         ph = _PH[self.vendor]
         cur = self.conn.cursor()
@@ -387,6 +403,7 @@ class Raw:
             ctx.Process(target=raw_drain_worker, args=(self.vendor, self.dsn, out))
             for _ in range(processes)
         ]
+        commits = pg_commits(self.scalar, self.vendor)
         cpu = children_cpu()
         with ServerCpu(self.vendor) as server:
             start = time.perf_counter()
@@ -401,7 +418,14 @@ class Raw:
         if done != n or any(p.exitcode for p in procs):
             raise RuntimeError(f"raw drain completed {done} of {n} jobs")
         busy = max(end for _, end in spans) - min(first for first, _ in spans)
-        return Drain(n / elapsed, n / busy, per_1k(cpu, n), per_1k(server.seconds(), n))
+        after = pg_commits(self.scalar, self.vendor)
+        return Drain(
+            n / elapsed,
+            n / busy,
+            per_1k(cpu, n),
+            per_1k(server.seconds(), n),
+            None if commits is None or after is None else (after - commits) * 1000 / n,
+        )
 
     def latency(self, n: int) -> list[float]:
         self.reset()
@@ -481,6 +505,9 @@ class Headgate:
         else:
             self.sql("DELETE FROM headgate_job")
 
+    def scalar(self, query: str) -> Any:
+        return self.sql(query)[0][0]
+
     def count(self, state: str) -> int:
         return int(self.sql("SELECT count(*) FROM headgate_job WHERE state = %s", [state])[0][0])
 
@@ -522,6 +549,7 @@ class Headgate:
     def drain(self, n: int, processes: int, concurrency: int) -> Drain:
         self.seed(n)
         args = ["--burst", "--concurrency", str(concurrency)]
+        commits = pg_commits(self.scalar, self.vendor)
         cpu = children_cpu()
         with ServerCpu(self.vendor) as server:
             start = time.perf_counter()
@@ -538,7 +566,14 @@ class Headgate:
         # Store-clock span from the first claim to the last completion.
         first, last = self.sql("SELECT min(claimed_at), max(finalized_at) FROM headgate_job")[0]
         busy = (instant(last) - instant(first)).total_seconds()
-        return Drain(n / elapsed, n / busy, per_1k(cpu, n), per_1k(server.seconds(), n))
+        after = pg_commits(self.scalar, self.vendor)
+        return Drain(
+            n / elapsed,
+            n / busy,
+            per_1k(cpu, n),
+            per_1k(server.seconds(), n),
+            None if commits is None or after is None else (after - commits) * 1000 / n,
+        )
 
     def empty_burst(self) -> tuple[float, float]:
         """Wall and CPU seconds of ``runworkers --burst`` starting and exiting idle."""
@@ -612,7 +647,13 @@ def run_child(url: str, size: str, out_path: Path) -> None:
 
         version = f"SQLite {sqlite3.sqlite_version}"
     raw = Raw(vendor, raw_dsn)
-    results: dict[str, Any] = {"vendor": vendor, "version": version, "sizes": sizes, "runs": {}}
+    results: dict[str, Any] = {
+        "vendor": vendor,
+        "version": version,
+        "sizes": sizes,
+        "runs": {},
+        "load": [os.getloadavg()[0]],
+    }
     runs = results["runs"]
 
     def record(key: str, value: float) -> None:
@@ -647,6 +688,8 @@ def run_child(url: str, size: str, out_path: Path) -> None:
                 record(f"drain_cpu/{key}", d.cpu_ms_per_1k)
                 if d.server_ms_per_1k is not None:
                     record(f"drain_server/{key}", d.server_ms_per_1k)
+                if d.commits_per_1k is not None:
+                    record(f"drain_commits/{key}", d.commits_per_1k)
                 step(f"  {key}: {d.rate:,.0f}/s (steady {d.steady:,.0f}/s)")
 
     m = sizes["latency"]
@@ -658,6 +701,7 @@ def run_child(url: str, size: str, out_path: Path) -> None:
                 raise RuntimeError(f"{system} latency: {len(samples)} of {m} samples")
             record(f"p50/{system}", percentile(samples, 50))
             record(f"p99/{system}", percentile(samples, 99))
+    results["load"].append(os.getloadavg()[0])
     shutil.rmtree(logdir, ignore_errors=True)
     out_path.write_text(json.dumps(results))
 
@@ -779,16 +823,18 @@ def table(results: dict[str, Any]) -> str:
         "which leaves out process start-up and exit; CPU (user + system) per 1,000 jobs of "
         "the worker processes (headgate's net of start-up, i.e. minus an empty burst's CPU "
         "per process) and of the PostgreSQL backends serving them, which machine load "
-        "barely moves.",
+        "barely moves; PostgreSQL transactions committed per 1,000 jobs (each a WAL flush "
+        "and a round trip).",
         "",
         "| drain | headgate steady, jobs/s | raw steady, jobs/s | headgate/raw "
-        "| headgate worker CPU | raw worker CPU | headgate server CPU | raw server CPU |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| headgate worker CPU | raw worker CPU | headgate server CPU | raw server CPU "
+        "| headgate commits | raw commits |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
-    def cpu(key: str) -> str:
+    def cpu(key: str, unit: str = " ms/1k") -> str:
         values = runs.get(key)
-        return f"{median(values):,.0f} ms/1k" if values else "—"
+        return f"{median(values):,.0f}{unit}" if values else "—"
 
     for procs in PROCESSES:
         for conc in CONCURRENCY:
@@ -801,7 +847,8 @@ def table(results: dict[str, Any]) -> str:
                 f"| {procs} proc, --concurrency {conc} | {steady_hg:,.0f} | {steady_raw:,.0f} "
                 f"| {steady_hg / steady_raw:.2f} | {net:,.0f} ms/1k "
                 f"| {cpu(f'drain_cpu/{raw}')} | {cpu(f'drain_server/{hg}')} "
-                f"| {cpu(f'drain_server/{raw}')} |"
+                f"| {cpu(f'drain_server/{raw}')} | {cpu(f'drain_commits/{hg}', '/1k')} "
+                f"| {cpu(f'drain_commits/{raw}', '/1k')} |"
             )
     burst = runs["empty_burst/headgate"]
     notes = [
@@ -811,7 +858,14 @@ def table(results: dict[str, Any]) -> str:
         f"({sizes['latency']} jobs at 100/s each; raw worker: {raw_kind}, claiming one at a "
         "time). Raw drain: claim 100 per UPDATE … SKIP LOCKED, one fenced UPDATE to complete, "
         "same process count as the headgate row. Drains are timed from process start to exit; "
-        f"an empty `runworkers --burst` takes {median(burst):.2f} s (median of {len(burst)}).",
+        f"an empty `runworkers --burst` takes {median(burst):.2f} s (median of {len(burst)}). "
+        f"1-minute load average {results['load'][0]:.1f} at the start of this database's "
+        f"runs, {results['load'][1]:.1f} at the end ({os.cpu_count()} cores)"
+        + (
+            ": the machine was busy, so absolute figures are depressed and noisy."
+            if max(results["load"]) > (os.cpu_count() or 1)
+            else "."
+        ),
     ]
     return "\n".join(head + rows + notes + details)
 

@@ -20,6 +20,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
@@ -151,6 +152,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     return Response(error_body(code, message, detail), status=status, headers=headers)
 
 
+@csrf_exempt  # a 404 must stay a 404 (not a CSRF 403) for a cookie-carrying POST
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
     """Unknown routes under the API prefix get the envelope, not Django's HTML 404."""
     return JsonResponse(error_body("not_found", "No API route matches this URL."), status=404)

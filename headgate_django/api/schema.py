@@ -27,7 +27,7 @@ ERRORS: dict[str, str] = {
     "`WWW-Authenticate`).",
     "403": "Authenticated but lacking the permission, or the API is in read-only mode "
     "(`read_only`), or payload reveal without `view_job_payload`.",
-    "404": "No such resource (`not_found`, `unknown_task`, `no_result`).",
+    "404": "No such resource or route (`not_found`, `unknown_task`, `no_result`).",
     "409": "Conflict: `duplicate`, `id_conflict`, `revision_conflict`, `invalid_transition`, "
     "or `idempotency_key_reused` (the key was used for a different request).",
     "413": "Request body larger than `HEADGATE['API_MAX_BODY_BYTES']` (2 MiB), or a payload "
@@ -41,7 +41,7 @@ ERRORS: dict[str, str] = {
     "503": "The database is unavailable (`database_unavailable`, `Retry-After`).",
 }
 F = TypeVar("F", bound=Callable[..., Any])
-ALWAYS = ("400", "401", "403", "429", "500", "503")
+ALWAYS = ("400", "401", "403", "404", "429", "500", "503")
 MUTATION = ("409", "413", "415", "422", "423")
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -83,6 +83,15 @@ class HeadgateAutoSchema(AutoSchema):
         doc = getattr(action, "__doc__", None) or self.view.__class__.__dict__.get("__doc__")
         return inspect.cleandoc(doc) if doc else ""
 
+    def _is_list_view(self, serializer: Any = None) -> bool:
+        # A collection answered by a plain ViewSet (queues, workflows, executions) returns
+        # one envelope object, not an array; only paginated querysets are "list views".
+        if getattr(self.view, "action", None) == "list" and not getattr(
+            self.view, "pagination_class", None
+        ):
+            return False
+        return bool(super()._is_list_view(serializer))
+
     def _is_mutation(self) -> bool:
         return self.method not in ("GET", "HEAD", "OPTIONS")
 
@@ -95,8 +104,6 @@ class HeadgateAutoSchema(AutoSchema):
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses = super()._get_response_bodies(direction)
         codes = list(ALWAYS)
-        if "{" in self.path:
-            codes.append("404")
         if self._is_mutation():
             codes.extend(MUTATION)
         for code in sorted(codes):

@@ -25,6 +25,7 @@ from headgate_django.store import hooks
 
 log = logging.getLogger(__name__)
 CHANGED = "headgate.changed"
+_sending: set[asyncio.Task[None]] = set()
 
 
 def cross_process_layer() -> Any | None:
@@ -53,7 +54,9 @@ def publish(groups: list[str]) -> None:
         if loop is None:
             async_to_sync(send_all)()
         else:  # called on an event loop thread (an async handler): don't block it
-            loop.create_task(send_all())
+            task = loop.create_task(send_all())
+            _sending.add(task)  # keep a reference until it is done
+            task.add_done_callback(_sending.discard)
     except Exception:
         log.warning("could not publish a console update to %s", groups, exc_info=True)
 

@@ -33,9 +33,7 @@ class HistoryCache:
         known: list[Event] = []
         if entry is not None and entry[0] == header.created_at:
             known = [e for e in entry[1] if e.seq <= header.last_seq]
-        fresh = history_load(
-            header.id, after_seq=len(known), upto_seq=header.last_seq, using=using
-        )
+        fresh = history_load(header.id, after_seq=len(known), upto_seq=header.last_seq, using=using)
         events = known + fresh
         if [e.seq for e in events[-1:]] != [header.last_seq]:  # a gap: trust nothing cached
             events = history_load(header.id, upto_seq=header.last_seq, using=using)

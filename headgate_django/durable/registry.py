@@ -58,7 +58,9 @@ _OPERATIONS: dict[tuple[str, str], OperationDef] = {}
 
 def check_name(what: str, value: object, limit: int) -> str:
     if not isinstance(value, str) or not value or value != value.strip():
-        raise DefinitionError(f"a {what} must be a non-empty string without outer spaces, not {value!r}")
+        raise DefinitionError(
+            f"a {what} must be a non-empty string without outer spaces, not {value!r}"
+        )
     if len(value) > limit or any(ord(c) < 32 for c in value):
         raise DefinitionError(f"a {what} has at most {limit} printable characters: {value[:40]!r}")
     return value

@@ -12,7 +12,10 @@ Node semantics:
   its own dependencies are complete, so an early signal or an early absolute timer is
   buffered until the graph reaches it;
 - a node whose job is archived, cancelled, quarantined, undecodable, or missing without
-  evidence has failed; it and its descendants are the failure closure.
+  evidence has failed; it and its descendants are the failure closure. Never-run nodes of
+  the closure are deleted (kept with failed-subgraph retry); work outside it still runs,
+  and the workflow fails once everything outside the closure has completed (Headgate's
+  rule: independent branches keep their results and no pending job is orphaned).
 """
 
 from __future__ import annotations

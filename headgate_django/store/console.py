@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Count, Max, Sum
 
 from headgate_django.models import Execution, HistoryEvent, Job, SignalEmission, WorkflowCheckpoint
-from headgate_django.store.workflows import COORDINATOR_KIND
+from headgate_django.store.workflows import COORDINATOR_KIND, GRAFT_KIND, RETRY_KIND
 
 _CHUNK = 500
 #: Kinds whose rows are a workflow's or execution's own driver, not a node or Operation.
@@ -147,12 +147,13 @@ def workflow_queues(*, using: str = "default") -> list[str]:
 def workflow_progress(
     workflow_ids: Sequence[str], *, using: str = "default"
 ) -> dict[str, dict[str, int]]:
-    """``{workflow_id: {state: n}}`` over the node jobs of one page of workflows."""
+    """``{workflow_id: {state: n}}`` over the node jobs of one page of workflows (the
+    coordinator and graft/retry receipts are not nodes)."""
     progress: dict[str, dict[str, int]] = {w: {} for w in workflow_ids}
     rows = (
         Job.objects.using(using)
         .filter(workflow_id__in=list(workflow_ids))
-        .exclude(kind=COORDINATOR_KIND)
+        .exclude(kind__in=(COORDINATOR_KIND, GRAFT_KIND, RETRY_KIND))
         .values("workflow_id", "state")
         .annotate(n=Count("id"))
         .order_by()

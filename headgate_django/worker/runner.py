@@ -12,6 +12,7 @@ Threads, each with one job:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -321,7 +322,7 @@ class Worker:
         next_unknown = time.monotonic() + UNKNOWN_KINDS_FIRST
         while not (self._stopping.is_set() and not self._running):
             now = time.monotonic()
-            self._enforce_timeouts(now)
+            self._safe(functools.partial(self._enforce_timeouts, now))
             if now >= next_renew:
                 self._safe(self._renew)
                 next_renew = now + self.renew_every

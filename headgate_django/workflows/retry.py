@@ -23,7 +23,7 @@ from headgate_django.exceptions import (
     NotFoundError,
     RevisionConflictError,
 )
-from headgate_django.kernel.graph import NodeKind
+from headgate_django.kernel.graph import NodeKind, NodeSpec, combine
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store import (
@@ -97,7 +97,11 @@ def request_failed_subgraph_retry(
                 f"workflow {workflow_id!r} is {coordinator.state}; only a failed (archived) "
                 "workflow can be retried"
             )
-        checkpoint = checkpoint_from_row(workflow_checkpoint_load(workflow_id))
+        row = workflow_checkpoint_load(workflow_id)
+        checkpoint = checkpoint_from_row(row)
+        if row is not None and row.grafts:
+            # Accepted grafted nodes are checked and repaired like declared ones.
+            graph = combine(graph, [NodeSpec.from_json(n) for n in row.grafts])
         if checkpoint.revision != expected_revision:
             raise RevisionConflictError(
                 f"revision conflict: workflow {workflow_id!r} is at revision "

@@ -32,6 +32,8 @@ def test_token_authentication(operator_user: Any) -> None:
 
 
 def test_session_authentication_with_csrf(operator_user: Any) -> None:
+    operator_user.set_password("pw")
+    operator_user.save()
     client = APIClient(enforce_csrf_checks=True)
     client.login(username="operator", password="pw")
     assert client.get("/api/v1/jobs").status_code == 200

@@ -47,3 +47,30 @@ def two_steps(ctx: durable.Context, marker: str) -> Any:
 @durable.workflow("it-steps", version="1")
 def steps(ctx: durable.Context, count: int) -> Any:
     return [ctx.execute_operation("it-step", "1", n).result() for n in range(count)]
+
+
+@durable.operation("it-long", version="1")
+def long(ctx: Any, seconds: float) -> str:
+    """Outlives several leases: only heartbeats keep it."""
+    _record(ctx)
+    time.sleep(seconds)
+    return "ok"
+
+
+@durable.operation("it-wait-cancel", version="1")
+def wait_cancel(ctx: Any, _: Any) -> str:
+    """First attempt: waits to be cancelled (the test takes its lease) and says whether it
+    was. Later attempts return at once."""
+    if _record(ctx) == 1:
+        cancelled = ctx.wait_cancelled(30)
+        Execution.objects.create(
+            job_id=ctx.job_id, label=f"cancelled:{cancelled}", attempt=ctx.attempt, fence=0
+        )
+        return "late"
+    return "second"
+
+
+@durable.workflow("it-call", version="1")
+def call(ctx: durable.Context, args: list[Any]) -> Any:
+    name, value = args
+    return ctx.execute_operation(name, "1", value).result()

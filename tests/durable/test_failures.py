@@ -38,6 +38,12 @@ def op_then_sleep(ctx: durable.Context, _: Any) -> Any:
     return value
 
 
+@durable.workflow("fail-op-then-wait", version="1")
+def op_then_wait(ctx: durable.Context, _: Any) -> Any:
+    ctx.execute_operation("fail-echo", "1", "v").result()
+    ctx.select(ctx.wait_signal("go"))
+
+
 @durable.workflow("fail-unregistered-op", version="1")
 def uses_missing_op(ctx: durable.Context, _: Any) -> Any:
     return ctx.execute_operation("fail-later", "1", "x").result()
@@ -93,7 +99,12 @@ def test_case_27_an_operation_no_worker_has_yet_waits_for_one(
     (job,) = op_jobs(wf)
     assert (job.state, job.attempt) == ("scheduled", 0)
     assert types(wf) == ["WorkflowStarted", "OperationScheduled"]
-    swap_code("operation", "fail-later", "1", durable.OperationDef(lambda ctx, x: x * 2, "fail-later", "1"))
+    swap_code(
+        "operation",
+        "fail-later",
+        "1",
+        durable.OperationDef(lambda ctx, x: x * 2, "fail-later", "1"),
+    )
     drive()
     assert view(wf).result == "xx"
 
@@ -108,9 +119,8 @@ def replay_until_suspended(wf: str) -> None:
 
 
 def test_case_28_a_corrupt_history_is_retried_with_backoff_then_suspended() -> None:
-    wf = start("fail-op-then-sleep")
-    testing.run_jobs()  # pass 1 schedules op:1; the Operation completes
-    Job.objects.filter(kind=TASK_KIND).update(state="scheduled")  # hold the next pass
+    wf = start("fail-op-then-wait")
+    drive()  # the Operation ran; the workflow waits for a signal
     last = view(wf).history_length
     history_append(wf, expected_seq=last, events=[NewEvent("OperationCompleted", {"no": "id"})])
     Job.objects.filter(kind=TASK_KIND).update(state="available")
@@ -129,7 +139,9 @@ def test_case_28_a_corrupt_history_is_retried_with_backoff_then_suspended() -> N
 def test_case_29_and_30_nondeterminism_suspends_then_fixed_code_resumes(swap_code: Any) -> None:
     wf = start("fail-op-then-sleep")
     testing.run_one()  # history: Started, OperationScheduled(op:1)
-    swap_code("workflow", "fail-op-then-sleep", "1", WorkflowDef(sleep_first, "fail-op-then-sleep", "1"))
+    swap_code(
+        "workflow", "fail-op-then-sleep", "1", WorkflowDef(sleep_first, "fail-op-then-sleep", "1")
+    )
     replay_until_suspended(wf)
     reason = view(wf).suspended_reason
     assert "timer:1: the code issues a new command while history still expects op:1" in reason

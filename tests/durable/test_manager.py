@@ -17,16 +17,26 @@ from headgate_django.kernel.replay_events import history_from_json
 from headgate_django.models import Execution, HistoryEvent, Job, SignalInbox
 from headgate_django.store.durable import execution_reconcile, execution_vacuum
 from headgate_django.store.durable_history import NewEvent, history_append
-from tests.durable.helpers import drive, history, live_jobs, op_job, seqs, start, task_job, types, view
+from tests.durable.helpers import (
+    drive,
+    history,
+    live_jobs,
+    op_job,
+    seqs,
+    start,
+    task_job,
+    types,
+    view,
+)
 
 pytestmark = pytest.mark.django_db
 
-RUNS: list[Any] = []
+runs: list[Any] = []
 
 
 @durable.operation("mgr-echo", version="1")
 def echo(ctx: Any, value: Any) -> Any:
-    RUNS.append(value)
+    runs.append(value)
     return value
 
 
@@ -45,7 +55,7 @@ def wait(ctx: durable.Context, _: Any) -> Any:
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
-    RUNS.clear()
+    runs.clear()
 
 
 def test_case_32_cancel_ends_the_execution_and_its_live_jobs() -> None:
@@ -61,7 +71,7 @@ def test_case_32_cancel_ends_the_execution_and_its_live_jobs() -> None:
     with pytest.raises(InvalidTransitionError):
         durable.Manager().cancel(wf)
     assert drive() == []  # nothing runs for it any more
-    assert RUNS == []
+    assert runs == []
     assert durable.Client().signal(wf, "late", 1)  # recorded, no task
     assert live_jobs(wf) == []
 
@@ -86,7 +96,7 @@ def test_case_33_the_reconciler_revives_an_execution_with_no_task() -> None:
     assert task_job(wf).state == "available"
     drive()
     assert (view(wf).result, view(healthy).result) == ("x", "y")
-    assert sorted(RUNS) == ["x", "y"]  # each Operation ran exactly once
+    assert sorted(runs) == ["x", "y"]  # each Operation ran exactly once
 
 
 def test_the_reconciler_records_operations_finished_without_a_hook() -> None:

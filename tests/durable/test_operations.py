@@ -32,27 +32,27 @@ from tests.durable.helpers import (
 
 pytestmark = pytest.mark.django_db
 
-CALLS: Counter[str] = Counter()
-KEYS: list[str] = []
+calls: Counter[str] = Counter()
+keys_seen: list[str] = []
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
-    CALLS.clear()
-    KEYS.clear()
+    calls.clear()
+    keys_seen.clear()
 
 
 @durable.operation("ops-check-status", version="1")
 def check_status(ctx: Any, order: dict[str, Any]) -> dict[str, Any]:
-    CALLS["check"] += 1
-    KEYS.append(ctx.execution_key)
+    calls["check"] += 1
+    keys_seen.append(ctx.execution_key)
     return {"status": "approved", "ref": order["ref"]}
 
 
 @durable.operation("ops-flaky", version="1", max_attempts=3)
 def flaky(ctx: Any, _: Any) -> str:
-    CALLS["flaky"] += 1
-    KEYS.append(ctx.execution_key)
+    calls["flaky"] += 1
+    keys_seen.append(ctx.execution_key)
     if ctx.attempt == 1:
         raise ConnectionError("try again")
     return "ok"
@@ -60,13 +60,13 @@ def flaky(ctx: Any, _: Any) -> str:
 
 @durable.operation("ops-panics", version="1", max_attempts=2)
 def panics(ctx: Any, _: Any) -> str:
-    CALLS["panics"] += 1
+    calls["panics"] += 1
     raise RuntimeError("operation panic: boom")
 
 
 @durable.operation("ops-aborts", version="1", max_attempts=5)
 def aborts(ctx: Any, _: Any) -> str:
-    CALLS["aborts"] += 1
+    calls["aborts"] += 1
     raise durable.Abort("card declined")
 
 
@@ -77,17 +77,17 @@ def skips(ctx: Any, _: Any) -> str:
 
 @durable.operation("ops-not-ready", version="1")
 def not_ready(ctx: Any, _: Any) -> str:
-    CALLS["not-ready"] += 1
-    if CALLS["not-ready"] == 1:
+    calls["not-ready"] += 1
+    if calls["not-ready"] == 1:
         raise Snooze(timedelta(minutes=45))
     return "ready"
 
 
 @durable.operation("ops-unsure", version="1")
 def unsure(ctx: Any, _: Any) -> str:
-    CALLS["unsure"] += 1
-    KEYS.append(ctx.execution_key)
-    if CALLS["unsure"] == 1:
+    calls["unsure"] += 1
+    keys_seen.append(ctx.execution_key)
+    if calls["unsure"] == 1:
         raise durable.Uncertain("the bank did not answer")
     return "second try"
 
@@ -136,15 +136,18 @@ def test_case_03_one_operation() -> None:
     }
     assert task_job(wf).state == "scheduled"  # parked: only the Operation can wake it
     drive()
-    assert CALLS["check"] == 1
-    assert KEYS == [f"{wf}:op:1"]
+    assert calls["check"] == 1
+    assert keys_seen == [f"{wf}:op:1"]
     assert types(wf) == [
         "WorkflowStarted",
         "OperationScheduled",
         "OperationCompleted",
         "WorkflowCompleted",
     ]
-    assert history(wf)[2][1] == {"command_id": "op:1", "result": {"status": "approved", "ref": "abc"}}
+    assert history(wf)[2][1] == {
+        "command_id": "op:1",
+        "result": {"status": "approved", "ref": "abc"},
+    }
     row = view(wf)
     assert (row.state, row.result, row.history_length) == (
         "succeeded",
@@ -161,7 +164,7 @@ def test_case_04_a_scheduled_operation_runs_once_after_the_pass_crashed() -> Non
     testing.run_one()  # the pass recorded OperationScheduled; say its worker died here
     assert op_job(wf).state == "available"
     drive()
-    assert CALLS["check"] == 1
+    assert calls["check"] == 1
     assert view(wf).state == "succeeded"
 
 
@@ -184,7 +187,7 @@ def test_case_05_a_retried_schedule_finds_the_job_it_already_enqueued() -> None:
     assert store.job_insert_many([again]) == [f"{wf}:op:1"]
     drive()
     assert len(op_jobs(wf)) == 1
-    assert CALLS["check"] == 1
+    assert calls["check"] == 1
     assert types(wf).count("OperationScheduled") == 1
     assert view(wf).state == "succeeded"
 
@@ -224,13 +227,13 @@ def test_case_07_a_failed_attempt_is_retried_without_history(fast_retries: None)
     drive()
     assert view(wf).result == "done:ok"
     assert "OperationFailed" not in types(wf)
-    assert KEYS == [f"{wf}:op:1", f"{wf}:op:1"]  # the same execution key on both attempts
+    assert keys_seen == [f"{wf}:op:1", f"{wf}:op:1"]  # the same execution key on both attempts
 
 
 def test_case_08_an_exhausted_operation_fails_the_workflow(fast_retries: None) -> None:
     wf = start("ops-raise", "ops-panics")
     drive()
-    assert CALLS["panics"] == 2
+    assert calls["panics"] == 2
     failed = [p for t, p in history(wf) if t == "OperationFailed"]
     assert len(failed) == 1 and "operation panic: boom" in failed[0]["error"]
     row = view(wf)
@@ -242,7 +245,7 @@ def test_case_08_an_exhausted_operation_fails_the_workflow(fast_retries: None) -
 def test_case_09_abort_fails_the_operation_at_once() -> None:
     wf = start("ops-call", "ops-aborts")
     drive()
-    assert CALLS["aborts"] == 1
+    assert calls["aborts"] == 1
     assert [p for t, p in history(wf) if t == "OperationFailed"] == [
         {"command_id": "op:1", "error": "card declined"}
     ]
@@ -308,7 +311,7 @@ def test_case_12_uncertain_then_resolved_complete() -> None:
     assert task_job(wf).state == "available"  # woken in the same transaction
     drive()
     assert view(wf).result == "done:ok"
-    assert CALLS["unsure"] == 1  # nobody re-ran the effect
+    assert calls["unsure"] == 1  # nobody re-ran the effect
 
     before = counts()
     with pytest.raises(InvalidTransitionError, match="is not uncertain"):
@@ -324,7 +327,7 @@ def test_case_12_resolve_retry_runs_the_operation_again() -> None:
     assert view(wf).state == "running"
     drive()
     assert view(wf).result == "done:second try"
-    assert KEYS == [f"{wf}:op:1", f"{wf}:op:1"]
+    assert keys_seen == [f"{wf}:op:1", f"{wf}:op:1"]
 
 
 def test_case_13_a_stale_resolve_changes_nothing() -> None:
@@ -374,7 +377,7 @@ def test_a_rerun_after_a_crash_does_not_repeat_an_uncertain_operation() -> None:
     # An attempt that recorded the uncertainty but died before its job was archived:
     Job.objects.filter(pk=op_job(wf).pk).update(state="available", attempt=0, crash_attempt=1)
     drive()
-    assert CALLS["unsure"] == 1
+    assert calls["unsure"] == 1
     assert op_job(wf).state == "archived"
     assert view(wf).state == "suspended"
     assert HistoryEvent.objects.filter(execution_id=wf, type="OperationUncertain").count() == 1

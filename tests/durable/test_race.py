@@ -44,7 +44,7 @@ def in_parallel(*calls: Callable[[], Any]) -> list[Any]:
     def run(index: int) -> None:
         try:
             results[index] = calls[index]()
-        except BaseException as exc:  # noqa: BLE001 - the outcome is the assertion
+        except BaseException as exc:  # the outcome is what the test checks
             results[index] = exc
         finally:
             from django.db import connections
@@ -134,4 +134,6 @@ def test_a_fact_landing_during_a_pass_makes_it_replay_again(
     assert view(wf).result == ["a", "meanwhile"]
     assert task_job(wf).state == "completed"
     with pytest.raises(RevisionConflictError):
-        history_append(wf, expected_seq=calls[0], events=[NewEvent("SignalReceived", {"name": "x"})])
+        history_append(
+            wf, expected_seq=calls[0], events=[NewEvent("SignalReceived", {"name": "x"})]
+        )

@@ -83,9 +83,7 @@ CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
         "(OperationScheduled(name='golden-charge', version='1')",
     ),
     "changed_sleep_duration.json": (
-        *_defs(
-            "golden-sleep", _sleep(timedelta(milliseconds=50)), _sleep(timedelta(hours=2))
-        ),
+        *_defs("golden-sleep", _sleep(timedelta(milliseconds=50)), _sleep(timedelta(hours=2))),
         "timer:1: the code sleeps 7200000 ms, but history has timer:1 "
         "(TimerScheduled(duration_ms=50)",
     ),
@@ -146,7 +144,7 @@ def test_replay_needs_a_matching_workflow_and_a_valid_export() -> None:
         durable.replay(history, workflows=[])
     with pytest.raises(HistoryCorruptError):
         durable.replay('{"workflow": {}}', workflows=[])
-    with pytest.raises(DefinitionError, match="takes @durable.workflow definitions"):
+    with pytest.raises(DefinitionError, match=r"takes @durable\.workflow definitions"):
         durable.replay(history, workflows=[_one_op("x")])  # type: ignore[list-item]
 
 

@@ -1,5 +1,6 @@
 """Real ``runworkers`` processes: a SIGKILLed worker in the middle of an Operation (azync
-case 40 with the recommended outcome) and ``--durable-mode``."""
+case 40 with the recommended outcome), heartbeats (case 16), a lost lease (case 17) and
+``--durable-mode``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from headgate_django import durable
 from headgate_django.models import Job
 from tests.app import durable_tasks  # noqa: F401  (registers the definitions here too)
 from tests.conftest import wait_for
-from tests.durable.helpers import op_job, start, view
+from tests.durable.helpers import history, op_job, start, view
 from tests.integration.helpers import FAST, headgate_env, runs, wait_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -40,6 +41,33 @@ def test_a_killed_worker_mid_operation_is_reclaimed_and_the_workflow_completes(
     assert (job.crash_attempt, job.attempt) == (1, 0)
     assert [e["kind"] for e in job.errors] == ["crash"]
     assert rescuer.terminate() == 0
+
+
+def test_case_16_heartbeats_keep_a_long_operation_leased(start_worker: Any) -> None:
+    wf = start("it-call", ["it-long", 3.0])  # three leases long
+    worker = start_worker("--lease-ttl", "1", env=env())
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    job = op_job(wf)
+    assert (job.crash_attempt, job.attempt, job.errors) == (0, 0, [])
+    assert view(wf).result == "ok"
+    assert worker.terminate() == 0
+
+
+def test_case_17_a_lost_lease_cancels_the_handler_and_writes_nothing(start_worker: Any) -> None:
+    wf = start("it-call", ["it-wait-cancel", None])
+    worker = start_worker("--lease-ttl", "1", env=env())
+    op = f"{wf}:op:1"
+    wait_for(lambda: runs(op), timeout=60)
+    Job.objects.filter(pk=op).update(lease_id="someone-else")  # its lease is gone
+    wait_for(lambda: len(runs(op)) >= 2, timeout=60)
+    assert runs(op)[1].label == "cancelled:True"  # the renewal failed: the handler stopped
+    # Nothing the first attempt returned landed; the reclaim duty charged the crash once
+    # the stolen lease lapsed, and the second attempt settled it.
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert view(wf).result == "second"
+    assert [p["result"] for t, p in history(wf) if t == "OperationCompleted"] == ["second"]
+    assert op_job(wf).crash_attempt == 1
+    assert worker.terminate() == 0
 
 
 def test_workflow_only_and_operation_only_workers_share_the_work(start_worker: Any) -> None:
