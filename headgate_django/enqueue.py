@@ -28,6 +28,9 @@ def enqueue(
     from headgate_django.store import job_insert_many
 
     items: Any = batch_or_envelopes
+    if hasattr(items, "enqueue_with"):
+        # A batch with rules of its own (a graft must find its workflow still running).
+        return list(items.enqueue_with(using=using))
     if isinstance(items, Envelope):
         envelopes = [items]
     elif isinstance(items, Batch):

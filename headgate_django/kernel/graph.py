@@ -179,6 +179,12 @@ class GraphSpec:
             ) from None
 
     @cached_property
+    def _order(self) -> tuple[tuple[str, ...], frozenset[str]]:
+        """Kahn's result, computed once per graph: every coordinator pass asks for it."""
+        order, blocked = _kahn(self)
+        return tuple(order), frozenset(blocked)
+
+    @cached_property
     def _by_name(self) -> dict[str, NodeSpec]:
         return {n.name: n for n in self.nodes}
 
@@ -238,7 +244,7 @@ def validate(graph: GraphSpec) -> GraphSpec:
         _check_kind_fields(node, graph.workflow_id)
     for node in graph.nodes:
         _check_deps(node, names)
-    _, blocked = _kahn(graph)
+    _, blocked = graph._order
     if blocked:
         _raise_cycle(graph, blocked)
     return graph
@@ -397,10 +403,10 @@ def _utf8_size(value: str) -> int | None:
 
 def topological_order(graph: GraphSpec) -> list[str]:
     """Dependencies before dependents; ties broken by declaration order."""
-    order, blocked = _kahn(graph)
+    order, blocked = graph._order
     if blocked:
         _raise_cycle(graph, blocked)
-    return order
+    return list(order)
 
 
 def dependents_map(graph: GraphSpec) -> dict[str, list[str]]:

@@ -11,7 +11,3 @@ from collections.abc import Callable
 from typing import Any
 
 ON_FINISH: list[Callable[[Any, Any, set[str]], None]] = []
-
-#: Run inside the eviction transaction with ``(cursor, connection, job_ids)`` before the
-#: rows are deleted (workflows keep completion evidence of evicted children).
-BEFORE_EVICT: list[Callable[[Any, Any, Any], None]] = []

@@ -35,9 +35,7 @@ class RequestIdentity:
     body_hash: str
 
 
-def idempotency_record_find(
-    key_digest: str, *, using: str = "default"
-) -> IdempotencyRecord | None:
+def idempotency_record_find(key_digest: str, *, using: str = "default") -> IdempotencyRecord | None:
     """The unexpired record for this key, if any (expiry judged by the store clock, not
     Django's ``Now()``, which on MySQL follows the session time zone)."""
     return (

@@ -152,19 +152,11 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
             return counts
         for _, state in rows:
             counts[state] = counts.get(state, 0) + 1
-        _before_evict(cursor, conn, [row[0] for row in rows])
         cursor.execute(
             f"DELETE FROM headgate_job WHERE id IN ({v.placeholders(len(rows))})",
             [row[0] for row in rows],
         )
     return counts
-
-
-def _before_evict(cursor: Any, conn: Any, job_ids: Sequence[str]) -> None:
-    from headgate_django.store import hooks
-
-    for hook in hooks.BEFORE_EVICT:
-        hook(cursor, conn, job_ids)
 
 
 def unknown_kinds_waiting(known: Sequence[str], *, using: str = "default") -> dict[str, int]:

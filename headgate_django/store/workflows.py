@@ -230,14 +230,17 @@ def _wake_coordinators(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
 
     A coordinator that is running right now gets ``scheduled_at`` moved past its
     ``claimed_at``, which its snooze honours (see ``job_snooze``): no wake-up is lost.
+    The extra millisecond keeps "past" strict on SQLite, whose clock has millisecond
+    resolution, when the wake lands in the same millisecond as the claim.
     """
     ids = sorted(coordinator_job_id(w) for w in workflow_ids)
     cursor.execute(
         f"UPDATE headgate_job SET state = CASE WHEN state = %s THEN %s ELSE state END, "
-        f"scheduled_at = {v.now(conn)} WHERE id IN ({_in(ids)}) AND state IN (%s, %s)",
+        f"scheduled_at = {v.plus_ms(conn)} WHERE id IN ({_in(ids)}) AND state IN (%s, %s)",
         [
             State.SCHEDULED.value,
             State.AVAILABLE.value,
+            1,
             *ids,
             State.SCHEDULED.value,
             State.RUNNING.value,
@@ -339,17 +342,17 @@ def workflow_graft_decide(
             _delete(cursor, [receipt.id, *node_job_ids])
         cursor.execute(f"SELECT {v.now(conn)}", [])
         decided = v.parse_instant(conn, cursor.fetchone()[0])
-    Graft.objects.using(using).update_or_create(
-        receipt_job_id=receipt.id,
-        defaults={
-            "workflow_id": workflow_id,
-            "revision": checkpoint.revision if accepted else _revision_of(receipt.id),
-            "nodes": grafts[-len(node_job_ids) :] if accepted and node_job_ids else [],
-            "status": "accepted" if accepted else "rejected",
-            "reason": reason,
-            "decided_at": decided,
-        },
-    )
+        Graft.objects.using(using).update_or_create(
+            receipt_job_id=receipt.id,
+            defaults={
+                "workflow_id": workflow_id,
+                "revision": checkpoint.revision if accepted else _revision_of(receipt.id),
+                "nodes": grafts[-len(node_job_ids) :] if accepted and node_job_ids else [],
+                "status": "accepted" if accepted else "rejected",
+                "reason": reason,
+                "decided_at": decided,
+            },
+        )
 
 
 def _revision_of(receipt_id: str) -> int:
@@ -391,3 +394,10 @@ def workflow_retry_apply(
             _promote(cursor, conn, [receipt_id])
         if reject_receipt_id:
             _delete(cursor, [reject_receipt_id])
+
+
+def workflow_wake(workflow_id: str, *, using: str = "default") -> None:
+    """Wake a workflow's coordinator now (a graft or retry receipt is waiting for it)."""
+    conn = v.connection_for(using)
+    with conn.cursor() as cursor:
+        _wake_coordinators(cursor, conn, {workflow_id})

@@ -171,7 +171,6 @@ class Workflow:
             payload=encode_call((), {"graph": graph.to_json(), "options": self._options()}),
             retention=retention,
             workflow_id=self.workflow_id,
-            max_attempts=25,
         )
         children = [self._child(node, retention) for node in graph.nodes]
         return PreparedWorkflow(self.workflow_id, graph, [coordinator, *children])

@@ -10,17 +10,22 @@ once (see ``store.workflows``).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
+from headgate_django.envelope import canonical_json
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.graph import GraphSpec, NodeSpec, combine
+from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import (
     FAILED_STATES,
     Checkpoint,
+    NodeRow,
     Outcome,
     evaluate,
     node_states,
@@ -44,19 +49,39 @@ from headgate_django.store.workflows import (
 )
 from headgate_django.workflows.grafts import graft_nodes_of
 
+_NEEDS_REPAIR = frozenset({State.QUARANTINED.value, State.UNDECODABLE.value})
+
 #: Ticks per attempt while each one makes progress, before yielding the worker.
 MAX_PASSES = 50
 
 
 def load_graph(graph: Any) -> GraphSpec:
-    """The stored graph, revalidated; ``Skip`` (archive) when it is not a valid graph."""
+    """The stored graph, revalidated; ``Skip`` (archive) when it is not a valid graph.
+
+    Validation is memoised by a digest of the exact stored content: a payload altered in
+    any way is validated afresh, while a 999-node graph is not re-checked on every wake.
+    """
     try:
-        return GraphSpec.from_json(graph)
+        return _validated(hashlib.sha256(canonical_json(graph)).hexdigest(), graph)
     except DefinitionError as exc:
         raise Skip(f"invalid workflow graph: {exc}") from exc
 
 
-@task(kind=COORDINATOR_KIND, queue="headgate-workflow", max_attempts=25)
+_VALIDATED: dict[str, GraphSpec] = {}
+_VALIDATED_MAX = 256
+
+
+def _validated(digest: str, graph: Any) -> GraphSpec:
+    spec = _VALIDATED.get(digest)
+    if spec is None:
+        spec = GraphSpec.from_json(graph)
+        if len(_VALIDATED) >= _VALIDATED_MAX:
+            _VALIDATED.pop(next(iter(_VALIDATED)))
+        _VALIDATED[digest] = spec
+    return spec
+
+
+@task(kind=COORDINATOR_KIND, queue="headgate-workflow")
 def coordinate(
     ctx: JobContext, graph: Any = None, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -111,7 +136,7 @@ class Tick:
             rows,
             keep_blocked=bool(self.options.get("failed_subgraph_retry")),
             now_ms=to_ms(db_now()) or 0,
-            retry_due=self._auto_retry_due(checkpoint),
+            retry_due=self._auto_retry_due(checkpoint, rows),
         )
         if plan.changed or row is None or plan.outcome is not Outcome.WAITING:
             workflow_tick_save(
@@ -123,9 +148,14 @@ class Tick:
             raise Skip(plan.reason or "a node failed")
         return plan.outcome, plan.mutates
 
-    def _auto_retry_due(self, checkpoint: Checkpoint) -> bool:
+    def _auto_retry_due(self, checkpoint: Checkpoint, rows: Mapping[str, NodeRow]) -> bool:
+        """A further generation is due unless the limit is reached or a node needs an
+        operator's repair first (quarantined or undecodable: retrying blindly would only
+        burn the remaining generations)."""
         policy = self.options.get("automatic_retry")
-        return bool(policy) and checkpoint.generation < int(policy["max_generations"])
+        if not policy or checkpoint.generation >= int(policy["max_generations"]):
+            return False
+        return not any(r.state in _NEEDS_REPAIR for r in rows.values())
 
     # -- failed-subgraph retry ------------------------------------------------------------
     def _retry(self, row: WorkflowCheckpoint, checkpoint: Checkpoint, graph: GraphSpec) -> Outcome:

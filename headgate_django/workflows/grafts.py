@@ -22,7 +22,12 @@ from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store import job_insert_many
-from headgate_django.store.workflows import GRAFT_KIND, coordinator_job_id, graft_receipt_id
+from headgate_django.store.workflows import (
+    GRAFT_KIND,
+    coordinator_job_id,
+    graft_receipt_id,
+    workflow_wake,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,11 @@ class PreparedGraft:
     receipt_job_id: str
     nodes: tuple[NodeSpec, ...]
     envelopes: list[Envelope] = field(repr=False)
+
+    def enqueue_with(self, *, using: str = "default") -> list[str]:
+        """What ``enqueue(graft)`` does: :func:`submit_graft`, returning every job id."""
+        submit_graft(self, using=using)
+        return [env.id or "" for env in self.envelopes]
 
 
 class WorkflowGraft:
@@ -111,8 +121,9 @@ class WorkflowGraft:
 def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
     """Enqueue a prepared graft, refusing a workflow that has already finished.
 
-    ``enqueue(graft)`` works too; this also locks the coordinator so a workflow cannot
-    finish between the check and the enqueue. Returns the receipt job id.
+    ``enqueue(graft)`` does the same. The coordinator row is locked so the workflow cannot
+    finish between the check and the enqueue, and it is woken to decide at once.
+    Returns the receipt job id.
     """
     with transaction.atomic(using=using):
         state = (
@@ -137,6 +148,7 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
                 f"workflow {graft.workflow_id!r} has finished ({state}); a graft cannot revive it"
             )
         job_insert_many(graft.envelopes, using=using)
+        workflow_wake(graft.workflow_id, using=using)
     return graft.receipt_job_id
 
 
