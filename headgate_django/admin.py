@@ -79,6 +79,12 @@ class JobAdmin(ReadOnlyAdmin):
         if admin_site.index_template is None:
             admin_site.index_template = INDEX_TEMPLATE
 
+    def get_queryset(self, request: HttpRequest) -> Any:
+        # A page of 100 jobs must not drag up to 100 payloads and results along; the
+        # detail page loads the few it shows on access.
+        heavy = ("payload", "cp_cursor", "result", "errors", "checkpoint", "progress")
+        return super().get_queryset(request).defer(*heavy)
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         payload = ["payload_view"] if revealed(request) else ["payload_hidden"]
         sections = [*self._fieldsets, ("Payload", payload)]

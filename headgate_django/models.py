@@ -293,9 +293,7 @@ class Execution(models.Model):
         db_table = "headgate_durable_execution"
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["name", "live_key"], name="headgate_durable_live_key"
-            ),
+            models.UniqueConstraint(fields=["name", "live_key"], name="headgate_durable_live_key"),
         ]
         indexes = [
             models.Index(fields=["state", "updated_at"], name="headgate_durable_state"),
@@ -327,9 +325,7 @@ class HistoryEvent(models.Model):
         ordering = ["execution_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["execution", "seq"], name="headgate_durable_seq"),
-            models.UniqueConstraint(
-                fields=["execution", "fact_key"], name="headgate_durable_fact"
-            ),
+            models.UniqueConstraint(fields=["execution", "fact_key"], name="headgate_durable_fact"),
         ]
 
     def __str__(self) -> str:

@@ -22,7 +22,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_filters",
+    "drf_spectacular",
     "channels",
     "headgate_django",
     "sampleproject.demo.apps.DemoConfig",
@@ -78,6 +80,18 @@ TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 
 HEADGATE: dict[str, object] = {}
+
+# The control API at /api/v1/ (docs/api.md): token and session authentication, plus HTTP
+# Basic in DEBUG so the guide's curl examples run with credentials in the URL, e.g.
+# HEADGATE_URL=http://admin:headgate-demo@127.0.0.1:8000 (never enable Basic over plain HTTP
+# in production).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+        *(["rest_framework.authentication.BasicAuthentication"] if DEBUG else []),
+    ],
+}
 
 LOGGING = {
     "version": 1,

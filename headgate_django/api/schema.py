@@ -92,6 +92,12 @@ class HeadgateAutoSchema(AutoSchema):
             return False
         return bool(super()._is_list_view(serializer))
 
+    def get_operation_id(self) -> str:
+        operation_id = str(super().get_operation_id())
+        if getattr(self.view, "action", None) == "list" and operation_id.endswith("_retrieve"):
+            return operation_id.removesuffix("_retrieve") + "_list"
+        return operation_id
+
     def _is_mutation(self) -> bool:
         return self.method not in ("GET", "HEAD", "OPTIONS")
 

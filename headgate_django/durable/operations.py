@@ -23,8 +23,12 @@ effect idempotent (side effects are at-least-once).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -154,11 +158,71 @@ def _fail(ctx: JobContext, error: str) -> None:
     raise Skip(error)
 
 
+class _Deadlines(threading.Thread):
+    """One thread per process that fires StartToClose deadlines: starting a thread per
+    Operation would cost more than running a small Operation. A fired deadline runs on a
+    thread of its own, so a slow store write never delays the next one."""
+
+    def __init__(self) -> None:
+        super().__init__(name="headgate-durable-deadlines", daemon=True)
+        self._cond = threading.Condition()
+        self._heap: list[list[Any]] = []  # [monotonic deadline, order, callback or None]
+        self._order = itertools.count()
+        self._cancelled = 0
+
+    def add(self, seconds: float, fire: Callable[[], None]) -> list[Any]:
+        entry = [time.monotonic() + seconds, next(self._order), fire]
+        with self._cond:
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:  # only an earlier deadline changes the thread's wait
+                self._cond.notify()
+        return entry
+
+    def cancel(self, entry: list[Any]) -> None:
+        with self._cond:
+            if entry[2] is None:
+                return
+            entry[2] = None
+            self._cancelled += 1
+            if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
+                self._heap = [e for e in self._heap if e[2] is not None]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                at, _, fire = self._heap[0]
+                if fire is not None and at > time.monotonic():
+                    self._cond.wait(at - time.monotonic())
+                    continue
+                heapq.heappop(self._heap)
+                if fire is None:
+                    self._cancelled -= 1
+                    continue
+            threading.Thread(target=fire, name="headgate-durable-timeout", daemon=True).start()
+
+
+_deadlines: _Deadlines | None = None
+_deadlines_lock = threading.Lock()
+
+
+def deadlines() -> _Deadlines:
+    global _deadlines
+    with _deadlines_lock:
+        if _deadlines is None:
+            _deadlines = _Deadlines()
+            _deadlines.start()
+        return _deadlines
+
+
 class _Watchdog:
     """Records an Operation as uncertain when its attempt outlives StartToClose.
 
-    Runs on its own thread so a handler that never returns is still noticed; the attempt's
-    job is archived at that moment, so the worker's later writes for it do not land.
+    It fires even if the handler never returns; the attempt's job is archived at that
+    moment, so the worker's later writes for it do not land.
     """
 
     def __init__(
@@ -167,22 +231,20 @@ class _Watchdog:
         self._ctx = ctx
         self._execution_id = execution_id
         self._command_id = command_id
+        self._timeout = timeout
         self._lock = threading.Lock()
         self._fired = False
         self._recorded = threading.Event()
-        self._timer: threading.Timer | None = None
-        if timeout is not None:
-            self._timeout = timeout
-            self._timer = threading.Timer(timeout.total_seconds(), self._expire)
-            self._timer.daemon = True
-            self._timer.start()
+        self._entry = (
+            None if timeout is None else deadlines().add(timeout.total_seconds(), self._expire)
+        )
 
     def settle(self) -> None:
         """The handler is done: cancel the watchdog, or stop the attempt if it fired."""
-        if self._timer is None:
+        if self._entry is None:
             return
+        deadlines().cancel(self._entry)
         with self._lock:
-            self._timer.cancel()
             fired = self._fired
             self._fired = True  # from now on the watchdog does nothing
         if fired:

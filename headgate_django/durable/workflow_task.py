@@ -50,14 +50,12 @@ from headgate_django.kernel.replay_events import (
     ScheduleOperation,
     due_timers,
 )
-from headgate_django.models import Execution
 from headgate_django.registry import task
-from headgate_django.store import db_now
 from headgate_django.store.durable import (
     Ending,
+    Header,
     NewEvent,
     execution_commit_pass,
-    execution_get,
     execution_suspend,
 )
 from headgate_django.store.durable_history import from_ms, to_ms
@@ -78,10 +76,11 @@ MAX_RACES = 20
 @task(kind=TASK_KIND)
 def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     for _ in range(MAX_RACES):
-        header = execution_get(execution_id)
-        if header is None or header.state in TERMINAL:
+        read = histories.read(execution_id)
+        if read is None or read[0].state in TERMINAL:
             # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost.
-            return {"execution_id": execution_id, "state": header.state if header else None}
+            return {"execution_id": execution_id, "state": read[0].state if read else None}
+        header, history = read
         if header.state == "suspended":
             raise Snooze(PARK_RECHECK)  # Manager.resume wakes it
         definition = find_workflow(header.name, header.version)
@@ -89,14 +88,13 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             _leave_for_another_worker(header)
             raise Snooze(MISSING_CODE_RETRY)
         try:
-            return _pass(ctx, header, definition)
+            return _pass(ctx, header, history, definition)
         except RevisionConflictError:
-            histories.forget(execution_id)
             continue  # a fact landed while we replayed: replay again with it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
 
 
-def _leave_for_another_worker(header: Execution) -> None:
+def _leave_for_another_worker(header: Header) -> None:
     here = sorted(d.version for d in registered_workflows() if d.name == header.name)
     log.warning(
         "execution %s needs workflow %r version %r, which this worker does not have "
@@ -109,10 +107,11 @@ def _leave_for_another_worker(header: Execution) -> None:
     )
 
 
-def _pass(ctx: JobContext, header: Execution, definition: WorkflowDef) -> dict[str, Any]:
-    history = histories.load(header)
-    now = db_now()
+def _pass(
+    ctx: JobContext, header: Header, history: list[Event], definition: WorkflowDef
+) -> dict[str, Any]:
     read_at = time.monotonic()
+    now = header.now
     now_ms = to_ms(now)
     seq = header.last_seq
     fired = [
@@ -174,7 +173,7 @@ def _checked(outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _operation_job(header: Execution, command: ScheduleOperation) -> Envelope:
+def _operation_job(header: Header, command: ScheduleOperation) -> Envelope:
     # A workflow-only worker may not have the Operation's code: defaults then, and the
     # Operation's own worker applies its definition when it runs it.
     definition = find_operation(command.name, command.version)
@@ -191,7 +190,7 @@ def _operation_job(header: Execution, command: ScheduleOperation) -> Envelope:
     )
 
 
-def _replay_failed(ctx: JobContext, header: Execution, error: NondeterminismError) -> Any:
+def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> Any:
     """Retry with the job's backoff; after REPLAY_ATTEMPTS, suspend for an operator."""
     histories.forget(header.id)
     if ctx.attempt < REPLAY_ATTEMPTS:

@@ -26,7 +26,6 @@ from headgate_django.exceptions import (
     IdConflictError,
     InvalidTransitionError,
     NotFoundError,
-    RevisionConflictError,
 )
 from headgate_django.kernel.replay_events import (
     SIGNAL_RECEIVED,
@@ -34,13 +33,15 @@ from headgate_django.kernel.replay_events import (
     WORKFLOW_RESUMED,
     WORKFLOW_STARTED,
     WORKFLOW_SUSPENDED,
+    Event,
 )
 from headgate_django.kernel.states import State
-from headgate_django.models import DURABLE_LIVE, Execution, SignalInbox
+from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent, SignalInbox
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
 from headgate_django.store.durable_history import (
     EXEC_TABLE,
+    HISTORY_TABLE,
     NewEvent,
     append,
     append_fact,
@@ -49,19 +50,23 @@ from headgate_django.store.durable_history import (
     insert_events,
     lock_execution,
     prep,
+    read_rows,
+    to_ms,
 )
-from headgate_django.store.fenced import LeaseRef, _lock_one
+from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.insert import job_insert_many
 
 _MS = timedelta(milliseconds=1)
 
 __all__ = [
     "Ending",
+    "Header",
     "NewEvent",
     "execution_cancel",
     "execution_commit_pass",
     "execution_get",
     "execution_list",
+    "execution_read",
     "execution_reconcile",
     "execution_resume",
     "execution_start",
@@ -83,6 +88,50 @@ class Ending:
 
 
 # -- reads ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a replay pass reads about its execution, with the store time of the read."""
+
+    id: str
+    name: str
+    version: str
+    state: str
+    input: Any
+    last_seq: int
+    task_queue: str
+    created_at: datetime
+    now: datetime
+
+
+_HEADER = ("id", "name", "version", "state", "input", "last_seq", "task_queue", "created_at")
+
+
+def execution_read(execution_id: str, *, after_seq: int = 0, using: str = "default") -> (
+    tuple[Header, list[Event]] | None
+):
+    """The header, the store clock and the events after ``after_seq``, in one round trip
+    (the start of every pass; one statement, so the events end at the header's last seq)."""
+    conn = v.connection_for(using)
+    q = conn.ops.quote_name
+    columns = ", ".join(f"e.{q(c)}" for c in _HEADER)
+    cursor_sql = (
+        f"SELECT {columns}, {v.now(conn)}, h.seq, h.{q('type')}, h.payload, h.{q('at')} "
+        f"FROM {EXEC_TABLE} e LEFT JOIN {HISTORY_TABLE} h ON h.execution_id = e.id "
+        "AND h.seq > %s WHERE e.id = %s ORDER BY h.seq"
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(cursor_sql, [after_seq, execution_id])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    width = len(_HEADER)
+    (values,) = read_rows(conn, Execution, _HEADER, [rows[0][:width]])
+    header = Header(*values, now=v.parse_instant(conn, rows[0][width]))
+    found = [r[width + 1 :] for r in rows if r[width + 1] is not None]
+    events = read_rows(conn, HistoryEvent, ("seq", "type", "payload", "at"), found)
+    return header, [Event(seq, kind, payload, to_ms(at)) for seq, kind, payload, at in events]
 
 
 def execution_get(execution_id: str, *, using: str = "default") -> Execution | None:
@@ -207,18 +256,11 @@ def execution_commit_pass(
             finished_at=None,
         )
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        locked = lock_execution(cursor, conn, execution_id)
-        if locked is None or locked.state != "running" or locked.last_seq != expected_seq:
-            raise RevisionConflictError(
-                f"execution {execution_id} changed while its workflow task ran",
-                execution_id=execution_id,
-            )
-        _lock_one(cursor, conn, ref, "id")  # LeaseLostError if the task moved on
-        last = append(cursor, conn, execution_id, expected_seq, events, header)
+        # The compare-and-set takes the header lock first, as every durable writer does.
+        last = append(cursor, conn, execution_id, expected_seq, events, header, state="running")
+        jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)
         if operations:
-            job_insert_many(list(operations), using=using)
-        if reset_attempts:  # earlier failures and crashes of this task no longer count
-            jobs.task_reset_attempts(cursor, ref.job_id)
+            jobs.operation_insert(conn, operations)
     return last
 
 

@@ -63,6 +63,35 @@ def from_ms(ms: int) -> datetime:
     return _EPOCH + ms * _MS
 
 
+def read_rows(conn: Any, model: Any, columns: Sequence[str], rows: Sequence[Any]) -> list[list[Any]]:
+    """Raw rows as the ORM would read ``columns`` of ``model`` (JSON decoded, aware datetimes).
+
+    The durable hot path reads with raw SQL: building an ORM query costs more than running it.
+    """
+    key = (conn.alias, conn.vendor, model, tuple(columns))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = []
+        for index, name in enumerate(columns):
+            field = model._meta.get_field(name)
+            col = field.get_col(model._meta.db_table)
+            converters = conn.ops.get_db_converters(col) + field.get_db_converters(conn)
+            if converters:
+                plan.append((index, col, converters))
+        _PLANS[key] = plan
+    out = []
+    for row in rows:
+        values = list(row)
+        for index, col, converters in plan:
+            for converter in converters:
+                values[index] = converter(values[index], col, conn)
+        out.append(values)
+    return out
+
+
+_PLANS: dict[Any, list[Any]] = {}
+
+
 def history_load(
     execution_id: str,
     *,
@@ -73,12 +102,22 @@ def history_load(
 ) -> list[Event]:
     """Events with ``after_seq < seq <= upto_seq`` (of ``types``) in seq order, as the replay
     engine reads them."""
-    qs = HistoryEvent.objects.using(using).filter(execution_id=execution_id, seq__gt=after_seq)
+    conn = v.connection_for(using)
+    q = conn.ops.quote_name
+    where, params = ["execution_id = %s", "seq > %s"], [execution_id, after_seq]
     if upto_seq is not None:
-        qs = qs.filter(seq__lte=upto_seq)
+        where.append("seq <= %s")
+        params.append(upto_seq)
     if types is not None:
-        qs = qs.filter(type__in=types)
-    rows = qs.order_by("seq").values_list("seq", "type", "payload", "at")
+        where.append(f"{q('type')} IN ({v.placeholders(len(types))})")
+        params += list(types)
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT seq, {q('type')}, payload, {q('at')} FROM {HISTORY_TABLE} "
+            f"WHERE {' AND '.join(where)} ORDER BY seq",
+            params,
+        )
+        rows = read_rows(conn, HistoryEvent, ("seq", "type", "payload", "at"), cursor.fetchall())
     return [Event(seq, type_, payload, to_ms(at)) for seq, type_, payload, at in rows]
 
 
@@ -103,9 +142,12 @@ def append(
     expected_seq: int,
     events: Sequence[NewEvent],
     header: dict[str, Any] | None = None,
+    *,
+    state: str | None = None,
 ) -> int:
     """Append ``events`` right after seq ``expected_seq`` and set ``header`` columns; return
-    the new last seq, or raise :class:`RevisionConflictError` if the history moved on.
+    the new last seq, or raise :class:`RevisionConflictError` if the history moved on (or
+    the execution is no longer in ``state``). The UPDATE takes the header's row lock.
 
     ``header["finished_at"]`` (any value) stamps the store clock.
     """
@@ -118,9 +160,12 @@ def append(
         else:
             sets.append(f"{q(column)} = %s")
             params.append(prep(Execution, column, value, conn))
+    where, where_params = "id = %s AND last_seq = %s", [execution_id, expected_seq]
+    if state is not None:
+        where += " AND state = %s"
+        where_params.append(state)
     cursor.execute(
-        f"UPDATE {EXEC_TABLE} SET {', '.join(sets)} WHERE id = %s AND last_seq = %s",
-        [*params, execution_id, expected_seq],
+        f"UPDATE {EXEC_TABLE} SET {', '.join(sets)} WHERE {where}", [*params, *where_params]
     )
     if cursor.rowcount != 1:
         raise RevisionConflictError(

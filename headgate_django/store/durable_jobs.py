@@ -17,6 +17,7 @@ the workflow task (lock order everywhere: Operation job, header, workflow task).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,7 +26,7 @@ from django.db import transaction
 
 from headgate_django.conf import headgate_settings
 from headgate_django.envelope import Envelope, encode_call
-from headgate_django.exceptions import InvalidTransitionError, NotFoundError
+from headgate_django.exceptions import InvalidTransitionError, LeaseLostError, NotFoundError
 from headgate_django.kernel.replay_events import (
     OPERATION_COMPLETED,
     OPERATION_FAILED,
@@ -43,7 +44,7 @@ from headgate_django.store.durable_history import (
     lock_execution,
 )
 from headgate_django.store.fenced import LeaseRef, _append, _error_entry, _lock_one
-from headgate_django.store.insert import job_insert_many
+from headgate_django.store.insert import _insert, _plan, job_insert_many
 from headgate_django.store.rows import RowReader, prep
 
 TASK_KIND = "headgate:durable-task"
@@ -170,8 +171,26 @@ def task_wake(
         )
 
 
-def task_reset_attempts(cursor: Any, job_id: str) -> None:
-    cursor.execute("UPDATE headgate_job SET attempt = 0, crash_attempt = 0 WHERE id = %s", [job_id])
+def task_fence(cursor: Any, ref: LeaseRef, *, reset_attempts: bool) -> None:
+    """Check (with its row lock) that the pass still holds the workflow task's lease, and
+    after a committed pass forget the task's earlier failures and crashes."""
+    reset = "0" if reset_attempts else "attempt"
+    cursor.execute(
+        f"UPDATE headgate_job SET attempt = {reset}, "
+        f"crash_attempt = {'0' if reset_attempts else 'crash_attempt'} "
+        "WHERE id = %s AND lease_id = %s AND fence = %s AND state = %s",
+        [ref.job_id, ref.lease_id, ref.fence, State.RUNNING.value],
+    )
+    if cursor.rowcount != 1:
+        raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
+
+
+def operation_insert(conn: Any, envelopes: Sequence[Envelope]) -> None:
+    """Enqueue a pass's Operation jobs. They cannot exist yet (a job is inserted in the
+    transaction that records its OperationScheduled, and replay never schedules a recorded
+    command again), so the enqueue's duplicate and quarantine checks are skipped: this is
+    the hot path of every Operation."""
+    _insert(conn, _plan(envelopes))
 
 
 def live_job_ids(execution_id: str, *, using: str = "default") -> list[str]:

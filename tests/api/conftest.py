@@ -46,7 +46,7 @@ class Api:
         path: str,
         body: Any = None,
         *,
-        key: str | None | bool = True,
+        key: str | bool | None = True,
         **headers: Any,
     ) -> Any:
         if key is True:

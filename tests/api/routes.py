@@ -75,7 +75,9 @@ def _quarantined() -> tuple[str, Any]:
     return f"/api/v1/quarantine/{Job.objects.get(pk=job_id).fingerprint}", None
 
 
-def _execution(suffix: str = "", body: Any = None, then: Callable[[str], Any] | None = None) -> Setup:
+def _execution(
+    suffix: str = "", body: Any = None, then: Callable[[str], Any] | None = None
+) -> Setup:
     def setup() -> tuple[str, Any]:
         wf = durable.Client().start("api-wait", "1", {"n": 1}).workflow_id
         if then is not None:
@@ -191,9 +193,7 @@ ROUTES = [
     Route(
         "POST", "/api/v1/durable/executions/{workflow_id}/cancel", _execution("/cancel", {}), 200
     ),
-    Route(
-        "POST", "/api/v1/durable/executions/{workflow_id}/suspend", _execution("/suspend"), 200
-    ),
+    Route("POST", "/api/v1/durable/executions/{workflow_id}/suspend", _execution("/suspend"), 200),
     Route(
         "POST",
         "/api/v1/durable/executions/{workflow_id}/resume",

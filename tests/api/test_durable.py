@@ -86,9 +86,9 @@ def test_suspend_resume_cancel(operator: Api) -> None:
 
 
 def test_resolve_uncertain(operator: Api) -> None:
-    wf = operator.post(
-        "/api/v1/durable/executions", {"name": "api-unsure", "version": "1"}
-    ).json()["workflow_id"]
+    wf = operator.post("/api/v1/durable/executions", {"name": "api-unsure", "version": "1"}).json()[
+        "workflow_id"
+    ]
     for _ in range(5):
         testing.run_jobs()
     base = f"/api/v1/durable/executions/{wf}"

@@ -90,7 +90,9 @@ def test_detail_reveals_the_payload_only_when_asked_and_allowed(
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "payload_permission_required"
     viewer_user.user_permissions.add(Permission.objects.get(codename="view_job_payload"))
-    shown = _api(User.objects.get(pk=viewer_user.pk)).get(f"/api/v1/jobs/{job_id}", {"include_payload": "true"})
+    shown = _api(User.objects.get(pk=viewer_user.pk)).get(
+        f"/api/v1/jobs/{job_id}", {"include_payload": "true"}
+    )
     assert base64.b64decode(shown.json()["payload"]) == encode_call((), {"card": SECRET})
 
 

@@ -90,7 +90,11 @@ def test_retry_with_recoveries(operator: Api) -> None:
         Workflow("onboarding:42")
         .failed_subgraph_retry()
         .add("create-account", tasks.echo.envelope(value=1), [])
-        .add("send-welcome", replace(defs.send_welcome.envelope(), payload=b"\xff"), ["create-account"])
+        .add(
+            "send-welcome",
+            replace(defs.send_welcome.envelope(), payload=b"\xff"),
+            ["create-account"],
+        )
         .add("after", tasks.echo.envelope(value=3), ["send-welcome"])
         .prepare()
     )

@@ -51,6 +51,8 @@ def _view(workflow_id: str) -> Response:
 
 
 class ExecutionViewSet(HeadgateViewSet):
+    """Durable (workflow-as-code) executions; lists carry no input or result."""
+
     permission_model = Execution
     lookup_field = "workflow_id"
     lookup_value_regex = ID_REGEX

@@ -42,6 +42,8 @@ class _HealthView(HeadgateAPIView):
 
 
 class HealthzView(_HealthView):
+    """Liveness: answers without touching the database."""
+
     @document(
         responses={200: StatusSerializer}, summary="Liveness: the process answers (no database)"
     )
@@ -50,6 +52,8 @@ class HealthzView(_HealthView):
 
 
 class ReadyzView(_HealthView):
+    """Readiness: one ``SELECT 1``; 503 ``database_unavailable`` when it fails."""
+
     @document(
         responses={200: StatusSerializer},
         summary="Readiness: one cheap database round trip; 503 when the database is down",
@@ -65,6 +69,8 @@ class ReadyzView(_HealthView):
 
 
 class MetaView(HeadgateAPIView):
+    """What this server is: version, database vendor, capabilities and limits."""
+
     permission_classes = [IsAuthenticated]
 
     @document(responses={200: MetaSerializer}, summary="Version, database, capabilities, limits")

@@ -75,6 +75,8 @@ def _summary(pk: str) -> Response:
 
 
 class JobViewSet(HeadgateGenericViewSet):
+    """Jobs: reads need ``view_job``; verbs need ``change_job`` or ``operate``."""
+
     permission_model = Job
     queryset = Job.objects.all()
     lookup_value_regex = ID_REGEX
@@ -91,6 +93,7 @@ class JobViewSet(HeadgateGenericViewSet):
 
     @document(summary="List jobs (never payloads)", responses=JobSummarySerializer)
     def list(self, request: Request) -> Response:
+        """Newest first (by id). Never carries payloads, whatever is asked."""
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         return self.get_paginated_response(JobSummarySerializer(page, many=True).data)
 
@@ -100,6 +103,8 @@ class JobViewSet(HeadgateGenericViewSet):
         responses=JobDetailSerializer,
     )
     def retrieve(self, request: Request, pk: str) -> Response:
+        """``include_payload=1`` adds the base64 payload, for holders of
+        ``headgate_django.view_job_payload`` only (403 otherwise)."""
         reveal = _flag(request, "include_payload")
         if reveal:
             require_payload_permission(request)

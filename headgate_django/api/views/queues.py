@@ -64,6 +64,8 @@ class QueueViewSet(HeadgateViewSet):
 
 
 class QuarantineViewSet(HeadgateGenericViewSet):
+    """Fingerprints quarantined after repeated crashes; sample payloads are never shown."""
+
     permission_model = Quarantine
     serializer_class = QuarantineSerializer
     lookup_field = "fingerprint"

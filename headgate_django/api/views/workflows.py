@@ -72,6 +72,8 @@ def _cursor_int(request: Request) -> int | None:
 
 
 class WorkflowViewSet(HeadgateViewSet):
+    """DAG workflows; ids contain ``:`` and may be percent-encoded (``onboarding%3A42``)."""
+
     permission_model = WorkflowCheckpoint
     lookup_field = "workflow_id"
     lookup_value_regex = ID_REGEX
@@ -141,6 +143,10 @@ class WorkflowViewSet(HeadgateViewSet):
     )
     @signals.mapping.post
     def emit_signal(self, request: Request, workflow_id: str) -> Response:
+        """The ``Idempotency-Key`` is the emission's idempotency key: the same key and
+        content return the original record (``inserted: false``), other content is 409.
+        ``source`` is caller-supplied metadata, not proof of identity: fill it from your
+        authenticated principal, never from end-user input."""
         serializer = s.SignalEmitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

@@ -1,0 +1,1 @@
+"""The durable benchmark's definitions, in a ``tasks`` module the worker autodiscovers."""
