@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.utils.module_loading import import_string
 
@@ -28,7 +28,7 @@ try:  # Django 6.x
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django 5.2 with the django-tasks backport
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef,assignment]
     from django_tasks.base import (  # type: ignore[no-redef,assignment]
         Task,
         TaskContext,
@@ -36,7 +36,9 @@ except ImportError:  # Django 5.2 with the django-tasks backport
         TaskResult,
         TaskResultStatus,
     )
-    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+    from django_tasks.exceptions import (  # type: ignore[no-redef,assignment]
+        TaskResultDoesNotExist,
+    )
     from django_tasks.signals import (  # type: ignore[no-redef]
         task_enqueued,
         task_finished,
@@ -80,6 +82,11 @@ class HeadgateBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True
 
+    @property
+    def database(self) -> str:
+        """The database alias jobs are stored in (``OPTIONS["DATABASE"]``, default ``default``)."""
+        return str(self.options.get("DATABASE", "default"))
+
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
         max_attempts = getattr(task, "max_attempts", None)
@@ -94,15 +101,13 @@ class HeadgateBackend(BaseTaskBackend):
         from headgate_django.enqueue import enqueue
 
         envelope = task_envelope(task, *args, **kwargs)
-        job_id = enqueue(envelope, using=self.options.get("DATABASE", "default"))[0]
+        job_id = enqueue(envelope, using=self.database)[0]
         result = self.get_result(job_id)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        job = (
-            Job.objects.using(self.options.get("DATABASE", "default")).filter(pk=result_id).first()
-        )
+        job = Job.objects.using(self.database).filter(pk=result_id).first()
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         return self._result(job)
@@ -121,7 +126,7 @@ class HeadgateBackend(BaseTaskBackend):
             for e in job.errors
             if e.get("kind") in ("error", "crash", "skip", "undecodable")
         ]
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task,
             id=job.id,
             status=_STATUS[State(job.state)],
@@ -167,8 +172,8 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     from asgiref.sync import async_to_sync
 
     task: Task = import_string(ctx.kind)
-    backend = task.get_backend()
-    job = Job.objects.get(pk=ctx.job_id)
+    backend = cast(HeadgateBackend, task.get_backend())
+    job = Job.objects.using(backend.database).get(pk=ctx.job_id)
     result = backend._result(job)
     task_started.send(type(backend), task_result=result)
     try:
@@ -178,8 +183,9 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
         else:
             value = task.func(*call_args, **kwargs)
     except BaseException:
-        failed = replace(result, status=TaskResultStatus.FAILED)  # type: ignore[type-var]
-        task_finished.send(type(backend), task_result=failed)
+        if job.attempt + 1 >= job.max_attempts:  # the last attempt: the task has finished
+            failed = replace(result, status=TaskResultStatus.FAILED)  # type: ignore[type-var]
+            task_finished.send(type(backend), task_result=failed)
         raise
     done = replace(result, status=TaskResultStatus.SUCCESSFUL)  # type: ignore[type-var]
     object.__setattr__(done, "_return_value", value)

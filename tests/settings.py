@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from typing import Any
 from datetime import timedelta
 from pathlib import Path
 
@@ -67,7 +68,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {
         "NAME": str(_sqlite_dir / f"headgate-test-{os.getpid()}.sqlite3")
     }
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+CHANNEL_LAYERS: dict[str, Any] = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # The console's Redis test runs worker subprocesses that must publish through the same
 # channel layer as the test (see tests/console/test_consumers.py).
 if os.environ.get("HEADGATE_TEST_REDIS_URL"):

@@ -372,7 +372,7 @@ def _kahn(graph: GraphSpec) -> tuple[list[str], set[str]]:
     return order, blocked
 
 
-def _raise_cycle(graph: GraphSpec, blocked: set[str]) -> None:
+def _raise_cycle(graph: GraphSpec, blocked: Set[str]) -> None:
     # Every blocked node has a blocked dependency, so walking blocked dependencies from
     # any of them must revisit a node, and the first revisited node lies on a cycle.
     by_name = graph._by_name

@@ -7,6 +7,7 @@ the new state; a running handler learns about a cancel at its next fenced write 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F, QuerySet
@@ -31,7 +32,7 @@ def _locked(job_id: str, using: str) -> Job:
         raise NotFoundError(f"job {job_id} does not exist", id=job_id) from None
 
 
-def _set(job_id: str, using: str, sql: str, params: list[object]) -> None:
+def _set(job_id: str, using: str, sql: str, params: list[Any]) -> None:
     conn = v.connection_for(using)
     with conn.cursor() as cursor:
         cursor.execute(f"UPDATE headgate_job SET {sql} WHERE id = %s", [*params, job_id])

@@ -101,7 +101,8 @@ def _insert(
         "content_hash": content_hash,
     }
     params = [
-        fields.get_field(k).get_db_prep_save(val, connection=conn) for k, val in values.items()
+        fields.get_field(k).get_db_prep_save(val, connection=conn)  # type: ignore[union-attr]
+        for k, val in values.items()
     ]
     with conn.cursor() as cursor:
         cursor.execute(

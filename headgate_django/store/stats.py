@@ -33,7 +33,7 @@ def queue_overview(using: str = "default") -> list[QueueOverview]:
     jobs = Job.objects.using(using)
     for row in jobs.values("queue", "state").annotate(n=Count("id")).order_by():
         queues.setdefault(row["queue"], QueueOverview(row["queue"])).counts[row["state"]] = row["n"]
-    for row in (
+    for activity in (
         jobs.values("queue")
         .annotate(
             oldest=Min("scheduled_at", filter=Q(state=State.AVAILABLE.value)),
@@ -44,10 +44,10 @@ def queue_overview(using: str = "default") -> list[QueueOverview]:
         )
         .order_by()
     ):
-        q = queues.setdefault(row["queue"], QueueOverview(row["queue"]))
-        q.oldest_available_age_s = _age(now, row["oldest"])
-        q.arrivals_last_minute = row["arrivals"]
-        q.completions_last_minute = row["completions"]
+        q = queues.setdefault(activity["queue"], QueueOverview(activity["queue"]))
+        q.oldest_available_age_s = _age(now, activity["oldest"])
+        q.arrivals_last_minute = activity["arrivals"]
+        q.completions_last_minute = activity["completions"]
     for state in QueueState.objects.using(using).all():
         queues.setdefault(state.name, QueueOverview(state.name)).paused = state.paused
     return [queues[name] for name in sorted(queues)]

@@ -96,7 +96,7 @@ def parse_instant(conn: BaseDatabaseWrapper, value: Any) -> datetime:
     from django.db.models import DateTimeField
 
     field = DateTimeField()
-    converters = conn.ops.get_db_converters(_Expr(field))
+    converters = conn.ops.get_db_converters(_Expr(field))  # type: ignore[arg-type]
     for converter in converters:
         value = converter(value, _Expr(field), conn)
     if isinstance(value, str):

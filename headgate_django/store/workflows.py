@@ -153,7 +153,8 @@ def _save_checkpoint(
         values["grafts"] = grafts
     fields = WorkflowCheckpoint._meta
     params = [
-        fields.get_field(k).get_db_prep_save(val, connection=conn) for k, val in values.items()
+        fields.get_field(k).get_db_prep_save(val, connection=conn)  # type: ignore[union-attr]
+        for k, val in values.items()
     ]
     assignments = ", ".join(f"{conn.ops.quote_name(k)} = %s" for k in values)
     cursor.execute(
@@ -180,10 +181,12 @@ def _in(ids: list[str]) -> str:
 def _delete(cursor: Any, job_ids: list[str]) -> None:
     """Doomed descendants that never ran go away (the failure is explained by history)."""
     if job_ids:
-        states = [State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE]
+        states = [
+            s.value for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE)
+        ]
         cursor.execute(
             f"DELETE FROM headgate_job WHERE id IN ({_in(job_ids)}) AND state IN ({_in(states)})",
-            [*job_ids, *(s.value for s in states)],
+            [*job_ids, *states],
         )
 
 
@@ -258,11 +261,10 @@ def workflow_coordinators(
     qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND)
     if after is not None:
         qs = qs.filter(workflow_id__gt=after)
-    return list(
-        qs.order_by("workflow_id").values(
-            "workflow_id", "id", "state", "queue", "enqueued_at", "finalized_at"
-        )[:limit]
-    )
+    rows = qs.order_by("workflow_id").values(
+        "workflow_id", "id", "state", "queue", "enqueued_at", "finalized_at"
+    )[:limit]
+    return [dict(row) for row in rows]
 
 
 def workflow_live_node_ids(job_ids: Iterable[str], *, using: str = "default") -> list[str]:
