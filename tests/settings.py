@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from sampleproject.dburl import database_from_env
 
