@@ -225,6 +225,7 @@ def job_retry(
     error: str,
     traceback: str | None = None,
     delay: timedelta | None = None,
+    exception: str | None = None,
     using: str = "default",
 ) -> State:
     """A returned failure: consume an attempt, back off on the store clock or archive."""
@@ -236,6 +237,8 @@ def job_retry(
         )
         target = retry_target(attempt, max_attempts)
         entry = _error_entry(conn, at, attempt + 1, "error", error, traceback)
+        if exception:
+            entry["exception"] = exception
         params: list[Any] = [target.value, prep(conn, "errors", _append(errors, entry))]
         if target is State.RETRYABLE:
             delay_ms = (

@@ -33,6 +33,7 @@ class Failed:
     error: str
     traceback: str | None = None
     delay: timedelta | None = None
+    exception: str | None = None  # dotted path of the exception class, when there was one
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,11 @@ def run_attempt(
     except LeaseLostError as exc:
         return LeaseLost(reason=str(exc))
     except Exception as exc:
-        return Failed(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        return Failed(
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+            exception=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        )
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
     try:

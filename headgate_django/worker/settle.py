@@ -33,7 +33,12 @@ def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default")
         return "completed" if done else "lost"
     if isinstance(outcome, execute.Failed):
         state = store.job_retry(
-            ref, error=outcome.error, traceback=outcome.traceback, delay=outcome.delay, using=using
+            ref,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            delay=outcome.delay,
+            exception=outcome.exception,
+            using=using,
         )
         if state is State.ARCHIVED:
             log.error(

@@ -77,6 +77,8 @@ def test_errors_and_failed_status():
     assert result.status == TaskResultStatus.FAILED
     assert len(result.errors) == 1
     assert "KeyError" in result.errors[0].traceback
+    assert result.errors[0].exception_class_path == "builtins.KeyError"
+    assert result.errors[0].exception_class is KeyError
 
 
 def test_context_gets_the_attempt_number():
