@@ -88,6 +88,12 @@ class Job(models.Model):
                 condition=Q(state=State.AVAILABLE.value),
                 name="headgate_job_claim",
             ),
+            # A worker serving every queue (the default) orders across queues.
+            models.Index(
+                fields=["-priority", "scheduled_at", "id"],
+                condition=Q(state=State.AVAILABLE.value),
+                name="headgate_job_claim_all",
+            ),
             models.Index(
                 fields=["scheduled_at"],
                 condition=Q(state__in=[State.SCHEDULED.value, State.RETRYABLE.value]),
