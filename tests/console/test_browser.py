@@ -91,15 +91,17 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 with urllib.request.urlopen(f"{self.url}/admin/login/", timeout=1) as response:
                     if response.status == 200:
                         return
             except OSError:
                 time.sleep(0.1)
-        raise AssertionError(f"the server did not come up: see {self.log_dir}")
+        self.stop()
+        log = (self.log_dir / f"daphne-{self.starts}.log").read_text(errors="replace")
+        raise AssertionError(f"the server did not come up on port {self.port}:\n{log[-3000:]}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -114,7 +116,17 @@ class Server:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     running = Server(tmp_path)
-    running.start()
+    for attempt in range(3):
+        try:
+            running.start()
+            break
+        except AssertionError:
+            # The free port may have been taken meanwhile by another process; the first
+            # start may pick a new one (a restart later must keep it: the page reconnects).
+            if attempt == 2:
+                raise
+            running.port = free_port()
+            running.url = f"http://127.0.0.1:{running.port}"
     yield running
     running.stop()
 
