@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
@@ -110,7 +110,8 @@ def _drf_code(exc: drf.APIException) -> str:
 def classify(exc: BaseException) -> tuple[int, str, str, Any, dict[str, str]]:
     """``exc`` → (status, code, message, detail, headers). The one mapping table."""
     if isinstance(exc, HeadgateError):
-        return exc.status_code, exc.default_code, exc.message, exc.details or None, {}
+        headers = _retry() if exc.status_code == 503 else {}
+        return exc.status_code, exc.default_code, exc.message, exc.details or None, headers
     if isinstance(exc, drf.ValidationError):
         return 400, "invalid", "The request is invalid.", exc.detail, {}
     if isinstance(exc, drf.APIException):
@@ -132,8 +133,6 @@ def classify(exc: BaseException) -> tuple[int, str, str, Any, dict[str, str]]:
         return 400, "invalid_value", "The database refused a value in the request.", None, {}
     if isinstance(exc, IntegrityError):
         return 409, "conflict", "The request conflicts with stored data.", None, {}
-    if isinstance(exc, DatabaseError):
-        return 503, "database_unavailable", DatabaseUnavailable.__doc__ or "", None, _retry()
     return 500, "internal_error", "An unexpected error occurred.", None, {}
 
 
@@ -147,8 +146,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if status >= 500:
         log.error("API %s: %s", code, exc, exc_info=status == 500)
     set_rollback()
-    if isinstance(exc, DatabaseUnavailable | OperationalError | InterfaceError):
-        headers = {**_retry(), **headers}
     return Response(error_body(code, message, detail), status=status, headers=headers)
 
 

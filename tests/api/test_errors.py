@@ -181,3 +181,10 @@ def test_503_database_down(operator: Api) -> None:
     envelope(ready, 503, "database_unavailable")
     assert response["Retry-After"] == ready["Retry-After"] == "1"
     assert alive.status_code == 200 and alive.json() == {"status": "ok"}
+
+
+def test_options_is_not_a_method_of_the_api(operator: Api) -> None:
+    response = operator.client.options("/api/v1/jobs")
+    envelope(response, 405, "method_not_allowed")
+    assert "OPTIONS" not in response["Allow"]
+    assert operator.client.head("/api/v1/jobs").status_code == 200
