@@ -233,16 +233,18 @@ def _wake_coordinators(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
 
     A coordinator that is running right now gets ``scheduled_at`` moved past its
     ``claimed_at``, which its snooze honours (see ``job_snooze``): no wake-up is lost.
-    The extra millisecond keeps "past" strict on SQLite, whose clock has millisecond
-    resolution, when the wake lands in the same millisecond as the claim.
+    The extra millisecond (for a running coordinator only) keeps "past" strict on SQLite,
+    whose clock has millisecond resolution, when the wake lands in the claim's millisecond.
     """
     ids = sorted(coordinator_job_id(w) for w in workflow_ids)
     cursor.execute(
         f"UPDATE headgate_job SET state = CASE WHEN state = %s THEN %s ELSE state END, "
-        f"scheduled_at = {v.plus_ms(conn)} WHERE id IN ({_in(ids)}) AND state IN (%s, %s)",
+        f"scheduled_at = CASE WHEN state = %s THEN {v.plus_ms(conn)} ELSE {v.now(conn)} END "
+        f"WHERE id IN ({_in(ids)}) AND state IN (%s, %s)",
         [
             State.SCHEDULED.value,
             State.AVAILABLE.value,
+            State.RUNNING.value,
             1,
             *ids,
             State.SCHEDULED.value,
