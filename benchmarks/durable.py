@@ -104,7 +104,9 @@ class Bench:
         elapsed = time.perf_counter() - begin
         done = Execution.objects.filter(state="succeeded").count()
         if done != n or any(codes):
-            raise RuntimeError(f"{done} of {n} executions succeeded (exit codes {codes}); {self.logdir}")
+            raise RuntimeError(
+                f"{done} of {n} executions succeeded (exit codes {codes}); {self.logdir}"
+            )
         return starts, n / elapsed
 
     def sequential(self, count: int, reps: int) -> dict[str, list[float]]:
@@ -134,9 +136,11 @@ class Bench:
         first_id = chain.enqueue(count)
         first = self._wait(lambda: Job.objects.filter(pk=first_id).exclude(claimed_at=None).first())
         last = self._wait(
-            lambda: Job.objects.filter(kind="bench.chain", result=1, state="completed")
-            .exclude(enqueued_at__lt=first.enqueued_at)
-            .first()
+            lambda: (
+                Job.objects.filter(kind="bench.chain", result=1, state="completed")
+                .exclude(enqueued_at__lt=first.enqueued_at)
+                .first()
+            )
         )
         return (last.finalized_at - first.claimed_at).total_seconds()
 

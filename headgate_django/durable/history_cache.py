@@ -25,7 +25,9 @@ class HistoryCache:
         self._entries: OrderedDict[str, tuple[datetime, list[Event]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def read(self, execution_id: str, *, using: str = "default") -> tuple[Header, list[Event]] | None:
+    def read(
+        self, execution_id: str, *, using: str = "default"
+    ) -> tuple[Header, list[Event]] | None:
         """The header (with the store time) and the whole history, in one round trip when
         the cache holds what came before; None when the execution does not exist."""
         with self._lock:

@@ -36,6 +36,7 @@ from headgate_django.exceptions import (
     InvalidTransitionError,
     NondeterminismError,
     PayloadError,
+    PayloadTooLargeError,
     RevisionConflictError,
 )
 from headgate_django.kernel.replay import replay
@@ -45,7 +46,6 @@ from headgate_django.kernel.replay_events import (
     Event,
     Failed,
     Nondeterministic,
-    Outcome,
     Parked,
     ScheduleOperation,
     due_timers,
@@ -123,7 +123,7 @@ def _pass(
     )
     if isinstance(outcome, Nondeterministic):
         return _replay_failed(ctx, header, outcome.error)
-    outcome = _checked(outcome)
+    outcome, operations = _checked(outcome, header)
     events = [NewEvent(e.type, e.payload, at=now) for e in fired]
     events += [NewEvent(c.event_type, c.event_payload(), at=now) for c in outcome.commands]
     ending = None
@@ -134,9 +134,6 @@ def _pass(
             if isinstance(outcome, Completed)
             else Ending("failed", failure_reason=outcome.reason)
         )
-    operations = [
-        _operation_job(header, c) for c in outcome.commands if isinstance(c, ScheduleOperation)
-    ]
     wake_at_ms = outcome.wake_at_ms if isinstance(outcome, Parked) else None
     execution_commit_pass(
         ctx.lease,
@@ -160,17 +157,19 @@ def _pass(
     raise Snooze(max(delay, timedelta(milliseconds=1)))
 
 
-def _checked(outcome: Outcome) -> Outcome:
-    """Refuse what cannot be stored as JSON, as a failure of the workflow (a code bug)."""
+def _checked(
+    outcome: Completed | Failed | Parked, header: Header
+) -> tuple[Completed | Failed | Parked, list[Envelope]]:
+    """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, over
+    ``MAX_PAYLOAD_BYTES``) as a failure of the workflow: it is a bug in its code."""
     try:
-        for command in getattr(outcome, "commands", []):
-            if isinstance(command, ScheduleOperation):
-                canonical_json(command.input)
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
+        commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
+        operations = [_operation_job(header, c) for c in commands]
     except PayloadError as exc:
-        return Failed(f"PayloadError: {exc}", [])
-    return outcome
+        return Failed(f"{type(exc).__name__}: {exc}", []), []
+    return outcome, operations
 
 
 def _operation_job(header: Header, command: ScheduleOperation) -> Envelope:
@@ -178,7 +177,7 @@ def _operation_job(header: Header, command: ScheduleOperation) -> Envelope:
     # Operation's own worker applies its definition when it runs it.
     definition = find_operation(command.name, command.version)
     attempts = definition.max_attempts if definition else DEFAULT_OPERATION_ATTEMPTS
-    return operation_envelope(
+    envelope = operation_envelope(
         header.id,
         command_id=command.command_id,
         name=command.name,
@@ -188,6 +187,13 @@ def _operation_job(header: Header, command: ScheduleOperation) -> Envelope:
         queue=(definition.queue if definition else None) or header.task_queue,
         max_attempts=max(attempts, headgate_settings.MAX_ATTEMPTS),
     )
+    limit = headgate_settings.MAX_PAYLOAD_BYTES
+    if len(envelope.payload) > limit:
+        raise PayloadTooLargeError(
+            f"the input of {command.command_id} ({command.name}) is {len(envelope.payload)} "
+            f"bytes, over the {limit}-byte limit (HEADGATE['MAX_PAYLOAD_BYTES'])"
+        )
+    return envelope
 
 
 def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> Any:

@@ -108,9 +108,9 @@ class Header:
 _HEADER = ("id", "name", "version", "state", "input", "last_seq", "task_queue", "created_at")
 
 
-def execution_read(execution_id: str, *, after_seq: int = 0, using: str = "default") -> (
-    tuple[Header, list[Event]] | None
-):
+def execution_read(
+    execution_id: str, *, after_seq: int = 0, using: str = "default"
+) -> tuple[Header, list[Event]] | None:
     """The header, the store clock and the events after ``after_seq``, in one round trip
     (the start of every pass; one statement, so the events end at the header's last seq)."""
     conn = v.connection_for(using)
@@ -128,7 +128,9 @@ def execution_read(execution_id: str, *, after_seq: int = 0, using: str = "defau
         return None
     width = len(_HEADER)
     (values,) = read_rows(conn, Execution, _HEADER, [rows[0][:width]])
-    header = Header(*values, now=v.parse_instant(conn, rows[0][width]))
+    header = Header(
+        **dict(zip(_HEADER, values, strict=True)), now=v.parse_instant(conn, rows[0][width])
+    )
     found = [r[width + 1 :] for r in rows if r[width + 1] is not None]
     events = read_rows(conn, HistoryEvent, ("seq", "type", "payload", "at"), found)
     return header, [Event(seq, kind, payload, to_ms(at)) for seq, kind, payload, at in events]
@@ -242,9 +244,10 @@ def execution_commit_pass(
     The append is a compare-and-set on ``expected_seq`` (the last seq the pass read), so
     a pass that raced another writer — a fact landing meanwhile, or a second pass —
     raises :class:`RevisionConflictError` and writes nothing; the workflow task's lease is
-    checked too (:class:`LeaseLostError`). Operation jobs are enqueued by their execution
-    key, so a retried pass never creates a second job. ``next_timer_at`` is when the
-    earliest timer the pass left unfired is due.
+    checked too (:class:`LeaseLostError`). Operation jobs, whose id is their execution key,
+    are enqueued with the ``OperationScheduled`` that names them, so one never exists
+    without the other. ``next_timer_at`` is when the earliest timer the pass left unfired
+    is due.
     """
     conn = v.connection_for(using)
     header: dict[str, Any] = {"next_timer_at": next_timer_at}

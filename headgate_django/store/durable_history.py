@@ -63,7 +63,9 @@ def from_ms(ms: int) -> datetime:
     return _EPOCH + ms * _MS
 
 
-def read_rows(conn: Any, model: Any, columns: Sequence[str], rows: Sequence[Any]) -> list[list[Any]]:
+def read_rows(
+    conn: Any, model: Any, columns: Sequence[str], rows: Sequence[Any]
+) -> list[list[Any]]:
     """Raw rows as the ORM would read ``columns`` of ``model`` (JSON decoded, aware datetimes).
 
     The durable hot path reads with raw SQL: building an ORM query costs more than running it.
@@ -104,7 +106,8 @@ def history_load(
     engine reads them."""
     conn = v.connection_for(using)
     q = conn.ops.quote_name
-    where, params = ["execution_id = %s", "seq > %s"], [execution_id, after_seq]
+    where = ["execution_id = %s", "seq > %s"]
+    params: list[Any] = [execution_id, after_seq]
     if upto_seq is not None:
         where.append("seq <= %s")
         params.append(upto_seq)

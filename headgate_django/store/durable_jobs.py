@@ -374,10 +374,11 @@ def operation_resolve(
     Refuses, writing nothing, unless the Operation is uncertain right now. The execution
     resumes once none of its Operations is uncertain any more.
     """
-    job = Job.objects.using(using).filter(pk=job_id, kind=OP_KIND).values("workflow_id").first()
-    if job is None or not str(job["workflow_id"] or "").startswith(GROUP_PREFIX):
+    qs = Job.objects.using(using).filter(pk=job_id, kind=OP_KIND)
+    group = qs.values_list("workflow_id", flat=True).first() or ""
+    if not group.startswith(GROUP_PREFIX):
         raise NotFoundError(f"no durable Operation job {job_id}", id=job_id)
-    execution_id = job["workflow_id"][len(GROUP_PREFIX) :]
+    execution_id = group[len(GROUP_PREFIX) :]
     cid = job_id[len(execution_id) + 1 :]
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:

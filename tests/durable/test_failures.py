@@ -183,3 +183,28 @@ def test_case_31_a_task_arriving_while_suspended_is_consumed_without_replay() ->
     assert len([j for j in live_jobs(wf) if j.kind == TASK_KIND]) == 1
     drive(tasks_due=True)  # the Operation, then the 1 ms timer
     assert view(wf).result == "v"
+
+
+@durable.workflow("fail-bad-input", version="1")
+def bad_operation_input(ctx: durable.Context, size: int) -> Any:
+    value: Any = object() if size < 0 else "x" * size
+    return ctx.execute_operation("fail-echo", "1", value).result()
+
+
+@durable.workflow("fail-bad-result", version="1")
+def bad_result(ctx: durable.Context, _: Any) -> Any:
+    return {1, 2}
+
+
+def test_what_cannot_be_stored_fails_the_workflow(settings: Any) -> None:
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
+    not_json, too_big, bad = (
+        start("fail-bad-input", -1),
+        start("fail-bad-input", 5000),
+        start("fail-bad-result"),
+    )
+    drive()
+    assert view(not_json).failure_reason.startswith("PayloadError: payload is not JSON")
+    assert view(too_big).failure_reason.startswith("PayloadTooLargeError: the input of op:1")
+    assert view(bad).failure_reason.startswith("PayloadError: payload is not JSON")
+    assert op_jobs(not_json) == op_jobs(too_big) == []
