@@ -13,3 +13,8 @@ from sampleproject.settings import INSTALLED_APPS, LOGGING
 DEBUG = False
 INSTALLED_APPS = [*INSTALLED_APPS, "benchmarks.benchapp"]
 LOGGING = {**LOGGING, "loggers": {"headgate_django": {"handlers": ["console"], "level": "WARNING"}}}
+
+import os  # noqa: E402
+
+# benchmarks/workflows.py measures dependent-start latency with and without the wake-up.
+HEADGATE = {"WORKFLOW_EVENT_WAKE": os.environ.get("HEADGATE_BENCH_EVENT_WAKE", "1") == "1"}

@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     # Workflows.
     "WORKFLOW_QUEUE": "headgate-workflow",
     "COORDINATOR_POLL": timedelta(seconds=1),
+    # A finishing child wakes its coordinator in the same transaction (off: poll only).
+    "WORKFLOW_EVENT_WAKE": True,
     "WORKFLOW_RETENTION": timedelta(days=7),
     # Durable executions.
     "DURABLE_RETENTION": timedelta(days=30),

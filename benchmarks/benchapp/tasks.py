@@ -16,3 +16,12 @@ def noop(ctx) -> None:  # type: ignore[no-untyped-def]
 def stamp(ctx, t0: float) -> list[float]:  # type: ignore[no-untyped-def]
     """Return (enqueue time, start time), both from ``time.time()`` on this machine."""
     return [t0, time.time()]
+
+
+@task(kind="bench.chain")
+def chain(ctx, left: int) -> None:  # type: ignore[no-untyped-def]
+    """A chain of plain jobs: each enqueues the next (the baseline for a workflow chain)."""
+    if left > 1:
+        from headgate_django import enqueue
+
+        enqueue(chain.envelope(left=left - 1))

@@ -109,13 +109,13 @@ def _drf_code(exc: drf.APIException) -> str:
 
 def classify(exc: BaseException) -> tuple[int, str, str, Any, dict[str, str]]:
     """``exc`` → (status, code, message, detail, headers). The one mapping table."""
+    headers: dict[str, str] = {}
     if isinstance(exc, HeadgateError):
         headers = _retry() if exc.status_code == 503 else {}
         return exc.status_code, exc.default_code, exc.message, exc.details or None, headers
     if isinstance(exc, drf.ValidationError):
         return 400, "invalid", "The request is invalid.", exc.detail, {}
     if isinstance(exc, drf.APIException):
-        headers: dict[str, str] = {}
         if getattr(exc, "auth_header", None):
             headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
         if getattr(exc, "wait", None):

@@ -236,6 +236,10 @@ def _wake_coordinators(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
     The extra millisecond (for a running coordinator only) keeps "past" strict on SQLite,
     whose clock has millisecond resolution, when the wake lands in the claim's millisecond.
     """
+    from headgate_django.conf import headgate_settings
+
+    if not headgate_settings.WORKFLOW_EVENT_WAKE:
+        return
     ids = sorted(coordinator_job_id(w) for w in workflow_ids)
     cursor.execute(
         f"UPDATE headgate_job SET state = CASE WHEN state = %s THEN %s ELSE state END, "
