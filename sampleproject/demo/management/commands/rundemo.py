@@ -17,6 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--addr", default="127.0.0.1:8000")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM as on Ctrl-C
         manage = [sys.executable, sys.argv[0]]
         workers = subprocess.Popen([*manage, "runworkers", "--concurrency", "4"])
         server = subprocess.Popen([*manage, "runserver", options["addr"], "--noreload"])
@@ -33,3 +34,7 @@ class Command(BaseCommand):
                     proc.send_signal(signal.SIGTERM)
             for proc in (server, workers):
                 proc.wait(timeout=40)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
