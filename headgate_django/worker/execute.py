@@ -146,3 +146,15 @@ def run_attempt(
         # every job written with it.
         return Failed(error=f"result is larger than {limit} bytes (HEADGATE['MAX_RESULT_BYTES'])")
     return Succeeded(result=result)
+
+
+def label(outcome: Outcome) -> str:
+    """The outcome's name for metrics: succeeded, failed, snoozed, skipped, undecodable, lost."""
+    return {
+        Succeeded: "succeeded",
+        Failed: "failed",
+        Snoozed: "snoozed",
+        Skipped: "skipped",
+        Undecodable: "undecodable",
+        LeaseLost: "lost",
+    }[type(outcome)]

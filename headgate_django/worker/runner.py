@@ -28,7 +28,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connections
 
-from headgate_django import store
+from headgate_django import metrics, store
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.exceptions import LeaseLostError
@@ -216,6 +216,7 @@ class Worker:
             self._reset_connection()
             return None
         self.stats.claimed += len(jobs)
+        metrics.observe_claims(jobs)
         return jobs
 
     def _burst_done(self) -> bool:
@@ -243,6 +244,7 @@ class Worker:
                 self._busy -= 1
 
     def _run_and_settle(self, entry: _Running) -> None:
+        started = time.monotonic()
         try:
             outcome = execute.run_attempt(
                 entry.ctx, entry.job.payload, entry.job.schema_version, self._async
@@ -251,6 +253,9 @@ class Worker:
             outcome = execute.Failed(
                 error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
             )
+        metrics.observe_attempt(
+            entry.job.queue, entry.job.kind, execute.label(outcome), time.monotonic() - started
+        )
         if entry.done.is_set():  # timed out or released while running: already settled
             self._finish(entry)
             return

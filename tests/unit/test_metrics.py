@@ -17,3 +17,31 @@ def test_metrics_view_reports_counters_and_queue_depth():
     )
     assert 'headgate_queue_jobs{queue="default",state="available"} 1.0' in body
     assert "headgate_queue_oldest_available_seconds" in body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_counts_claims_and_outcomes():
+    from prometheus_client import REGISTRY
+
+    from headgate_django.worker.runner import Worker
+
+    before = (
+        REGISTRY.get_sample_value(
+            "headgate_jobs_outcomes_total",
+            {"queue": "default", "kind": "test.noop", "outcome": "succeeded"},
+        )
+        or 0.0
+    )
+    tasks.noop.enqueue()
+    Worker(burst=True, concurrency=2, run_duties=False).run()
+    after = REGISTRY.get_sample_value(
+        "headgate_jobs_outcomes_total",
+        {"queue": "default", "kind": "test.noop", "outcome": "succeeded"},
+    )
+    assert after == before + 1
+    assert (
+        REGISTRY.get_sample_value(
+            "headgate_jobs_claimed_total", {"queue": "default", "kind": "test.noop"}
+        )
+        >= 1
+    )

@@ -13,6 +13,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from headgate_django.exceptions import ConfigurationError
+
 
 class Command(BaseCommand):
     help = "Run headgate workers: claim jobs, run handlers, keep leases and duties."
@@ -36,6 +38,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--worker-id", default=None)
         parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="Serve Prometheus metrics on 127.0.0.1:PORT (needs prometheus-client).",
+        )
+        parser.add_argument(
             "--durable-mode",
             choices=["combined", "workflow-only", "operation-only"],
             default="combined",
@@ -47,6 +55,18 @@ class Command(BaseCommand):
             raise CommandError("--concurrency and --processes must be at least 1")
         if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
             raise CommandError("--lease-ttl must be positive")
+        if options["metrics_port"] is not None:
+            if options["processes"] > 1:
+                raise CommandError(
+                    "--metrics-port serves one process: start one runworkers per port "
+                    "instead of --processes"
+                )
+            from headgate_django import metrics
+
+            try:
+                metrics.serve(options["metrics_port"])
+            except (ConfigurationError, OSError) as exc:
+                raise CommandError(f"--metrics-port: {exc}") from exc
         if options["processes"] > 1:
             from headgate_django.worker.supervisor import supervise
 
