@@ -6,7 +6,7 @@ import random
 import time
 from datetime import timedelta
 
-from headgate_django import JobContext, Snooze, task
+from headgate_django import JobContext, Snooze, durable, task
 
 
 @task(queue="default")
@@ -66,3 +66,26 @@ def load(ctx: JobContext, table: str) -> dict:
 def step(ctx: JobContext, name: str) -> str:
     time.sleep(random.uniform(0.2, 1.0))
     return name
+
+
+# -- a durable (workflow-as-code) checkout -------------------------------------------
+
+
+@durable.operation("charge", version="1")
+def charge(ctx: durable.OperationContext, order: dict) -> dict:
+    """A side effect, made idempotent by ``ctx.execution_key`` (the same on every retry).
+
+    A provider timeout means we do not know whether the card was charged: the Operation
+    ends uncertain and the execution waits for an operator's ``resolve_uncertain``.
+    """
+    time.sleep(0.2)
+    if order.get("provider_times_out"):
+        raise durable.Uncertain("the payment provider timed out; check the charge by hand")
+    return {"charged": order["amount"], "idempotency_key": ctx.execution_key}
+
+
+@durable.workflow("checkout", version="1")
+def checkout(ctx: durable.Context, order: dict) -> dict:
+    receipt = ctx.execute_operation("charge", "1", order).result()
+    approved = ctx.select(ctx.wait_signal("approved"), ctx.sleep(timedelta(seconds=30))) == 0
+    return {"receipt": receipt, "approved_by_operator": approved}

@@ -33,7 +33,7 @@ class Command(BaseCommand):
             envelopes.append(_keyed(tasks.build_report.envelope(day=day), f"report:{day}"))
         envelopes.append(_keyed(tasks.import_pages.envelope(pages=30), "import:demo"))
         envelopes.append(_keyed(tasks.wait_for_partner.envelope(order=42), "partner:42"))
-        created = self._workflows(today.isoformat())
+        created = self._workflows(today.isoformat()) + self._durable()
         for env in envelopes:
             try:
                 enqueue(env)
@@ -62,6 +62,20 @@ class Command(BaseCommand):
                 enqueue(build())
                 created += 1
         return created
+
+    def _durable(self) -> int:
+        """Two durable checkouts: one that completes, one whose charge ends uncertain."""
+        from headgate_django import durable
+
+        client = durable.Client()
+        orders = {
+            "order:42": {"order": 42, "amount": 99},
+            "order:43": {"order": 43, "amount": 15, "provider_times_out": True},
+        }
+        return sum(
+            not client.start("checkout", "1", order, business_idempotency_key=key).deduplicated
+            for key, order in orders.items()
+        )
 
 
 def _keyed(env: Envelope, key: str) -> Envelope:
