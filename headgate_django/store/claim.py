@@ -96,7 +96,8 @@ def job_claim(
     )
     params.append(True)
     candidates = (
-        f"SELECT id FROM headgate_job WHERE {' AND '.join(where)} "
+        f"SELECT id FROM headgate_job{v.claim_index_hint(conn, bool(queues))} "
+        f"WHERE {' AND '.join(where)} "
         "ORDER BY priority DESC, scheduled_at, id LIMIT %s"
     )
     params.append(limit)

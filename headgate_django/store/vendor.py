@@ -64,6 +64,18 @@ def for_update(conn: BaseDatabaseWrapper) -> str:
     return "" if conn.vendor == "sqlite" else " FOR UPDATE"
 
 
+def claim_index_hint(conn: BaseDatabaseWrapper, by_queue: bool) -> str:
+    """MySQL/MariaDB: read claim candidates through the claim-ordered index (migration 0002).
+
+    Left to itself the optimizer scans and sorts a small table instead, and with
+    ``FOR UPDATE SKIP LOCKED`` that locks every available row, so a concurrent claim finds
+    nothing. PostgreSQL and SQLite need no hint.
+    """
+    if conn.vendor != "mysql":
+        return ""
+    return f" FORCE INDEX (headgate_job_claim{'' if by_queue else '_all'}_my)"
+
+
 def has_returning(conn: BaseDatabaseWrapper) -> bool:
     """UPDATE … RETURNING: PostgreSQL and SQLite ≥ 3.35, not MySQL/MariaDB."""
     return conn.vendor in ("postgresql", "sqlite")
