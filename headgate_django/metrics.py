@@ -92,6 +92,18 @@ def observe_claims(jobs: Any) -> None:
             m.claimed.labels(job.queue, job.kind).inc()
 
 
+def observe_workflow(outcome: str) -> None:
+    m = metrics()
+    if m is not None:
+        m.workflows.labels(outcome).inc()
+
+
+def observe_durable(outcome: str) -> None:
+    m = metrics()
+    if m is not None:
+        m.durable.labels(outcome).inc()
+
+
 def metrics_view(request: Any) -> Any:
     """The Prometheus text exposition, for ``path("metrics", metrics_view)``."""
     from django.http import HttpResponse

@@ -20,6 +20,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
@@ -148,6 +149,7 @@ def _pass(
     written = [Event(seq + n, e.type, e.payload, now_ms) for n, e in enumerate(events, start=1)]
     histories.store(header, [*history, *written])
     if ending is not None:
+        metrics.observe_durable(ending.state)
         return {"execution_id": header.id, "state": ending.state}
     if wake_at_ms is None:
         raise Snooze(PARK_RECHECK)

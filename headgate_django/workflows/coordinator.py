@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
@@ -92,6 +93,7 @@ def coordinate(
     for _ in range(MAX_PASSES):
         outcome, progressed = tick.run()
         if outcome is Outcome.SUCCEEDED:
+            metrics.observe_workflow("succeeded")
             return {"workflow_id": base.workflow_id, "outcome": "succeeded"}
         if not progressed:
             break
@@ -145,6 +147,7 @@ class Tick:
         if plan.outcome is Outcome.RETRY_PENDING:
             raise Snooze(timedelta(milliseconds=self.options["automatic_retry"]["backoff_ms"]))
         if plan.outcome is Outcome.FAILED:
+            metrics.observe_workflow("failed")
             raise Skip(plan.reason or "a node failed")
         return plan.outcome, plan.mutates
 

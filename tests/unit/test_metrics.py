@@ -45,3 +45,22 @@ def test_worker_counts_claims_and_outcomes():
         )
         >= 1
     )
+
+
+@pytest.mark.django_db
+def test_workflow_outcomes_are_counted():
+    from prometheus_client import REGISTRY
+
+    from headgate_django import enqueue, testing
+    from headgate_django.workflows import Workflow
+
+    def count():
+        return (
+            REGISTRY.get_sample_value("headgate_workflow_outcomes_total", {"outcome": "succeeded"})
+            or 0.0
+        )
+
+    before = count()
+    enqueue(Workflow("metrics-wf").add("a", tasks.noop.envelope(), []).prepare())
+    testing.run_jobs()
+    assert count() == before + 1
