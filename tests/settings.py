@@ -120,6 +120,9 @@ import django  # noqa: E402
 
 if django.VERSION < (6, 0):
     INSTALLED_APPS.append("django_tasks")  # the backport of django.tasks
+if django.VERSION >= (6, 1):
+    # Django 6.1 deprecates the implicit default mailer (warnings are errors here).
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
 
 TASKS = {
     "default": {
