@@ -43,7 +43,7 @@ from headgate_django.store.durable_history import (
     append_fact,
     lock_execution,
 )
-from headgate_django.store.fenced import LeaseRef, _append, _error_entry, _lock_one
+from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lock_held
 from headgate_django.store.insert import _insert, _plan, job_insert_many
 from headgate_django.store.rows import RowReader, prep
 
@@ -306,7 +306,7 @@ def operation_mark_failed(ref: LeaseRef, *, error: str, using: str = "default") 
     skipped by the worker and the hook records ``OperationFailed`` with ``error``."""
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        (checkpoint, _) = _lock_one(cursor, conn, ref, "checkpoint")
+        (checkpoint, _) = lock_held(cursor, conn, ref, "checkpoint")
         marked = {**(_json(checkpoint) or {}), "durable": {"state": "failed", "error": error}}
         cursor.execute(
             "UPDATE headgate_job SET checkpoint = %s WHERE id = %s",
@@ -332,12 +332,12 @@ def operation_mark_uncertain(
     """
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        checkpoint, errors, attempt, at = _lock_one(
+        checkpoint, errors, attempt, at = lock_held(
             cursor, conn, ref, "checkpoint, errors, attempt"
         )
         marked = {**(_json(checkpoint) or {}), "durable": {"state": "uncertain", "reason": reason}}
         if finish_job:
-            entry = _error_entry(conn, at, attempt + 1, "uncertain", reason, None)
+            entry = error_entry(conn, at, attempt + 1, "uncertain", reason, None)
             cursor.execute(
                 f"UPDATE headgate_job SET state = %s, checkpoint = %s, errors = %s, "
                 f"finalized_at = {v.now(conn)}, expires_at = NULL, lease_id = NULL, "
@@ -345,7 +345,7 @@ def operation_mark_uncertain(
                 [
                     State.ARCHIVED.value,
                     prep(conn, "checkpoint", marked),
-                    prep(conn, "errors", _append(errors, entry)),
+                    prep(conn, "errors", append_error(errors, entry)),
                     ref.job_id,
                 ],
             )

@@ -185,7 +185,7 @@ def job_release_many(refs: Sequence[LeaseRef], *, using: str = "default") -> set
         )
 
 
-def _lock_one(
+def lock_held(
     cursor: Any, conn: BaseDatabaseWrapper, ref: LeaseRef, columns: str
 ) -> tuple[Any, ...]:
     cursor.execute(
@@ -199,7 +199,7 @@ def _lock_one(
     return row
 
 
-def _error_entry(
+def error_entry(
     conn: BaseDatabaseWrapper, at: Any, attempt: int, kind: str, message: str, trace: str | None
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {
@@ -213,7 +213,7 @@ def _error_entry(
     return entry
 
 
-def _append(errors: Any, entry: dict[str, Any]) -> list[dict[str, Any]]:
+def append_error(errors: Any, entry: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(errors, str | bytes):
         errors = json.loads(errors)
     return ([*list(errors or []), entry])[-MAX_ERRORS:]
@@ -232,14 +232,14 @@ def job_retry(
     conn = v.connection_for(using)
     s = headgate_settings
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        errors, attempt, max_attempts, workflow_id, at = _lock_one(
+        errors, attempt, max_attempts, workflow_id, at = lock_held(
             cursor, conn, ref, "errors, attempt, max_attempts, workflow_id"
         )
         target = retry_target(attempt, max_attempts)
-        entry = _error_entry(conn, at, attempt + 1, "error", error, traceback)
+        entry = error_entry(conn, at, attempt + 1, "error", error, traceback)
         if exception:
             entry["exception"] = exception
-        params: list[Any] = [target.value, prep(conn, "errors", _append(errors, entry))]
+        params: list[Any] = [target.value, prep(conn, "errors", append_error(errors, entry))]
         if target is State.RETRYABLE:
             delay_ms = (
                 int(delay.total_seconds() * 1000)
@@ -271,15 +271,15 @@ def _finish_with(
 ) -> None:
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        errors, attempt, workflow_id, at = _lock_one(
+        errors, attempt, workflow_id, at = lock_held(
             cursor, conn, ref, "errors, attempt, workflow_id"
         )
-        entry = _error_entry(conn, at, attempt + 1, kind, message, trace)
+        entry = error_entry(conn, at, attempt + 1, kind, message, trace)
         cursor.execute(
             f"UPDATE headgate_job SET state = %s, errors = %s, finalized_at = {v.now(conn)}, "
             f"expires_at = {v.plus_duration_column(conn, 'retention')}, {_CLEAR_LEASE} "
             "WHERE id = %s",
-            [state.value, prep(conn, "errors", _append(errors, entry)), ref.job_id],
+            [state.value, prep(conn, "errors", append_error(errors, entry)), ref.job_id],
         )
         _after_finish(cursor, conn, {workflow_id})
 

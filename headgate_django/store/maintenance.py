@@ -15,7 +15,7 @@ from django.db import transaction
 from headgate_django.conf import headgate_settings
 from headgate_django.kernel.states import EVICTABLE_STATES, WAITING_STATES, State, lease_lost_target
 from headgate_django.store import vendor as v
-from headgate_django.store.fenced import _append, _error_entry
+from headgate_django.store.fenced import append_error, error_entry
 from headgate_django.store.rows import prep
 
 
@@ -87,8 +87,8 @@ def job_reclaim_expired(*, limit: int = 500, using: str = "default") -> ReclaimR
             message = f"lease expired (worker {by or '?'} stopped renewing)"
             if step:
                 message += f" during step {step!r}"
-            entry = _error_entry(conn, at, attempt + 1, "crash", message, None)
-            new_errors = prep(conn, "errors", _append(errors, entry))
+            entry = error_entry(conn, at, attempt + 1, "crash", message, None)
+            new_errors = prep(conn, "errors", append_error(errors, entry))
             target = lease_lost_target(crashes, s.CRASH_LIMIT)
             if target is State.RETRYABLE:
                 cursor.execute(

@@ -19,7 +19,7 @@ from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
 from headgate_django.models import Job, WorkflowCheckpoint
 from headgate_django.store import hooks
 from headgate_django.store import vendor as v
-from headgate_django.store.fenced import LeaseRef, _append, _error_entry, _lock_one
+from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lock_held
 from headgate_django.store.rows import prep
 
 COORDINATOR_KIND = "headgate:workflow"
@@ -119,7 +119,7 @@ def workflow_tick_save(
     """Save the checkpoint, then apply the plan's mutations: one fenced transaction."""
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        _lock_one(cursor, conn, ref, "id")  # LeaseLostError if the coordinator moved on
+        lock_held(cursor, conn, ref, "id")  # LeaseLostError if the coordinator moved on
         _save_checkpoint(
             cursor, conn, ref.job_id, workflow_id, checkpoint, outcome or plan.outcome.value, None
         )
@@ -220,7 +220,7 @@ def _fail_pending(cursor: Any, conn: Any, items: list[tuple[str, str]]) -> None:
         row = cursor.fetchone()
         if row is None:
             continue
-        errors = _append(row[0], _error_entry(conn, row[2], row[1], "condition", reason, None))
+        errors = append_error(row[0], error_entry(conn, row[2], row[1], "condition", reason, None))
         cursor.execute(
             f"UPDATE headgate_job SET state = %s, errors = %s, finalized_at = {v.now(conn)}, "
             f"expires_at = {v.plus_duration_column(conn, 'retention')} WHERE id = %s",
@@ -340,7 +340,7 @@ def workflow_graft_decide(
 
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        _lock_one(cursor, conn, ref, "id")
+        lock_held(cursor, conn, ref, "id")
         if accepted:
             _save_checkpoint(
                 cursor, conn, ref.job_id, workflow_id, checkpoint, Outcome.WAITING.value, grafts
@@ -387,7 +387,7 @@ def workflow_retry_apply(
     conn = v.connection_for(using)
     failed = [State.ARCHIVED.value, State.CANCELLED.value, State.UNDECODABLE.value]
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        _lock_one(cursor, conn, ref, "id")
+        lock_held(cursor, conn, ref, "id")
         _save_checkpoint(
             cursor, conn, ref.job_id, workflow_id, checkpoint, Outcome.WAITING.value, None
         )
