@@ -45,10 +45,18 @@ def encode_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
 
 
 def decode_call(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
-    """Inverse of :func:`encode_call`; raises ``ValueError`` on anything else."""
+    """Inverse of :func:`encode_call`; raises ``ValueError`` on anything else.
+
+    A JSON object that is not exactly ``{"args": …, "kwargs": …}`` is read as keyword
+    arguments, so that a payload written by hand (an operator's repair, an HTTP enqueue:
+    ``{"email": "new@example.com"}``) needs no wrapper. ``encode_call`` always writes the
+    full form, so nothing it produced is read differently.
+    """
     data = json.loads(bytes(payload))
-    if not isinstance(data, dict) or set(data) != {"args", "kwargs"}:
-        raise ValueError("payload is not an {args, kwargs} object")
+    if not isinstance(data, dict):
+        raise ValueError("payload is not a JSON object")
+    if set(data) != {"args", "kwargs"}:
+        return [], data
     if not isinstance(data["args"], list) or not isinstance(data["kwargs"], dict):
         raise ValueError("payload args must be a list and kwargs an object")
     return data["args"], data["kwargs"]

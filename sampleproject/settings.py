@@ -85,11 +85,21 @@ HEADGATE: dict[str, object] = {}
 # Basic in DEBUG so the guide's curl examples run with credentials in the URL, e.g.
 # HEADGATE_URL=http://admin:headgate-demo@127.0.0.1:8000 (never enable Basic over plain HTTP
 # in production).
+# `manage.py rundemo` serves the API a second time on a loopback port whose callers are the
+# demo operator (sampleproject/auth.py), so the workflow guide's curl commands run as
+# written. Only with DEBUG on; unset, that port does not exist.
+DEMO_OPERATOR_PORT = (
+    int(os.environ["DEMO_OPERATOR_PORT"])
+    if DEBUG and os.environ.get("DEMO_OPERATOR_PORT")
+    else None
+)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         *(["rest_framework.authentication.BasicAuthentication"] if DEBUG else []),
+        *(["sampleproject.auth.OperatorPortAuthentication"] if DEMO_OPERATOR_PORT else []),
     ],
 }
 

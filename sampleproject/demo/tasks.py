@@ -15,6 +15,15 @@ def send_welcome_email(ctx: JobContext, user_id: int) -> dict:
     return {"sent_to": user_id}
 
 
+@task(queue="default", schema_version=2)
+def send_welcome(ctx: JobContext, email: str) -> dict:
+    """Schema version 2 takes the address itself. Version 1 payloads carried a user id and
+    there is deliberately no upcaster: the address has to come from an operator's repair
+    (the onboarding example of the workflow guide)."""
+    time.sleep(random.uniform(0.05, 0.3))
+    return {"sent_to": email}
+
+
 @task(queue="reports", max_attempts=5)
 def build_report(ctx: JobContext, day: str) -> dict:
     """Fails on its first attempt half of the time, to show retries with backoff."""

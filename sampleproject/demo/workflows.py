@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
+from headgate_django.envelope import encode_call
 from headgate_django.store import db_now
 from headgate_django.workflows import Workflow, prepare_bundle
 from sampleproject.demo import tasks
@@ -21,12 +23,24 @@ def daily_import(day: str) -> Workflow:
 
 
 def onboarding(user: int) -> Workflow:
-    """Waits for an operator's approval signal (emit it from the API or a shell)."""
+    """The workflow guide's onboarding example, in the state its API examples expect.
+
+    It waits for an operator's ``approved`` signal. Its ``send-welcome`` node was queued
+    before ``send_welcome`` moved to schema version 2 (an address instead of a user id, with
+    no upcaster), so after the approval that node stops ``undecodable`` and the workflow
+    fails at revision 1. ``failed_subgraph_retry()`` lets an operator repair it:
+    ``POST /api/v1/workflows/onboarding:42/retry`` with a recovery payload (docs/api.md).
+    """
+    current = tasks.send_welcome.envelope(email=f"user-{user}@example.com")
+    queued_by_an_older_release = replace(
+        current, payload=encode_call((), {"user_id": user}), schema_version=1
+    )
     return (
         Workflow(f"onboarding:{user}")
+        .failed_subgraph_retry()
         .add("prepare", tasks.step.envelope(name="prepare"), [])
         .add_signal("approval", "approved", ["prepare"])
-        .add("welcome", tasks.send_welcome_email.envelope(user_id=user), ["approval"])
+        .add("send-welcome", queued_by_an_older_release, ["approval"])
     )
 
 

@@ -56,6 +56,13 @@ def test_an_older_schema_version_is_upcast():
     assert row(job_id)["result"] == {"a": 1, "upcast_from": 1}
 
 
+def test_a_bare_json_object_payload_is_keyword_arguments():
+    """Hand-written payloads (an operator's repair, an HTTP enqueue) need no wrapper."""
+    [job_id] = enqueue(Envelope(kind="test.echo", payload=b'{"value": {"email": "a@b.c"}}'))
+    assert testing.run_one() == (job_id, "completed")
+    assert row(job_id)["result"] == {"value": {"email": "a@b.c"}, "attempt": 1}
+
+
 def test_success_keeps_the_result_for_the_retention():
     job_id = tasks.echo.enqueue(value=[1, "two"])
     assert testing.run_one() == (job_id, "completed")

@@ -74,16 +74,17 @@ def test_relative_timer_uses_the_latest_dependency_and_fires_at_anchor_plus_dela
         Workflow("later")
         .add("early", tasks.echo.envelope(value=1), [])
         .add("late", tasks.snooze_once.envelope(seconds=0.05), [])
-        .add_timer_after("wait", timedelta(milliseconds=400), ["early", "late"])
+        # Long enough that a loaded machine cannot run past it before the asserts below.
+        .add_timer_after("wait", timedelta(seconds=3), ["early", "late"])
         .add("after", tasks.echo.envelope(value=2), ["wait"])
         .prepare()
     )
     testing.run_jobs()  # early completes; late snoozes 50 ms
     time.sleep(0.1)
-    testing.run_jobs()  # late completes; the timer is scheduled 400 ms after it
+    testing.run_jobs()  # late completes; the timer is scheduled 3 s after it
     early, late = job("later:early"), job("later:late")
     assert late.finalized_at > early.finalized_at
-    fire_at = ms(late.finalized_at) + 400
+    fire_at = ms(late.finalized_at) + 3000
     assert ms(job("later:wait").scheduled_at) == fire_at
     assert job("later:wait").state == "scheduled"
     assert job("later:after").state == "pending"

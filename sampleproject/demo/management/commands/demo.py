@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.db.models import Q
 
 from headgate_django import DuplicateError, Envelope, enqueue
 from sampleproject.demo import tasks
@@ -22,6 +23,7 @@ class Command(BaseCommand):
         User = get_user_model()
         if not User.objects.filter(username=USERNAME).exists():
             User.objects.create_superuser(USERNAME, "admin@example.com", PASSWORD)
+        self._operator()
         today = date.today()
         envelopes: list[Envelope] = []
         for user_id in range(1, 21):
@@ -42,6 +44,22 @@ class Command(BaseCommand):
                 pass  # already waiting from an earlier run
         self.stdout.write(self.style.SUCCESS(f"Enqueued {created} demo job(s) and workflow(s)."))
         self.stdout.write(f"Admin user: {USERNAME} / password: {PASSWORD}")
+
+    def _operator(self) -> None:
+        """The API user of rundemo's operator port: may read everything headgate stores
+        (payloads included) and operate it, with no password to log in with."""
+        from django.contrib.auth.models import Permission
+
+        from sampleproject.auth import OPERATOR
+
+        user, created = get_user_model().objects.get_or_create(username=OPERATOR)
+        if created:
+            user.set_unusable_password()
+            user.save()
+        permissions = Permission.objects.filter(content_type__app_label="headgate_django").filter(
+            Q(codename__startswith="view_") | Q(codename="operate")
+        )
+        user.user_permissions.add(*permissions)
 
     def _workflows(self, day: str) -> int:
         """Each example once: a workflow that already exists is left as it is."""
