@@ -5,7 +5,7 @@ modules can use ``@task`` at import time); anything that touches the database is
 lazily inside the function that needs it.
 """
 
-from headgate_django.control import Skip, Snooze
+from headgate_django.control import Revoke, Skip, Snooze
 from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope
 from headgate_django.exceptions import (
@@ -47,6 +47,7 @@ __all__ = [
     "NotFoundError",
     "QuarantinedError",
     "RevisionConflictError",
+    "Revoke",
     "Skip",
     "Snooze",
     "TaskDef",

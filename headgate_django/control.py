@@ -26,6 +26,19 @@ class Skip(Exception):
         super().__init__(reason)
 
 
+class Revoke(Exception):
+    """Withdraw this job: its row is deleted, nothing is retried and nothing kept.
+
+    For work that should never have been queued (the order it was for is gone). A workflow
+    node cannot vanish from its graph, so a node that raises ``Revoke`` is archived with the
+    reason instead, exactly as :class:`Skip` would.
+    """
+
+    def __init__(self, reason: str = "revoked") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
 class Uncertain(Exception):
     """A durable Operation cannot tell whether its effect happened (``durable.Uncertain``).
 

@@ -20,7 +20,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from headgate_django.conf import headgate_settings
 from headgate_django.exceptions import LeaseLostError, PayloadTooLargeError
 from headgate_django.kernel import backoff
-from headgate_django.kernel.states import State, retry_target
+from headgate_django.kernel.states import Event, State, check, retry_target
 from headgate_django.store import vendor as v
 from headgate_django.store.rows import prep
 
@@ -287,6 +287,23 @@ def _finish_with(
 def job_skip(ref: LeaseRef, *, reason: str, using: str = "default") -> None:
     """The handler gave up on purpose: archive without retrying."""
     _finish_with(ref, state=State.ARCHIVED, kind="skip", message=reason, trace=None, using=using)
+
+
+def job_revoke(ref: LeaseRef, *, reason: str, using: str = "default") -> State:
+    """The handler withdrew its job: delete the row (``revoke``: running → deleted).
+
+    A workflow node is archived instead (as :func:`job_skip` would), because its workflow
+    needs the node's outcome; returns the state the job ended in.
+    """
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        workflow_id, _ = lock_held(cursor, conn, ref, "workflow_id")
+        if workflow_id is None:
+            check(State.RUNNING, Event.REVOKE)
+            cursor.execute("DELETE FROM headgate_job WHERE id = %s", [ref.job_id])
+            return State.DELETED
+    job_skip(ref, reason=f"revoked: {reason}", using=using)
+    return State.ARCHIVED
 
 
 def job_mark_undecodable(

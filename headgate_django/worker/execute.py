@@ -17,7 +17,7 @@ from typing import Any
 
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
-from headgate_django.control import Skip, Snooze
+from headgate_django.control import Revoke, Skip, Snooze
 from headgate_django.envelope import decode_call
 from headgate_django.exceptions import LeaseLostError
 from headgate_django.registry import TaskDef, find_task
@@ -47,6 +47,11 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class Revoked:
+    reason: str
+
+
+@dataclass(frozen=True)
 class Undecodable:
     reason: str
     traceback: str | None = None
@@ -57,7 +62,7 @@ class LeaseLost:
     reason: str
 
 
-Outcome = Succeeded | Failed | Snoozed | Skipped | Undecodable | LeaseLost
+Outcome = Succeeded | Failed | Snoozed | Skipped | Revoked | Undecodable | LeaseLost
 
 
 class AsyncRunner:
@@ -126,6 +131,8 @@ def run_attempt(
         return Snoozed(delay=exc.delay)
     except Skip as exc:
         return Skipped(reason=exc.reason)
+    except Revoke as exc:
+        return Revoked(reason=exc.reason)
     except LeaseLostError as exc:
         return LeaseLost(reason=str(exc))
     except Exception as exc:
@@ -149,12 +156,14 @@ def run_attempt(
 
 
 def label(outcome: Outcome) -> str:
-    """The outcome's name for metrics: succeeded, failed, snoozed, skipped, undecodable, lost."""
+    """The outcome's name for metrics: succeeded, failed, snoozed, skipped, revoked,
+    undecodable, lost."""
     return {
         Succeeded: "succeeded",
         Failed: "failed",
         Snoozed: "snoozed",
         Skipped: "skipped",
+        Revoked: "revoked",
         Undecodable: "undecodable",
         LeaseLost: "lost",
     }[type(outcome)]

@@ -26,7 +26,7 @@ def completion(job: ClaimedJob, outcome: execute.Succeeded) -> Completion:
 
 def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default") -> str:
     """Record ``outcome``; return a label: completed, retried, archived, snoozed, skipped,
-    undecodable or lost. Raises ``LeaseLostError`` when the lease is gone."""
+    revoked, undecodable or lost. Raises ``LeaseLostError`` when the lease is gone."""
     ref = job.ref
     if isinstance(outcome, execute.Succeeded):
         done = store.job_complete_many([completion(job, outcome)], using=using)
@@ -55,6 +55,10 @@ def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default")
         return "snoozed"
     if isinstance(outcome, execute.Skipped):
         store.job_skip(ref, reason=outcome.reason, using=using)
+        return "skipped"
+    if isinstance(outcome, execute.Revoked):
+        if store.job_revoke(ref, reason=outcome.reason, using=using) is State.DELETED:
+            return "revoked"
         return "skipped"
     if isinstance(outcome, execute.Undecodable):
         store.job_mark_undecodable(

@@ -6,7 +6,7 @@ import os
 import time
 from datetime import timedelta
 
-from headgate_django import Skip, Snooze, task
+from headgate_django import Revoke, Skip, Snooze, task
 from tests.app.models import Execution
 
 
@@ -58,6 +58,11 @@ def snooze_once(ctx, seconds: float = 60.0):
     if Execution.objects.filter(job_id=ctx.job_id).count() == 1:
         raise Snooze(timedelta(seconds=seconds))
     return "woke"
+
+
+@task(kind="test.revoke")
+def revoke(ctx, reason: str = "the order is gone"):
+    raise Revoke(reason)
 
 
 @task(kind="test.skip")

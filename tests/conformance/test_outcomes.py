@@ -14,6 +14,7 @@ from headgate_django.exceptions import PayloadTooLargeError
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store.fenced import Completion
+from headgate_django.workflows import Workflow
 from tests.app import tasks
 from tests.app.models import Execution
 from tests.conformance.helpers import job_in_state, near, row, state_of
@@ -61,6 +62,23 @@ def test_a_bare_json_object_payload_is_keyword_arguments():
     [job_id] = enqueue(Envelope(kind="test.echo", payload=b'{"value": {"email": "a@b.c"}}'))
     assert testing.run_one() == (job_id, "completed")
     assert row(job_id)["result"] == {"value": {"email": "a@b.c"}, "attempt": 1}
+
+
+def test_revoke_deletes_the_job_without_a_retry():
+    job_id = tasks.revoke.enqueue()
+    assert testing.run_one() == (job_id, "revoked")
+    assert not Job.objects.filter(pk=job_id).exists()
+
+
+def test_a_revoked_workflow_node_is_archived_because_its_workflow_needs_an_outcome():
+    enqueue(
+        Workflow("revoking").add("gone", tasks.revoke.envelope(reason="no order"), []).prepare()
+    )
+    testing.run_jobs()
+    node = row("revoking:gone")
+    assert node["state"] == "archived"
+    assert [(e["kind"], e["error"]) for e in node["errors"]] == [("skip", "revoked: no order")]
+    assert Job.objects.get(pk="revoking:coordinator").state == "archived"
 
 
 def test_success_keeps_the_result_for_the_retention():

@@ -19,6 +19,7 @@ def test_headgate_django_all():
             "NotFoundError",
             "QuarantinedError",
             "RevisionConflictError",
+            "Revoke",
             "Skip",
             "Snooze",
             "TaskDef",
