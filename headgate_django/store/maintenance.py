@@ -159,14 +159,23 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
     return counts
 
 
-def unknown_kinds_waiting(known: Sequence[str], *, using: str = "default") -> dict[str, int]:
-    """Kinds of available jobs that no handler here knows, with their counts."""
+def unknown_kinds_waiting(
+    known: Sequence[str], *, queues: Sequence[str] | None = None, using: str = "default"
+) -> dict[str, int]:
+    """Kinds of available jobs that no handler here knows, with their counts.
+
+    ``queues`` limits the answer to the queues a worker serves: a job of another queue is
+    not this worker's to run, known kind or not.
+    """
     conn = v.connection_for(using)
     params: list[Any] = [State.AVAILABLE.value]
     where = "state = %s"
     if known:
         where += f" AND kind NOT IN ({v.placeholders(len(known))})"
         params += list(known)
+    if queues:
+        where += f" AND queue IN ({v.placeholders(len(queues))})"
+        params += list(queues)
     with conn.cursor() as cursor:
         cursor.execute(
             f"SELECT kind, COUNT(*) FROM headgate_job WHERE {where} GROUP BY kind", params

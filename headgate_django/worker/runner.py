@@ -344,7 +344,9 @@ class Worker:
 
     def _report_unknown_kinds(self) -> None:
         """Jobs no handler here knows are never claimed; say so rather than stay silent."""
-        waiting = store.unknown_kinds_waiting(registered_kinds(), using=self.using)
+        waiting = store.unknown_kinds_waiting(
+            registered_kinds(), queues=self.queues, using=self.using
+        )
         for kind, count in sorted(waiting.items()):
             log.warning(
                 "%d available job(s) of kind %r have no handler in this worker; "

@@ -283,4 +283,9 @@ def test_unknown_kind_is_left_untouched_and_reported():
     assert [c.ref.job_id for c in claimed] == [known]
     assert row(unknown) == before
     assert store.unknown_kinds_waiting(registered_kinds()) == {"test.nobody-knows-me": 1}
+    assert store.unknown_kinds_waiting(registered_kinds(), queues=["shared"]) == {
+        "test.nobody-knows-me": 1
+    }
+    # A worker of other queues is not told about it: the job is not its to run.
+    assert store.unknown_kinds_waiting(registered_kinds(), queues=["elsewhere"]) == {}
     assert store.job_claim(worker_id=WORKER, limit=10, lease_ttl=LONG, kinds=[]) == []
