@@ -7,9 +7,12 @@ the lease is lost (reclaimed, cancelled, timed out) nothing the handler writes l
 
 from __future__ import annotations
 
+import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
 
 from headgate_django.exceptions import DefinitionError, LeaseLostError
 from headgate_django.store.claim import ClaimedJob
@@ -96,9 +99,9 @@ class JobContext:
         The checkpoint naming the step is written (fenced) before ``fn`` runs, so a crash
         inside it is attributed to this step.
         """
-        results = self._checkpoint.setdefault("step_results", {})
-        if name in self._checkpoint.get("completed_steps", []):
-            return results.get(name)  # type: ignore[no-any-return]
+        done, value = self._finished(name)
+        if done:
+            return value  # type: ignore[no-any-return]
         self._mark_in_progress(name)
         value = fn()
         self._mark_done(name, value)
@@ -106,15 +109,13 @@ class JobContext:
 
     def step_cursor(self, name: str, fn: Callable[[bytes | None], T]) -> T:
         """Like :meth:`step`, but ``fn(cursor)`` resumes from the last :meth:`set_cursor`."""
-        if name in self._checkpoint.get("completed_steps", []):
-            return self._checkpoint.get("step_results", {}).get(name)  # type: ignore[no-any-return]
-        resume = self._cursor_value if self._checkpoint.get("cursor_step") == name else None
-        self._checkpoint["cursor_step"] = name
+        done, value = self._finished(name)
+        if done:
+            return value  # type: ignore[no-any-return]
+        resume = self._enter_cursor_step(name)
         self._mark_in_progress(name)
         value = fn(resume)
-        self._cursor_value = None
-        self._checkpoint.pop("cursor_step", None)
-        self._mark_done(name, value, clear_cursor=True)
+        self._leave_cursor_step(name, value)
         return value
 
     def set_cursor(self, value: bytes) -> None:
@@ -136,6 +137,55 @@ class JobContext:
         progress = {"current": current, "total": total, "message": message[:512]}
         self._fenced(lambda: job_save_progress(self.lease, progress, using=self._using))
 
+    # -- the same writes for ``async def`` handlers --------------------------------------
+    # Django refuses database work on an event loop's thread, so each fenced write runs
+    # through ``sync_to_async`` (Django's one thread for sync database work), while the
+    # handler's own coroutines stay on the loop.
+
+    async def astep(self, name: str, fn: Callable[[], T | Awaitable[T]]) -> T:
+        """:meth:`step` for ``async def`` handlers; ``fn`` may be a coroutine function."""
+        done, value = self._finished(name)
+        if done:
+            return value  # type: ignore[no-any-return]
+        await sync_to_async(self._mark_in_progress)(name)
+        value = await _awaited(fn())
+        await sync_to_async(self._mark_done)(name, value)
+        return value  # type: ignore[no-any-return]
+
+    async def astep_cursor(self, name: str, fn: Callable[[bytes | None], T | Awaitable[T]]) -> T:
+        """:meth:`step_cursor` for ``async def`` handlers; ``fn`` may be a coroutine function."""
+        done, value = self._finished(name)
+        if done:
+            return value  # type: ignore[no-any-return]
+        resume = self._enter_cursor_step(name)
+        await sync_to_async(self._mark_in_progress)(name)
+        value = await _awaited(fn(resume))
+        await sync_to_async(self._leave_cursor_step)(name, value)
+        return value  # type: ignore[no-any-return]
+
+    async def aset_cursor(self, value: bytes) -> None:
+        await sync_to_async(self.set_cursor)(value)
+
+    async def aset_progress(self, current: int, total: int, message: str = "") -> None:
+        await sync_to_async(self.set_progress)(current, total, message)
+
+    def _finished(self, name: str) -> tuple[bool, Any]:
+        """(True, its result) for a step completed by an earlier attempt."""
+        if name in self._checkpoint.get("completed_steps", []):
+            return True, self._checkpoint.get("step_results", {}).get(name)
+        return False, None
+
+    def _enter_cursor_step(self, name: str) -> bytes | None:
+        """Start cursor step ``name``: the saved position if the last attempt was inside it."""
+        resume = self._cursor_value if self._checkpoint.get("cursor_step") == name else None
+        self._checkpoint["cursor_step"] = name
+        return resume
+
+    def _leave_cursor_step(self, name: str, value: Any) -> None:
+        self._cursor_value = None
+        self._checkpoint.pop("cursor_step", None)
+        self._mark_done(name, value, clear_cursor=True)
+
     def _mark_in_progress(self, name: str) -> None:
         self._checkpoint["in_progress_step"] = name
         self._fenced(lambda: job_save_checkpoint(self.lease, self._checkpoint, using=self._using))
@@ -153,3 +203,7 @@ class JobContext:
             self._fenced(
                 lambda: job_save_checkpoint(self.lease, self._checkpoint, using=self._using)
             )
+
+
+async def _awaited(value: T | Awaitable[T]) -> T:
+    return await value if inspect.isawaitable(value) else value  # type: ignore[return-value]

@@ -6,6 +6,8 @@ import os
 import time
 from datetime import timedelta
 
+from asgiref.sync import sync_to_async
+
 from headgate_django import Revoke, Skip, Snooze, task
 from tests.app.models import Execution
 
@@ -127,6 +129,29 @@ def cursor_pages(ctx, pages: int = 5, fail_after: int = -1):
         return pages
 
     return ctx.step_cursor("import-pages", walk)
+
+
+@task(kind="test.async-steps")
+async def async_steps(ctx, pages: int = 4, fail_after: int = -1):
+    """The resumable-work API from an ``async def`` handler, as ``steps`` and ``cursor_pages``."""
+    arecord = sync_to_async(record)
+
+    async def first():
+        await arecord(ctx, "a")
+        return 1
+
+    async def walk(cursor: bytes | None) -> int:
+        for page in range(int(cursor or b"0"), pages):
+            await arecord(ctx, f"page:{page}")
+            await ctx.aset_cursor(str(page + 1).encode())
+            await ctx.aset_progress(page + 1, pages, f"page {page + 1}")
+            if page == fail_after and ctx.attempt == 1:
+                raise RuntimeError("interrupted")
+        return pages
+
+    a = await ctx.astep("a", first)
+    b = await ctx.astep("b", lambda: 10)  # a plain function works too
+    return a + b + await ctx.astep_cursor("pages", walk)
 
 
 @task(kind="test.timeout", timeout=timedelta(milliseconds=300), max_attempts=1)

@@ -3,7 +3,11 @@ saved cursor, and both are fenced like every other write."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 
 from headgate_django import store, testing
 from headgate_django.context import JobContext
@@ -109,3 +113,45 @@ def test_a_step_whose_lease_is_lost_is_not_recorded_as_done():
     assert after["checkpoint"]["completed_steps"] == ["first"]
     assert after["checkpoint"]["in_progress_step"] == "charge"
     assert after["errors"][-1]["error"].endswith("during step 'charge'")
+
+
+@pytest.fixture
+def sync_thread_connections():
+    """The async writes run on asgiref's sync thread, which keeps its own connection; close
+    it afterwards, or the test database cannot be dropped."""
+    yield
+    asyncio.run(sync_to_async(connections.close_all)())
+
+
+@pytest.mark.django_db(transaction=True)  # the async writes use another thread's connection
+@pytest.mark.usefixtures("sync_thread_connections")
+def test_async_handlers_have_the_same_resumable_work():
+    job_id = tasks.async_steps.enqueue(pages=4, fail_after=1)
+    assert testing.run_one() == (job_id, "retried")
+    mid = row(job_id)
+    assert mid["cp_cursor"] == b"2"
+    assert mid["checkpoint"]["completed_steps"] == ["a", "b"]
+    assert mid["progress"] == {"current": 2, "total": 4, "message": "page 2"}
+
+    assert testing.run_jobs(include_scheduled=True).outcomes == [(job_id, "completed")]
+    assert executions(job_id) == [
+        ("a", 1),
+        ("page:0", 1),
+        ("page:1", 1),
+        ("page:2", 2),
+        ("page:3", 2),
+    ]
+    assert row(job_id)["result"] == 1 + 10 + 4
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("sync_thread_connections")
+def test_async_writes_of_a_stale_attempt_do_not_land():
+    job_id = tasks.async_steps.enqueue()
+    stale = JobContext(claim(job_id, lease_ttl=BLINK))
+    expire_lease()
+    store.job_reclaim_expired()
+    with pytest.raises(LeaseLostError):
+        asyncio.run(stale.aset_progress(1, 2))
+    assert stale.cancelled
+    assert row(job_id)["progress"] is None
