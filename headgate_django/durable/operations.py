@@ -36,6 +36,7 @@ from django.db import connections
 
 from headgate_django.context import JobContext
 from headgate_django.control import Abort, Skip, Snooze, Uncertain
+from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import find_operation
 from headgate_django.envelope import canonical_json
 from headgate_django.exceptions import LeaseLostError, PayloadError
@@ -49,9 +50,6 @@ from headgate_django.store.durable_jobs import (
 )
 
 log = logging.getLogger("headgate_django.durable")
-
-#: How soon a worker lacking the Operation's code looks at its job again.
-MISSING_CODE_RETRY = timedelta(seconds=30)
 
 
 class OperationContext:
@@ -107,6 +105,7 @@ def operation_job(
             version,
             extra={"job_id": ctx.job_id, "operation": name, "version": version},
         )
+        missing_code.note("operation", name, version, ctx.job_id)
         raise Snooze(MISSING_CODE_RETRY)
     op_ctx = OperationContext(ctx, execution_id=execution_id, command_id=command_id)
     watchdog = _Watchdog(ctx, execution_id, command_id, definition.timeout)
