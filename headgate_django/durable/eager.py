@@ -25,8 +25,9 @@ Otherwise the Operation job is enqueued and claimed as usual.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
 from headgate_django import metrics
@@ -75,20 +76,31 @@ def eager_lease(
     return None  # it waits on an Operation an earlier pass scheduled
 
 
-def run_eagerly(ctx: JobContext, job: ClaimedJob) -> str:
-    """Run the Operation job leased to this worker here, record its outcome, and return the
-    outcome's label (see :func:`headgate_django.worker.settle.settle`)."""
+@contextlib.contextmanager
+def adopted(ctx: JobContext, job: ClaimedJob) -> Iterator[JobContext]:
+    """The context of the Operation job leased to this worker, its lease renewed with the
+    worker's own until its outcome is recorded."""
     host = ctx.host
     assert host is not None  # only a pass run by a worker leases eagerly
     op_ctx = JobContext(job, worker_id=ctx.worker_id)
-    host.adopt(job.ref, op_ctx)  # renewed with the worker's leases from now on
-    started = time.monotonic()
+    host.adopt(job.ref, op_ctx)
     try:
-        outcome = execute.run_attempt(op_ctx, job.payload, job.schema_version, None)
-        label = settle(job, outcome)
-    except LeaseLostError:
-        label = "lost"
+        yield op_ctx
     finally:
         host.disown(job.ref)
+
+
+def attempt(op_ctx: JobContext, job: ClaimedJob) -> execute.Outcome:
+    """Run one attempt of the Operation here, exactly as a worker's handler thread would."""
+    started = time.monotonic()
+    outcome = execute.run_attempt(op_ctx, job.payload, job.schema_version, None)
     metrics.observe_attempt(job.queue, job.kind, execute.label(outcome), time.monotonic() - started)
-    return label
+    return outcome
+
+
+def record(job: ClaimedJob, outcome: execute.Outcome) -> str:
+    """Record the outcome as any worker does; return its label (see ``settle``)."""
+    try:
+        return settle(job, outcome)
+    except LeaseLostError:
+        return "lost"

@@ -16,9 +16,10 @@ the execution is suspended with the reason. A worker that lacks the execution's
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,7 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
-from headgate_django.durable.eager import FINISHED, eager_lease, run_eagerly
+from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import (
@@ -46,6 +47,7 @@ from headgate_django.exceptions import (
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
+    OPERATION_COMPLETED,
     TIMER_FIRED,
     Completed,
     Event,
@@ -65,7 +67,13 @@ from headgate_django.store.durable import (
     execution_suspend,
 )
 from headgate_django.store.durable_history import from_ms, to_ms
-from headgate_django.store.durable_jobs import TASK_KIND, TERMINAL, operation_envelope
+from headgate_django.store.durable_jobs import (
+    TASK_KIND,
+    TERMINAL,
+    operation_complete_in_pass,
+    operation_envelope,
+)
+from headgate_django.worker import execute
 
 log = logging.getLogger("headgate_django.durable")
 
@@ -102,17 +110,68 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
         if definition is None:
             _leave_for_another_worker(header)
             raise Snooze(MISSING_CODE_RETRY)
+        step: dict[str, Any] | _Park | str
         try:
             step = _pass(ctx, header, history, definition, since=since)
         except RevisionConflictError:
             races += 1
             continue  # a fact landed while we replayed: replay again with it
+        while isinstance(step, _Park) and step.eager is not None:
+            park, step = step, _run_eagerly(ctx, execution_id, definition, step, since=since)
+            if isinstance(step, str) and step not in FINISHED:
+                raise _snooze(park.wake_at)  # it runs again later; its outcome wakes us
         if isinstance(step, dict):
             return step
-        if step.eager is None or run_eagerly(ctx, step.eager) not in FINISHED:
+        if isinstance(step, _Park):
             raise _snooze(step.wake_at)
         races = 0  # the Operation's outcome is in history: replay with it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
+
+
+class _Unfoldable(Exception):
+    """An eager Operation's outcome cannot be recorded with the next pass: record it apart."""
+
+
+def _run_eagerly(
+    ctx: JobContext, execution_id: str, definition: WorkflowDef, park: _Park, *, since: float
+) -> dict[str, Any] | _Park | str:
+    """Run the Operation job ``park`` leased to this worker, here. A success is recorded in
+    the transaction of the pass that replays with it (one transaction per Operation, not
+    two); that pass's result is returned. Any other outcome, or a success the pass cannot
+    take, is recorded as any worker records it, and its label is returned."""
+    job = park.eager
+    assert job is not None
+    with adopted(ctx, job) as op_ctx:
+        outcome = attempt(op_ctx, job)
+        if isinstance(outcome, execute.Succeeded):
+            try:
+                return _fold(ctx, execution_id, definition, job, outcome.result, since=since)
+            except Exception:  # all rolled back: record the outcome on its own
+                histories.forget(execution_id)
+        return record(job, outcome)
+
+
+def _fold(
+    ctx: JobContext,
+    execution_id: str,
+    definition: WorkflowDef,
+    job: ClaimedJob,
+    result: Any,
+    *,
+    since: float,
+) -> dict[str, Any] | _Park:
+    """Complete the Operation's job and run the next pass with its outcome, in one
+    transaction. The lock order is the one of every durable writer: the Operation's job,
+    the header (held while the pass replays, so nothing lands in between), the task."""
+    with operation_complete_in_pass(job.ref, result):
+        read = histories.read(execution_id, lock=True)
+        if read is None or read[0].state != "running":
+            raise _Unfoldable("the execution is not running")
+        header, history = read
+        cid = job.ref.job_id[len(execution_id) + 1 :]
+        payload = {"command_id": cid, "result": json.loads(json.dumps(result))}
+        fact = NewEvent(OPERATION_COMPLETED, payload, fact_key=job.ref.job_id)
+        return _pass(ctx, header, history, definition, since=since, fact=fact)
 
 
 def _snooze(wake_at: float | None) -> Snooze:
@@ -137,8 +196,16 @@ def _leave_for_another_worker(header: Header) -> None:
 
 
 def _pass(
-    ctx: JobContext, header: Header, history: list[Event], definition: WorkflowDef, *, since: float
+    ctx: JobContext,
+    header: Header,
+    history: list[Event],
+    definition: WorkflowDef,
+    *,
+    since: float,
+    fact: NewEvent | None = None,
 ) -> dict[str, Any] | _Park:
+    """One replay pass. ``fact`` (an eager Operation's outcome, see ``_fold``) is recorded
+    with the pass, after the timers already due; the pass then replays with it."""
     read_at = time.monotonic()
     now = header.now
     now_ms = to_ms(now)
@@ -147,13 +214,19 @@ def _pass(
         Event(seq + n, TIMER_FIRED, {"command_id": cid}, now_ms)
         for n, cid in enumerate(due_timers(history, now_ms), start=1)
     ]
+    if fact is not None:
+        fired.append(Event(seq + len(fired) + 1, fact.type, fact.payload, now_ms))
     outcome = replay(
         definition.fn, header.input, history + fired, workflow_id=header.id, now_ms=now_ms
     )
     if isinstance(outcome, Nondeterministic):
+        if fact is not None:
+            raise _Unfoldable("the pass does not replay")  # recorded apart, then retried
         return _replay_failed(ctx, header, outcome.error)
     outcome, operations = _checked(outcome, header)
     events = [NewEvent(e.type, e.payload, at=now) for e in fired]
+    if fact is not None:
+        events[-1] = replace(fact, at=now)
     events += [NewEvent(c.event_type, c.event_payload(), at=now) for c in outcome.commands]
     ending = None
     if isinstance(outcome, Completed | Failed):

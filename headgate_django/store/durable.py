@@ -110,12 +110,19 @@ _HEADER = ("id", "name", "version", "state", "input", "last_seq", "task_queue", 
 
 
 def execution_read(
-    execution_id: str, *, after_seq: int = 0, using: str = "default"
+    execution_id: str, *, after_seq: int = 0, lock: bool = False, using: str = "default"
 ) -> tuple[Header, list[Event]] | None:
     """The header, the store clock and the events after ``after_seq``, in one round trip
-    (the start of every pass; one statement, so the events end at the header's last seq)."""
+    (the start of every pass; one statement, so the events end at the header's last seq).
+
+    ``lock`` first takes the header's row lock, held until the caller's transaction ends:
+    then nothing can be appended until the pass reading it commits.
+    """
     conn = v.connection_for(using)
     q = conn.ops.quote_name
+    if lock:
+        with conn.cursor() as cursor:
+            lock_execution(cursor, conn, execution_id)
     columns = ", ".join(f"e.{q(c)}" for c in _HEADER)
     cursor_sql = (
         f"SELECT {columns}, {v.now(conn)}, h.seq, h.{q('type')}, h.payload, h.{q('at')} "
@@ -264,7 +271,9 @@ def execution_commit_pass(
             finished_at=None,
         )
     leased = None
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    # savepoint=False: a pass folded with an Operation's outcome commits in the caller's
+    # transaction, and a savepoint would only add two round trips.
+    with transaction.atomic(using=using, savepoint=False), conn.cursor() as cursor:
         # The compare-and-set takes the header lock first, as every durable writer does.
         append(cursor, conn, execution_id, expected_seq, events, header, state="running")
         jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)

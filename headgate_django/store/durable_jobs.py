@@ -16,8 +16,9 @@ the workflow task (lock order everywhere: Operation job, header, workflow task).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -44,7 +45,14 @@ from headgate_django.store.durable_history import (
     append_fact,
     lock_execution,
 )
-from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lock_held
+from headgate_django.store.fenced import (
+    Completion,
+    LeaseRef,
+    append_error,
+    error_entry,
+    job_complete_many,
+    lock_held,
+)
 from headgate_django.store.insert import _insert, _plan, job_insert_many
 from headgate_django.store.rows import RowReader, prep
 
@@ -255,6 +263,18 @@ def operation_lease(
         cursor=None,
         workflow_id=envelope.workflow_id,
     )
+
+
+@contextlib.contextmanager
+def operation_complete_in_pass(ref: LeaseRef, result: Any) -> Iterator[None]:
+    """Complete an Operation's job (fenced) without recording its outcome in history: the
+    ``with`` body, a replay pass joining this transaction, records it with the pass's own
+    events. All or nothing; :class:`LeaseLostError` when the lease is gone."""
+    with transaction.atomic():
+        # No workflow id: the finish hook would record the outcome and wake the task.
+        if not job_complete_many([Completion(ref, result)]):
+            raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
+        yield
 
 
 def live_job_ids(execution_id: str, *, using: str = "default") -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 from headgate_django import durable
@@ -124,3 +125,12 @@ def lease_watch(ctx: Any, seconds: float) -> dict[str, Any]:
                 break
             time.sleep(0.05)
     return {"claimed_at": claimed.isoformat(), "expiries": expiries, "end": now.isoformat()}
+
+
+@durable.workflow("it-facts-around-op", version="1")
+def facts_around_op(ctx: durable.Context, _: Any) -> Any:
+    """A timer comes due and a signal arrives while an Operation runs."""
+    timer = ctx.sleep(timedelta(milliseconds=200))
+    signal = ctx.wait_signal("go")
+    result = ctx.execute_operation("it-long", "1", 2.0).result()
+    return [result, timer.ready, signal.ready, signal.result() if signal.ready else None]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +18,7 @@ from headgate_django.models import Job
 from headgate_django.store.operator import queue_set_paused
 from tests.app import durable_tasks  # noqa: F401  (registers the definitions here too)
 from tests.conftest import wait_for
-from tests.durable.helpers import op_job, op_jobs, seqs, start, task_job, view
+from tests.durable.helpers import op_job, op_jobs, seqs, start, task_job, types, view
 from tests.integration.helpers import FAST, headgate_env, runs, wait_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -43,6 +44,29 @@ def test_a_sequence_of_operations_runs_on_one_claim_of_the_workflow_task(
         (1, "w1", "completed", 0)
     }
     assert seqs(wf) == list(range(1, 13))  # started, 5 × (scheduled, completed), completed
+    assert worker.terminate() == 0
+
+
+def test_facts_landing_during_an_eager_operation_are_replayed_with_its_outcome(
+    start_worker: Any,
+) -> None:
+    wf = start("it-facts-around-op")
+    worker = start_worker(env=env())
+    wait_for(lambda: runs(f"{wf}:op:1"), timeout=60)
+    time.sleep(0.5)  # the 200 ms timer is due now; the Operation runs for 2 s
+    durable.Client().signal(wf, "go", {"by": "ops"})
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert view(wf).result == ["ok", True, True, {"by": "ops"}]
+    assert types(wf) == [
+        "WorkflowStarted",
+        "TimerScheduled",
+        "OperationScheduled",
+        "TimerFired",  # due before the signal arrived: recorded before it
+        "SignalReceived",
+        "OperationCompleted",
+        "WorkflowCompleted",
+    ]
+    assert task_job(wf).fence == 1  # the pass after the Operation ran on the same claim
     assert worker.terminate() == 0
 
 
