@@ -4,9 +4,12 @@ own thread, then replays again at once, instead of sending both through the queu
 Without it, each sequential Operation costs two job cycles: the Operation job (claim, run,
 ack that records the outcome and wakes the task) and the next workflow-task pass (claim,
 read, replay, commit, snooze). With it, the pass's commit leases the Operation job to this
-worker in the same transaction that enqueues it, this thread runs it and records its
-outcome through the same fenced writes any worker uses, and the workflow task — still held
-by this thread — replays with the new fact (Temporal calls this eager dispatch).
+worker in the same transaction that enqueues it, this thread runs it, and the workflow
+task — still held by this thread — replays with the outcome at once (Temporal calls this
+eager dispatch). A success is recorded in the transaction of that next pass (the job
+completed, fenced, the header locked while the pass replays, the outcome appended before
+the pass's own events: ``workflow_task._fold``), so a sequential Operation costs one
+transaction; any other outcome is recorded by the same fenced writes any worker uses.
 
 Nothing about the guarantees changes: the Operation job is an ordinary leased job (the
 worker renews it with its other leases; after a crash it is reclaimed and retried with the
