@@ -137,7 +137,7 @@ class Bench:
         first = self._wait(lambda: Job.objects.filter(pk=first_id).exclude(claimed_at=None).first())
         last = self._wait(
             lambda: (
-                Job.objects.filter(kind="bench.chain", result=1, state="completed")
+                Job.objects.filter(kind="bench.durable-chain", result=1, state="completed")
                 .exclude(enqueued_at__lt=first.enqueued_at)
                 .first()
             )

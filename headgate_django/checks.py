@@ -43,10 +43,11 @@ def _durations(s: Any) -> list[Any]:
 
 def _duration_order(s: Any) -> list[Any]:
     problems: list[Any] = []
-    if s.renew_interval >= s.LEASE_TTL:
+    # At most every lease/2: a renewal delayed by up to half a lease still lands in time.
+    if s.renew_interval > s.LEASE_TTL / 2:
         problems.append(
             Error(
-                "HEADGATE['RENEW_INTERVAL'] must be shorter than LEASE_TTL",
+                "HEADGATE['RENEW_INTERVAL'] must be at most LEASE_TTL / 2",
                 hint="Renew at most every LEASE_TTL / 2, or leave it unset (LEASE_TTL / 3).",
                 id="headgate.E003",
             )

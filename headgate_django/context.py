@@ -10,7 +10,8 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 
@@ -27,6 +28,31 @@ T = TypeVar("T")
 _MAX_PROGRESS = 2**53 - 1
 
 
+class WorkerHost(Protocol):
+    """What a handler may ask of the worker running it, to run a follow-up job on its own
+    thread (the durable runtime's eager Operations). ``ctx.host`` is None outside a worker
+    (``headgate_django.testing``): follow-ups then go through the queue like any job."""
+
+    worker_id: str
+    lease_ttl: timedelta
+
+    @property
+    def stopping(self) -> bool:
+        """True once the worker drains: take on no more work."""
+        ...
+
+    def serves(self, kind: str, queue: str) -> bool:
+        """Would this worker's claim take a job of ``kind`` on ``queue``?"""
+        ...
+
+    def adopt(self, ref: LeaseRef, ctx: JobContext) -> None:
+        """Renew ``ref`` with the worker's own leases until :meth:`disown`; a lost lease
+        cancels ``ctx``; a drain that times out releases it."""
+        ...
+
+    def disown(self, ref: LeaseRef) -> None: ...
+
+
 class JobContext:
     """The running attempt of one job."""
 
@@ -37,6 +63,7 @@ class JobContext:
         self._checkpoint: dict[str, Any] = dict(claimed.checkpoint)
         self._cursor_value = claimed.cursor
         self.worker_id = worker_id
+        self.host: WorkerHost | None = None
 
     # -- identity ----------------------------------------------------------------------
     @property

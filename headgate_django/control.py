@@ -51,6 +51,20 @@ class Uncertain(Exception):
         super().__init__(reason)
 
 
+class RetryAfter(Exception):
+    """This attempt failed with ``error``: retry after exactly ``delay`` (store clock),
+    consuming an attempt, instead of after the queue's exponential backoff. Durable
+    Operations raise it to apply their own retry policy; chain the original exception
+    (``raise RetryAfter(...) from exc``) so its class and traceback are recorded."""
+
+    def __init__(self, delay: timedelta, error: str) -> None:
+        if not isinstance(delay, timedelta) or delay <= timedelta(0):
+            raise ValueError("RetryAfter needs a positive timedelta")
+        self.delay = delay
+        self.error = error
+        super().__init__(error)
+
+
 class Abort(Exception):
     """A durable Operation failed for good (``durable.Abort``): no retries; the workflow's
     future for it fails with ``message`` at once."""

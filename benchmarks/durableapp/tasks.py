@@ -20,7 +20,7 @@ def sequence(ctx: durable.Context, count: int) -> int:
     return count
 
 
-@task(kind="bench.chain")
+@task(kind="bench.durable-chain")
 def chain(ctx: Any, left: int) -> int:
     if left > 1:
         chain.enqueue(left - 1)

@@ -26,13 +26,14 @@ class HistoryCache:
         self._lock = threading.Lock()
 
     def read(
-        self, execution_id: str, *, using: str = "default"
+        self, execution_id: str, *, lock: bool = False, using: str = "default"
     ) -> tuple[Header, list[Event]] | None:
         """The header (with the store time) and the whole history, in one round trip when
-        the cache holds what came before; None when the execution does not exist."""
+        the cache holds what came before; None when the execution does not exist.
+        ``lock`` holds the header's row lock until the caller's transaction ends."""
         with self._lock:
             stamp, known = self._entries.get(execution_id, (None, []))
-        read = execution_read(execution_id, after_seq=len(known), using=using)
+        read = execution_read(execution_id, after_seq=len(known), lock=lock, using=using)
         if read is None:
             self.forget(execution_id)
             return None

@@ -9,7 +9,7 @@ handler                                   outcome
 ========================================  ==========================================
 returns a JSON value                      OperationCompleted(result)
 raises ``Skip``                           OperationCompleted without a result
-raises, attempts left                     retried after the queue's backoff
+raises, attempts left                     retried after the Operation's retry delay
 raises, attempts used up / ``Abort``      OperationFailed(error)
 raises ``Snooze``                         runs again later, no attempt used
 raises ``Uncertain`` / outlives timeout   OperationUncertain; execution suspended
@@ -35,7 +35,8 @@ from typing import Any
 from django.db import connections
 
 from headgate_django.context import JobContext
-from headgate_django.control import Abort, Skip, Snooze, Uncertain
+from headgate_django.control import Abort, RetryAfter, Skip, Snooze, Uncertain
+from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import find_operation
 from headgate_django.envelope import canonical_json
 from headgate_django.exceptions import LeaseLostError, PayloadError
@@ -49,9 +50,6 @@ from headgate_django.store.durable_jobs import (
 )
 
 log = logging.getLogger("headgate_django.durable")
-
-#: How soon a worker lacking the Operation's code looks at its job again.
-MISSING_CODE_RETRY = timedelta(seconds=30)
 
 
 class OperationContext:
@@ -107,6 +105,7 @@ def operation_job(
             version,
             extra={"job_id": ctx.job_id, "operation": name, "version": version},
         )
+        missing_code.note("operation", name, version, ctx.job_id)
         raise Snooze(MISSING_CODE_RETRY)
     op_ctx = OperationContext(ctx, execution_id=execution_id, command_id=command_id)
     watchdog = _Watchdog(ctx, execution_id, command_id, definition.timeout)
@@ -130,10 +129,10 @@ def operation_job(
         raise
     except Exception as exc:
         watchdog.settle()
-        failed_before = ctx.attempt - 1 - ctx.crash_attempt
-        if failed_before + 1 >= definition.max_attempts:
-            _fail(ctx, f"{type(exc).__name__}: {exc} (after {failed_before + 1} attempt(s))")
-        raise
+        failures = ctx.attempt - ctx.crash_attempt  # failed attempts, this one included
+        if failures >= definition.max_attempts:
+            _fail(ctx, f"{type(exc).__name__}: {exc} (after {failures} attempt(s))")
+        raise RetryAfter(definition.delay_after(failures), f"{type(exc).__name__}: {exc}") from exc
     watchdog.settle()
     try:
         canonical_json(result)

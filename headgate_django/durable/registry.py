@@ -15,12 +15,16 @@ from datetime import timedelta
 from typing import Any
 
 from headgate_django.exceptions import DefinitionError
+from headgate_django.kernel.backoff import policy_delay_ms
 from headgate_django.kernel.names import validate_queue
 
 #: StartToClose: how long one attempt of an Operation may run before it is uncertain.
 DEFAULT_OPERATION_TIMEOUT = timedelta(minutes=5)
 DEFAULT_OPERATION_ATTEMPTS = 5
+#: Wait before retrying a failed Operation attempt: fixed unless a coefficient is given.
+DEFAULT_RETRY_DELAY = timedelta(seconds=1)
 
+_MS = timedelta(milliseconds=1)
 _MAX_NAME = 128
 _MAX_VERSION = 64
 
@@ -47,9 +51,23 @@ class OperationDef:
     max_attempts: int = DEFAULT_OPERATION_ATTEMPTS
     timeout: timedelta | None = DEFAULT_OPERATION_TIMEOUT
     queue: str | None = None
+    retry_delay: timedelta = DEFAULT_RETRY_DELAY
+    backoff_coefficient: float = 1.0
+    max_retry_delay: timedelta | None = None
 
     def __call__(self, ctx: Any, input: Any = None) -> Any:
         return self.fn(ctx, input)
+
+    def delay_after(self, failures: int) -> timedelta:
+        """How long to wait before the attempt that follows ``failures`` failed ones."""
+        cap = self.max_retry_delay
+        ms = policy_delay_ms(
+            failures,
+            delay_ms=self.retry_delay // _MS,
+            coefficient=self.backoff_coefficient,
+            cap_ms=None if cap is None else cap // _MS,
+        )
+        return max(ms, 1) * _MS
 
 
 _WORKFLOWS: dict[tuple[str, str], WorkflowDef] = {}
@@ -115,13 +133,18 @@ def operation(
     max_attempts: int = DEFAULT_OPERATION_ATTEMPTS,
     timeout: timedelta | None = DEFAULT_OPERATION_TIMEOUT,
     queue: str | None = None,
+    retry_delay: timedelta = DEFAULT_RETRY_DELAY,
+    backoff_coefficient: float = 1.0,
+    max_retry_delay: timedelta | None = None,
 ) -> Callable[[Callable[..., Any]], OperationDef]:
     """Register ``fn(ctx, input)`` as Operation ``name`` at ``version``.
 
-    ``max_attempts`` counts failed attempts (retried with the queue's backoff); ``timeout``
-    is StartToClose per attempt (None: no limit) — an attempt that outlives it is
-    *uncertain*, because it may have had its effect. ``queue`` defaults to the execution's
-    task queue.
+    ``max_attempts`` counts failed attempts; a failed attempt with attempts left is retried
+    after ``retry_delay`` (store clock; 1 s and fixed by default), multiplied by
+    ``backoff_coefficient`` for each further failure and capped at ``max_retry_delay``.
+    ``timeout`` is StartToClose per attempt (None: no limit) — an attempt that outlives it
+    is *uncertain*, because it may have had its effect. ``queue`` defaults to the
+    execution's task queue.
     """
     check_name("operation name", name, _MAX_NAME)
     check_name("operation version", version, _MAX_VERSION)
@@ -131,13 +154,43 @@ def operation(
         raise DefinitionError(f"operation {name!r}: timeout must be a positive timedelta or None")
     if queue is not None:
         validate_queue(queue)
+    _check_retry_policy(name, retry_delay, backoff_coefficient, max_retry_delay)
 
     def decorate(fn: Callable[..., Any]) -> OperationDef:
         _check_function("operation", fn)
-        definition = OperationDef(fn, name, version, max_attempts, timeout, queue)
+        definition = OperationDef(
+            fn,
+            name,
+            version,
+            max_attempts,
+            timeout,
+            queue,
+            retry_delay,
+            backoff_coefficient,
+            max_retry_delay,
+        )
         return _register(_OPERATIONS, "operation", definition)  # type: ignore[no-any-return]
 
     return decorate
+
+
+def _check_retry_policy(name: str, delay: Any, coefficient: Any, cap: Any) -> None:
+    if not isinstance(delay, timedelta) or delay < _MS:
+        raise DefinitionError(
+            f"operation {name!r}: retry_delay must be a timedelta of at least 1 ms"
+        )
+    if (
+        isinstance(coefficient, bool)
+        or not isinstance(coefficient, int | float)
+        or not (1 <= coefficient <= 100)
+    ):
+        raise DefinitionError(
+            f"operation {name!r}: backoff_coefficient must be a number from 1 to 100"
+        )
+    if cap is not None and (not isinstance(cap, timedelta) or cap < delay):
+        raise DefinitionError(
+            f"operation {name!r}: max_retry_delay must be a timedelta no shorter than retry_delay, or None"
+        )
 
 
 def find_workflow(name: str, version: str) -> WorkflowDef | None:

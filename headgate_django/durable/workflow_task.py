@@ -5,18 +5,21 @@ the store clock, fires due timers, replays the workflow function through the pur
 and commits what the replay decided in one transaction fenced by the task's lease and by
 a compare-and-set on the history (see ``store.durable.execution_commit_pass``). It then
 ends the task (the execution ended) or snoozes it until its earliest timer; facts that
-arrive meanwhile wake it (``store.durable_jobs``).
+arrive meanwhile wake it (``store.durable_jobs``). A pass that parks on one Operation it
+just scheduled may run it on this thread and replay again at once (``durable.eager``).
 
 Replay errors (nondeterminism, a corrupt history) are retried with the job backoff, then
 the execution is suspended with the reason. A worker that lacks the execution's
-(name, version) leaves the task for one that has it, and says so in its log.
+(name, version) leaves the task for one that has it, and says so in its log and status.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -24,7 +27,9 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
+from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record
 from headgate_django.durable.history_cache import histories
+from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import (
     DEFAULT_OPERATION_ATTEMPTS,
     WorkflowDef,
@@ -42,6 +47,7 @@ from headgate_django.exceptions import (
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
+    OPERATION_COMPLETED,
     TIMER_FIRED,
     Completed,
     Event,
@@ -52,6 +58,7 @@ from headgate_django.kernel.replay_events import (
     due_timers,
 )
 from headgate_django.registry import task
+from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.durable import (
     Ending,
     Header,
@@ -60,23 +67,38 @@ from headgate_django.store.durable import (
     execution_suspend,
 )
 from headgate_django.store.durable_history import from_ms, to_ms
-from headgate_django.store.durable_jobs import TASK_KIND, TERMINAL, operation_envelope
+from headgate_django.store.durable_jobs import (
+    TASK_KIND,
+    TERMINAL,
+    operation_complete_in_pass,
+    operation_envelope,
+)
+from headgate_django.worker import execute
 
 log = logging.getLogger("headgate_django.durable")
 
 #: A parked execution that only a fact can wake is re-checked this often anyway.
 PARK_RECHECK = timedelta(hours=1)
-#: How soon a worker lacking the workflow's code looks at the task again.
-MISSING_CODE_RETRY = timedelta(seconds=30)
 #: Attempts of a pass that fails to replay before the execution is suspended.
 REPLAY_ATTEMPTS = 5
 #: Passes in a row that may lose the race against facts landing before the task yields.
 MAX_RACES = 20
 
 
+@dataclass(frozen=True)
+class _Park:
+    """A committed pass that waits: until ``wake_at`` (``time.monotonic()``; None: only a
+    fact wakes it), after running ``eager`` here when the pass leased it."""
+
+    wake_at: float | None
+    eager: ClaimedJob | None
+
+
 @task(kind=TASK_KIND)
 def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
-    for _ in range(MAX_RACES):
+    since = time.monotonic()
+    races = 0
+    while races < MAX_RACES:
         read = histories.read(execution_id)
         if read is None or read[0].state in TERMINAL:
             # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost.
@@ -88,11 +110,75 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
         if definition is None:
             _leave_for_another_worker(header)
             raise Snooze(MISSING_CODE_RETRY)
+        step: dict[str, Any] | _Park | str
         try:
-            return _pass(ctx, header, history, definition)
+            step = _pass(ctx, header, history, definition, since=since)
         except RevisionConflictError:
+            races += 1
             continue  # a fact landed while we replayed: replay again with it
+        while isinstance(step, _Park) and step.eager is not None:
+            park, step = step, _run_eagerly(ctx, execution_id, definition, step, since=since)
+            if isinstance(step, str) and step not in FINISHED:
+                raise _snooze(park.wake_at)  # it runs again later; its outcome wakes us
+        if isinstance(step, dict):
+            return step
+        if isinstance(step, _Park):
+            raise _snooze(step.wake_at)
+        races = 0  # the Operation's outcome is in history: replay with it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
+
+
+class _Unfoldable(Exception):
+    """An eager Operation's outcome cannot be recorded with the next pass: record it apart."""
+
+
+def _run_eagerly(
+    ctx: JobContext, execution_id: str, definition: WorkflowDef, park: _Park, *, since: float
+) -> dict[str, Any] | _Park | str:
+    """Run the Operation job ``park`` leased to this worker, here. A success is recorded in
+    the transaction of the pass that replays with it (one transaction per Operation, not
+    two); that pass's result is returned. Any other outcome, or a success the pass cannot
+    take, is recorded as any worker records it, and its label is returned."""
+    job = park.eager
+    assert job is not None
+    with adopted(ctx, job) as op_ctx:
+        outcome = attempt(op_ctx, job)
+        if isinstance(outcome, execute.Succeeded):
+            try:
+                return _fold(ctx, execution_id, definition, job, outcome.result, since=since)
+            except Exception:  # all rolled back: record the outcome on its own
+                histories.forget(execution_id)
+        return record(job, outcome)
+
+
+def _fold(
+    ctx: JobContext,
+    execution_id: str,
+    definition: WorkflowDef,
+    job: ClaimedJob,
+    result: Any,
+    *,
+    since: float,
+) -> dict[str, Any] | _Park:
+    """Complete the Operation's job and run the next pass with its outcome, in one
+    transaction. The lock order is the one of every durable writer: the Operation's job,
+    the header (held while the pass replays, so nothing lands in between), the task."""
+    with operation_complete_in_pass(job.ref, result):
+        read = histories.read(execution_id, lock=True)
+        if read is None or read[0].state != "running":
+            raise _Unfoldable("the execution is not running")
+        header, history = read
+        cid = job.ref.job_id[len(execution_id) + 1 :]
+        payload = {"command_id": cid, "result": json.loads(json.dumps(result))}
+        fact = NewEvent(OPERATION_COMPLETED, payload, fact_key=job.ref.job_id)
+        return _pass(ctx, header, history, definition, since=since, fact=fact)
+
+
+def _snooze(wake_at: float | None) -> Snooze:
+    if wake_at is None:
+        return Snooze(PARK_RECHECK)
+    # The snooze counts from the store clock when it is written: take off the time spent.
+    return Snooze(max(timedelta(seconds=wake_at - time.monotonic()), timedelta(milliseconds=1)))
 
 
 def _leave_for_another_worker(header: Header) -> None:
@@ -106,11 +192,20 @@ def _leave_for_another_worker(header: Header) -> None:
         ", ".join(repr(v) for v in here) or "no version of it",
         extra={"execution_id": header.id, "workflow": header.name, "version": header.version},
     )
+    missing_code.note("workflow", header.name, header.version, header.id)
 
 
 def _pass(
-    ctx: JobContext, header: Header, history: list[Event], definition: WorkflowDef
-) -> dict[str, Any]:
+    ctx: JobContext,
+    header: Header,
+    history: list[Event],
+    definition: WorkflowDef,
+    *,
+    since: float,
+    fact: NewEvent | None = None,
+) -> dict[str, Any] | _Park:
+    """One replay pass. ``fact`` (an eager Operation's outcome, see ``_fold``) is recorded
+    with the pass, after the timers already due; the pass then replays with it."""
     read_at = time.monotonic()
     now = header.now
     now_ms = to_ms(now)
@@ -119,13 +214,19 @@ def _pass(
         Event(seq + n, TIMER_FIRED, {"command_id": cid}, now_ms)
         for n, cid in enumerate(due_timers(history, now_ms), start=1)
     ]
+    if fact is not None:
+        fired.append(Event(seq + len(fired) + 1, fact.type, fact.payload, now_ms))
     outcome = replay(
         definition.fn, header.input, history + fired, workflow_id=header.id, now_ms=now_ms
     )
     if isinstance(outcome, Nondeterministic):
+        if fact is not None:
+            raise _Unfoldable("the pass does not replay")  # recorded apart, then retried
         return _replay_failed(ctx, header, outcome.error)
     outcome, operations = _checked(outcome, header)
     events = [NewEvent(e.type, e.payload, at=now) for e in fired]
+    if fact is not None:
+        events[-1] = replace(fact, at=now)
     events += [NewEvent(c.event_type, c.event_payload(), at=now) for c in outcome.commands]
     ending = None
     if isinstance(outcome, Completed | Failed):
@@ -136,7 +237,11 @@ def _pass(
             else Ending("failed", failure_reason=outcome.reason)
         )
     wake_at_ms = outcome.wake_at_ms if isinstance(outcome, Parked) else None
-    execution_commit_pass(
+    eager = None
+    if isinstance(outcome, Parked) and operations:
+        scheduled = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
+        eager = eager_lease(ctx, outcome, scheduled, operations, since=since)
+    leased = execution_commit_pass(
         ctx.lease,
         execution_id=header.id,
         expected_seq=seq,
@@ -145,18 +250,15 @@ def _pass(
         ending=ending,
         next_timer_at=None if wake_at_ms is None else from_ms(wake_at_ms),
         reset_attempts=ctx.attempt > 1,
+        eager=eager,
     )
     written = [Event(seq + n, e.type, e.payload, now_ms) for n, e in enumerate(events, start=1)]
     histories.store(header, [*history, *written])
     if ending is not None:
         metrics.observe_durable(ending.state)
         return {"execution_id": header.id, "state": ending.state}
-    if wake_at_ms is None:
-        raise Snooze(PARK_RECHECK)
-    # The snooze counts from the store clock when it is written: take off this pass's time.
-    spent = timedelta(seconds=time.monotonic() - read_at)
-    delay = timedelta(milliseconds=wake_at_ms - now_ms) - spent
-    raise Snooze(max(delay, timedelta(milliseconds=1)))
+    wake_at = None if wake_at_ms is None else read_at + (wake_at_ms - now_ms) / 1000
+    return _Park(wake_at, leased)
 
 
 def _checked(

@@ -8,6 +8,15 @@ import random
 _MAX_EXPONENT = 20
 
 
+def policy_delay_ms(failures: int, *, delay_ms: int, coefficient: float, cap_ms: int | None) -> int:
+    """A retry policy's delay after ``failures`` failed attempts (1 for the first retry):
+    ``delay * coefficient**(failures - 1)``, at most ``cap``. No jitter: with the default
+    coefficient of 1 the delay is fixed, as the policy says."""
+    exponent = min(max(failures - 1, 0), _MAX_EXPONENT)
+    delay = int(delay_ms * coefficient**exponent)
+    return delay if cap_ms is None else min(delay, cap_ms)
+
+
 def retry_delay_ms(
     attempt: int, *, base_ms: int, cap_ms: int, rng: random.Random | None = None
 ) -> int:

@@ -60,6 +60,13 @@ class ClaimedJob:
     workflow_id: str | None
 
 
+def new_lease_id(worker_id: str) -> str:
+    """A fresh lease id. The random tail makes it unique; the worker prefix is only a hint
+    for people, so it is cut to keep the id inside the 64-character column (host names run
+    long)."""
+    return f"{worker_id[:_LEASE_PREFIX]}:{uuid.uuid4().hex[:12]}"
+
+
 def job_claim(
     *,
     worker_id: str,
@@ -77,9 +84,7 @@ def job_claim(
     if limit <= 0:
         return []
     conn = v.connection_for(using)
-    # The random tail makes the lease unique; the worker prefix is only a hint for people, so
-    # it is cut to keep the whole id inside the 64-character column (host names run long).
-    lease_id = f"{worker_id[:_LEASE_PREFIX]}:{uuid.uuid4().hex[:12]}"
+    lease_id = new_lease_id(worker_id)
     where = ["state = %s"]
     params: list[Any] = [State.AVAILABLE.value]
     if queues:

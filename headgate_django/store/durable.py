@@ -13,7 +13,7 @@ store instant that pass read, because that is the time its replay used for them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,6 +39,7 @@ from headgate_django.kernel.states import State
 from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent, SignalInbox
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
+from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.durable_history import (
     EXEC_TABLE,
     HISTORY_TABLE,
@@ -109,12 +110,19 @@ _HEADER = ("id", "name", "version", "state", "input", "last_seq", "task_queue", 
 
 
 def execution_read(
-    execution_id: str, *, after_seq: int = 0, using: str = "default"
+    execution_id: str, *, after_seq: int = 0, lock: bool = False, using: str = "default"
 ) -> tuple[Header, list[Event]] | None:
     """The header, the store clock and the events after ``after_seq``, in one round trip
-    (the start of every pass; one statement, so the events end at the header's last seq)."""
+    (the start of every pass; one statement, so the events end at the header's last seq).
+
+    ``lock`` first takes the header's row lock, held until the caller's transaction ends:
+    then nothing can be appended until the pass reading it commits.
+    """
     conn = v.connection_for(using)
     q = conn.ops.quote_name
+    if lock:
+        with conn.cursor() as cursor:
+            lock_execution(cursor, conn, execution_id)
     columns = ", ".join(f"e.{q(c)}" for c in _HEADER)
     cursor_sql = (
         f"SELECT {columns}, {v.now(conn)}, h.seq, h.{q('type')}, h.payload, h.{q('at')} "
@@ -237,8 +245,9 @@ def execution_commit_pass(
     ending: Ending | None,
     next_timer_at: datetime | None = None,
     reset_attempts: bool = False,
+    eager: jobs.EagerLease | None = None,
     using: str = "default",
-) -> int:
+) -> ClaimedJob | None:
     """Record what one replay pass decided, in one transaction fenced twice.
 
     The append is a compare-and-set on ``expected_seq`` (the last seq the pass read), so
@@ -248,6 +257,9 @@ def execution_commit_pass(
     are enqueued with the ``OperationScheduled`` that names them, so one never exists
     without the other. ``next_timer_at`` is when the earliest timer the pass left unfired
     is due.
+
+    With ``eager``, the named Operation job is leased to that worker in the same
+    transaction (see :func:`.durable_jobs.operation_lease`) and returned for it to run.
     """
     conn = v.connection_for(using)
     header: dict[str, Any] = {"next_timer_at": next_timer_at}
@@ -258,13 +270,22 @@ def execution_commit_pass(
             failure_reason=ending.failure_reason,
             finished_at=None,
         )
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    leased = None
+    # savepoint=False: a pass folded with an Operation's outcome commits in the caller's
+    # transaction, and a savepoint would only add two round trips.
+    with transaction.atomic(using=using, savepoint=False), conn.cursor() as cursor:
         # The compare-and-set takes the header lock first, as every durable writer does.
-        last = append(cursor, conn, execution_id, expected_seq, events, header, state="running")
+        append(cursor, conn, execution_id, expected_seq, events, header, state="running")
         jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)
+        if eager is not None:
+            # Inserted pending, not available: no other worker is woken up for it.
+            operations = [replace(e, pending=e.id == eager.job_id) for e in operations]
         if operations:
             jobs.operation_insert(conn, operations)
-    return last
+        if eager is not None:
+            envelope = next(e for e in operations if e.id == eager.job_id)
+            leased = jobs.operation_lease(cursor, conn, envelope, eager)
+    return leased
 
 
 # -- signals -------------------------------------------------------------------------

@@ -16,8 +16,9 @@ the workflow task (lock order everywhere: Operation job, header, workflow task).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -37,13 +38,21 @@ from headgate_django.kernel.states import LIVE_STATES, State
 from headgate_django.models import Execution, HistoryEvent, Job
 from headgate_django.store import hooks
 from headgate_django.store import vendor as v
+from headgate_django.store.claim import ClaimedJob, new_lease_id
 from headgate_django.store.durable_history import (
     HISTORY_TABLE,
     NewEvent,
     append_fact,
     lock_execution,
 )
-from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lock_held
+from headgate_django.store.fenced import (
+    Completion,
+    LeaseRef,
+    append_error,
+    error_entry,
+    job_complete_many,
+    lock_held,
+)
 from headgate_django.store.insert import _insert, _plan, job_insert_many
 from headgate_django.store.rows import RowReader, prep
 
@@ -173,11 +182,19 @@ def task_wake(
 
 def task_fence(cursor: Any, ref: LeaseRef, *, reset_attempts: bool) -> None:
     """Check (with its row lock) that the pass still holds the workflow task's lease, and
-    after a committed pass forget the task's earlier failures and crashes."""
+    after a committed pass forget the task's earlier failures and crashes.
+
+    It also takes back the wake-ups that reached the running task (``scheduled_at`` moved
+    past ``claimed_at``, see :func:`task_wake`): every waker appends to history under the
+    header lock, and the pass's compare-and-set proved it read all of that history, so
+    those wake-ups are answered. A pass that runs Operations eagerly would otherwise run
+    once more for nothing each time it parks.
+    """
     reset = "0" if reset_attempts else "attempt"
     cursor.execute(
         f"UPDATE headgate_job SET attempt = {reset}, "
-        f"crash_attempt = {'0' if reset_attempts else 'crash_attempt'} "
+        f"crash_attempt = {'0' if reset_attempts else 'crash_attempt'}, "
+        "scheduled_at = claimed_at "
         "WHERE id = %s AND lease_id = %s AND fence = %s AND state = %s",
         [ref.job_id, ref.lease_id, ref.fence, State.RUNNING.value],
     )
@@ -191,6 +208,73 @@ def operation_insert(conn: Any, envelopes: Sequence[Envelope]) -> None:
     command again), so the enqueue's duplicate and quarantine checks are skipped: this is
     the hot path of every Operation."""
     _insert(conn, _plan(envelopes))
+
+
+@dataclass(frozen=True)
+class EagerLease:
+    """Ask a pass to lease the Operation job ``job_id`` it enqueues to ``worker_id`` at once,
+    so that worker runs it on the pass's thread instead of claiming it later."""
+
+    job_id: str
+    worker_id: str
+    lease_ttl: timedelta
+
+
+def operation_lease(
+    cursor: Any, conn: Any, envelope: Envelope, eager: EagerLease
+) -> ClaimedJob | None:
+    """Lease the Operation job just inserted (``pending``) from ``envelope`` as a claim
+    would: fresh lease, fence bumped, store-clock expiry. Return what the worker needs to
+    run it; None when its queue is paused (then it is made available, for whoever claims it
+    once the queue resumes). The lease is an ordinary one: renewed by its worker, and
+    reclaimed after a crash like any other."""
+    lease_id = new_lease_id(eager.worker_id)
+    ttl_ms = int(eager.lease_ttl.total_seconds() * 1000)
+    s = State
+    claim = [s.RUNNING.value, lease_id, eager.worker_id[:255], ttl_ms]
+    cursor.execute(
+        f"UPDATE headgate_job SET state = %s, lease_id = %s, fence = fence + 1, "
+        f"claimed_by = %s, claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)} "
+        "WHERE id = %s AND state = %s AND NOT EXISTS (SELECT 1 FROM headgate_queue_state qs "
+        "WHERE qs.name = headgate_job.queue AND qs.paused = %s)",
+        [*claim, eager.job_id, s.PENDING.value, True],
+    )
+    if cursor.rowcount != 1:
+        cursor.execute(
+            f"UPDATE headgate_job SET state = %s, scheduled_at = {v.now(conn)} "
+            "WHERE id = %s AND state = %s",
+            [s.AVAILABLE.value, eager.job_id, s.PENDING.value],
+        )
+        return None
+    return ClaimedJob(
+        ref=LeaseRef(job_id=eager.job_id, lease_id=lease_id, fence=1),  # inserted at fence 0
+        kind=envelope.kind,
+        queue=envelope.queue,
+        payload=bytes(envelope.payload),
+        schema_version=envelope.schema_version,
+        attempt=0,
+        crash_attempt=0,
+        max_attempts=envelope.max_attempts or headgate_settings.MAX_ATTEMPTS,
+        timeout=envelope.timeout,
+        retention=envelope.retention
+        if envelope.retention is not None
+        else headgate_settings.RETENTION,
+        checkpoint={},
+        cursor=None,
+        workflow_id=envelope.workflow_id,
+    )
+
+
+@contextlib.contextmanager
+def operation_complete_in_pass(ref: LeaseRef, result: Any) -> Iterator[None]:
+    """Complete an Operation's job (fenced) without recording its outcome in history: the
+    ``with`` body, a replay pass joining this transaction, records it with the pass's own
+    events. All or nothing; :class:`LeaseLostError` when the lease is gone."""
+    with transaction.atomic():
+        # No workflow id: the finish hook would record the outcome and wake the task.
+        if not job_complete_many([Completion(ref, result)]):
+            raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
+        yield
 
 
 def live_job_ids(execution_id: str, *, using: str = "default") -> list[str]:

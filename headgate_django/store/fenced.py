@@ -172,8 +172,29 @@ def job_renew_leases(
     conn = v.connection_for(using)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
     with transaction.atomic(using=using), conn.cursor() as cursor:
+        _lock_in_id_order(cursor, conn, refs)
         kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
     return {r.job_id for r in refs} - kept
+
+
+def _lock_in_id_order(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> None:
+    """Lock the rows of ``refs`` in id order before a batch writes them.
+
+    A batch renewal can hold a durable execution's workflow task and its Operation job at
+    once (an Operation run on the pass's thread). Recording that Operation's outcome locks
+    its job, then the header, then the task; a renewal that locked the task first and then
+    waited for the Operation's row would deadlock with it. An Operation job's id
+    (``<execution>:op:<n>``) sorts before its task's (``<execution>:task``), so in id order
+    the renewal never holds the task while it waits for the Operation.
+    """
+    if not v.for_update(conn):
+        return  # SQLite: one writer at a time, nothing to order
+    ids = sorted({r.job_id for r in refs})
+    cursor.execute(
+        f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) ORDER BY id"
+        f"{v.for_update(conn)}",
+        ids,
+    )
 
 
 def job_release_many(refs: Sequence[LeaseRef], *, using: str = "default") -> set[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
-from headgate_django.control import Revoke, Skip, Snooze
+from headgate_django.control import RetryAfter, Revoke, Skip, Snooze
 from headgate_django.envelope import decode_call
 from headgate_django.exceptions import LeaseLostError
 from headgate_django.registry import TaskDef, find_task
@@ -135,6 +135,14 @@ def run_attempt(
         return Revoked(reason=exc.reason)
     except LeaseLostError as exc:
         return LeaseLost(reason=str(exc))
+    except RetryAfter as exc:
+        cause = exc.__cause__ or exc
+        return Failed(
+            error=exc.error,
+            traceback=traceback.format_exc(),
+            delay=exc.delay,
+            exception=f"{type(cause).__module__}.{type(cause).__qualname__}",
+        )
     except Exception as exc:
         return Failed(
             error=f"{type(exc).__name__}: {exc}",

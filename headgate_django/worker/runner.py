@@ -40,6 +40,7 @@ from headgate_django.worker import execute
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import Listener
 from headgate_django.worker.settle import completion, settle
+from headgate_django.worker.status import status_line
 
 log = logging.getLogger("headgate_django.worker")
 
@@ -112,6 +113,8 @@ class Worker:
         # Keyed by lease, not job id: a job that timed out here may be claimed here again
         # while the abandoned handler of its earlier attempt still holds a slot.
         self._running: dict[LeaseRef, _Running] = {}
+        # Jobs a handler runs on its own thread (see adopt()): renewed, never claimed.
+        self._adopted: dict[LeaseRef, JobContext] = {}
         self._lock = threading.Lock()
         self._busy = 0  # handler threads still inside a handler
         self._wake = threading.Event()
@@ -227,6 +230,7 @@ class Worker:
 
     def _start(self, job: ClaimedJob) -> None:
         ctx = JobContext(job, worker_id=self.worker_id, using=self.using)
+        ctx.host = self
         timeout = job.timeout.total_seconds() if job.timeout else None
         entry = _Running(job, ctx, time.monotonic() + timeout if timeout else None)
         with self._lock:
@@ -278,6 +282,26 @@ class Worker:
         with self._lock:
             self._running.pop(entry.job.ref, None)
         self._wake.set()
+
+    # -- follow-up jobs a handler runs on its own thread (JobContext.host) ---------------
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def serves(self, kind: str, queue: str) -> bool:
+        return (
+            kind not in self.exclude_kinds
+            and kind in registered_kinds()
+            and (self.queues is None or queue in self.queues)
+        )
+
+    def adopt(self, ref: LeaseRef, ctx: JobContext) -> None:
+        with self._lock:
+            self._adopted[ref] = ctx
+
+    def disown(self, ref: LeaseRef) -> None:
+        with self._lock:
+            self._adopted.pop(ref, None)
 
     # -- acking ------------------------------------------------------------------------
     def _ack_loop(self) -> None:
@@ -334,7 +358,7 @@ class Worker:
             if self._duties and not self._stopping.is_set():
                 self._safe(self._duties.tick)
             if now >= next_status:
-                log.info("status %s", self.stats.line(len(self._running)))
+                log.info("status %s", status_line(self.stats.line(len(self._running))))
                 next_status = now + status_every
             if now >= next_unknown and not self._stopping.is_set():
                 self._safe(self._report_unknown_kinds)
@@ -357,16 +381,15 @@ class Worker:
 
     def _renew(self) -> None:
         with self._lock:
-            held = [r for r in self._running.values() if not r.done.is_set()]
+            held = [(r.job.ref, r.ctx) for r in self._running.values() if not r.done.is_set()]
+            held += list(self._adopted.items())
         lost = store.job_renew_leases(
-            [r.job.ref for r in held], lease_ttl=self.lease_ttl, using=self.using
+            [ref for ref, _ in held], lease_ttl=self.lease_ttl, using=self.using
         )
-        for entry in held:
-            if entry.job.ref.job_id in lost:
-                log.warning(
-                    "lease on job %s was lost; telling the handler to stop", entry.job.ref.job_id
-                )
-                entry.ctx.cancel()
+        for ref, ctx in held:
+            if ref.job_id in lost:
+                log.warning("lease on job %s was lost; telling the handler to stop", ref.job_id)
+                ctx.cancel()
 
     def _enforce_timeouts(self, now: float) -> None:
         with self._lock:
@@ -411,13 +434,15 @@ class Worker:
             # The rest timed out and is settled; nothing waits for their handlers now.
             for entry in [r for r in self._running.values() if r.done.is_set()]:
                 self._running.pop(entry.job.ref, None)
-        if leftovers:
+            adopted = list(self._adopted.items())
+        if leftovers or adopted:
             for entry in leftovers:
                 entry.ctx.cancel()
                 entry.done.set()
-            released = self._safe(
-                lambda: store.job_release_many([r.job.ref for r in leftovers], using=self.using)
-            )
+            for _, ctx in adopted:
+                ctx.cancel()
+            refs = [r.job.ref for r in leftovers] + [ref for ref, _ in adopted]
+            released = self._safe(lambda: store.job_release_many(refs, using=self.using))
             log.warning("released %d unfinished job(s) back to their queues", len(released or ()))
             with self._lock:
                 for entry in leftovers:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 from headgate_django import durable
@@ -74,3 +75,62 @@ def wait_cancel(ctx: Any, _: Any) -> str:
 def call(ctx: durable.Context, args: list[Any]) -> Any:
     name, value = args
     return ctx.execute_operation(name, "1", value).result()
+
+
+@durable.workflow("it-long-steps", version="1")
+def long_steps(ctx: durable.Context, args: list[Any]) -> Any:
+    """``count`` sequential ``it-long`` Operations of ``seconds`` each."""
+    count, seconds = args
+    return [ctx.execute_operation("it-long", "1", seconds).result() for _ in range(count)]
+
+
+@durable.workflow("it-long-or-signal", version="1")
+def long_or_signal(ctx: durable.Context, seconds: float) -> Any:
+    """Waits for a long Operation or the signal ``stop``, whichever comes first."""
+    return ctx.select(ctx.start_operation("it-long", "1", seconds), ctx.wait_signal("stop"))
+
+
+@durable.operation("it-side", version="1", queue="side")
+def side(ctx: Any, value: Any) -> Any:
+    _record(ctx)
+    return value
+
+
+@durable.workflow("it-side-call", version="1")
+def side_call(ctx: durable.Context, value: Any) -> Any:
+    return ctx.execute_operation("it-side", "1", value).result()
+
+
+@durable.operation("it-lease-watch", version="1")
+def lease_watch(ctx: Any, seconds: float) -> dict[str, Any]:
+    """Samples its own job's lease expiry for ``seconds``: every renewal sets it to the
+    store clock plus the lease, so the distinct values date the renewals on that clock."""
+    from django.db import connection
+
+    from headgate_django.store import vendor as v
+
+    expiries: list[str] = []
+    deadline = time.monotonic() + seconds
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(
+                f"SELECT claimed_at, lease_expires_at, {v.now(connection)} FROM headgate_job "
+                "WHERE id = %s",
+                [ctx.job_id],
+            )
+            claimed, expires, now = (v.parse_instant(connection, x) for x in cursor.fetchone())
+            if not expiries or expiries[-1] != expires.isoformat():
+                expiries.append(expires.isoformat())
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    return {"claimed_at": claimed.isoformat(), "expiries": expiries, "end": now.isoformat()}
+
+
+@durable.workflow("it-facts-around-op", version="1")
+def facts_around_op(ctx: durable.Context, _: Any) -> Any:
+    """A timer comes due and a signal arrives while an Operation runs."""
+    timer = ctx.sleep(timedelta(milliseconds=200))
+    signal = ctx.wait_signal("go")
+    result = ctx.execute_operation("it-long", "1", 2.0).result()
+    return [result, timer.ready, signal.ready, signal.result() if signal.ready else None]

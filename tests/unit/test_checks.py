@@ -29,10 +29,11 @@ def test_bad_duration_and_bad_count_are_reported_together():
     assert ids(LEASE_TTL=5, CRASH_LIMIT=0) == ["headgate.E002", "headgate.E005"]
 
 
-def test_renew_must_be_shorter_than_the_lease():
-    assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=10)) == [
+def test_renew_must_be_at_most_half_the_lease():
+    assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=6)) == [
         "headgate.E003"
     ]
+    assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=5)) == []
 
 
 def test_backoff_cap_below_base():
