@@ -1,0 +1,121 @@
+"""The worker processes of a chaos run: start, SIGKILL, replace, and stop them by pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def worker_env(url: str, headgate: dict[str, Any]) -> dict[str, str]:
+    """The environment of a ``runworkers`` child (and of the orchestrator's own Django)."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DATABASE_URL=url,
+        PYTHONPATH=str(ROOT),
+        HEADGATE_TEST_LOG_LEVEL="INFO",
+        HEADGATE_TEST_SETTINGS_JSON=json.dumps(headgate),
+    )
+    return env
+
+
+@dataclass
+class Worker:
+    worker_id: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass(frozen=True)
+class Kill:
+    worker_id: str
+    pid: int
+    at: float  # seconds since the run started
+
+
+class Fleet:
+    """``size`` live ``runworkers`` processes; each kill is followed by a replacement."""
+
+    def __init__(
+        self, *, env: dict[str, str], logdir: Path, size: int, concurrency: int, seed: int
+    ) -> None:
+        self.env = env
+        self.logdir = logdir
+        self.size = size
+        self.concurrency = concurrency
+        self.live: list[Worker] = []
+        self.stopped: list[Worker] = []
+        self.kills: list[Kill] = []
+        self._started = 0
+        self._random = random.Random(seed)
+
+    def start(self) -> Worker:
+        self._started += 1
+        worker_id = f"chaos-w{self._started}"
+        log = self.logdir / f"{worker_id}.log"
+        with log.open("wb") as handle:
+            proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "runworkers"]
+                + ["--worker-id", worker_id, "--concurrency", str(self.concurrency)],
+                env=self.env,
+                cwd=ROOT,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            )
+        worker = Worker(worker_id, proc, log)
+        self.live.append(worker)
+        return worker
+
+    def fill(self) -> None:
+        while len(self.live) < self.size:
+            self.start()
+
+    def kill_random(self, at: float) -> Kill:
+        """SIGKILL one live worker chosen at random and wait until it is gone."""
+        victim = self._random.choice(self.live)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(timeout=30)
+        self.live.remove(victim)
+        self.stopped.append(victim)
+        kill = Kill(victim.worker_id, victim.proc.pid, at)
+        self.kills.append(kill)
+        return kill
+
+    def exited(self) -> list[Worker]:
+        """Live workers that exited on their own (a worker must never die by itself)."""
+        return [w for w in self.live if w.proc.poll() is not None]
+
+    def stop(self, timeout: float = 60.0) -> dict[str, int]:
+        """SIGTERM every live worker (a graceful drain); SIGKILL any that outlive ``timeout``.
+        Returns each worker's exit code."""
+        for worker in self.live:
+            if worker.proc.poll() is None:
+                worker.proc.send_signal(signal.SIGTERM)
+        codes: dict[str, int] = {}
+        for worker in self.live:
+            try:
+                codes[worker.worker_id] = worker.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                worker.proc.kill()
+                codes[worker.worker_id] = worker.proc.wait()
+        self.stopped += self.live
+        self.live = []
+        return codes
+
+    def kill_all(self) -> None:
+        """The last resort on the way out of a failed run."""
+        for worker in self.live:
+            if worker.proc.poll() is None:
+                worker.proc.kill()
+                worker.proc.wait()
+        self.stopped += self.live
+        self.live = []
