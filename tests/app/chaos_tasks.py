@@ -82,3 +82,12 @@ def chaos_durable(ctx: durable.Context, n: int) -> dict[str, Any]:
         return {"n": n, "ops": ops, "signal": None}
     ops.append(ctx.execute_operation("chaos-op", "1", {"n": n, "step": 3}).result())
     return {"n": n, "ops": ops, "signal": go.result()}
+
+
+@task(kind="chaos.slow")
+def chaos_slow(ctx: Any, seconds: float) -> dict[str, int]:
+    """Works ``seconds`` without touching the database after its first writes, so it can
+    finish while the database is down (the outage check): its completion must land later."""
+    fence = _record(ctx, "slow")
+    ctx.wait_cancelled(seconds)
+    return {"fence": fence}
