@@ -47,9 +47,7 @@ _POSTGRES = [
     "FOR EACH ROW EXECUTE FUNCTION chaos_audit()",
 ]
 
-_COLUMNS = (
-    "job_id, kind, old_state, new_state, old_fence, old_crash, new_crash, claimed_by, detail"
-)
+_COLUMNS = "job_id, kind, old_state, new_state, old_fence, old_crash, new_crash, claimed_by, detail"
 _MYSQL = [
     """CREATE TABLE chaos_transition (
         id bigint AUTO_INCREMENT PRIMARY KEY, job_id varchar(255) NOT NULL,

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,15 @@ class Fleet:
         log = self.logdir / f"{worker_id}.log"
         with log.open("wb") as handle:
             proc = subprocess.Popen(
-                [sys.executable, str(ROOT / "manage.py"), "runworkers"]
-                + ["--worker-id", worker_id, "--concurrency", str(self.concurrency)],
+                [
+                    sys.executable,
+                    str(ROOT / "manage.py"),
+                    "runworkers",
+                    "--worker-id",
+                    worker_id,
+                    "--concurrency",
+                    str(self.concurrency),
+                ],
                 env=self.env,
                 cwd=ROOT,
                 stdout=handle,
@@ -94,9 +102,20 @@ class Fleet:
         """Live workers that exited on their own (a worker must never die by itself)."""
         return [w for w in self.live if w.proc.poll() is not None]
 
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Wait until every live worker has started its loop (and installed its signal
+        handlers: a SIGTERM before that would end it like a SIGKILL)."""
+        deadline = time.monotonic() + timeout
+        for worker in self.live:
+            while " serving " not in worker.log.read_text(errors="replace"):
+                if worker.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{worker.worker_id} never started; see {worker.log}")
+                time.sleep(0.1)
+
     def stop(self, timeout: float = 60.0) -> dict[str, int]:
         """SIGTERM every live worker (a graceful drain); SIGKILL any that outlive ``timeout``.
         Returns each worker's exit code."""
+        self.wait_serving()
         for worker in self.live:
             if worker.proc.poll() is None:
                 worker.proc.send_signal(signal.SIGTERM)

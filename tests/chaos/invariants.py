@@ -69,9 +69,9 @@ def completed_once(transitions: Iterable[Transition]) -> Check:
     return _check("no job completed twice", twice, f"{len(counts)} rows entered completed once")
 
 
-def no_stale_writes(transitions: Iterable[Transition]) -> Check:
-    """Every progress write names the fence the row had when it landed, every completion of
-    a chaos job carries the final fence, and no fence ran twice."""
+def stale_writes(transitions: Iterable[Transition]) -> tuple[list[str], int]:
+    """Progress writes whose fence is not the row's fence when they landed, and completions
+    of chaos jobs whose result names another fence; with the number of progress writes."""
     offenders: list[str] = []
     writes = 0
     for t in transitions:
@@ -79,9 +79,18 @@ def no_stale_writes(transitions: Iterable[Transition]) -> Check:
             writes += 1
             if _fence_in(t.detail, "message") != f"fence:{t.old_fence}":
                 offenders.append(f"{t.job_id}: {t.detail} landed under fence {t.old_fence}")
-        elif t.new_state == "completed" and t.kind in ("chaos.job", "chaos.node"):
-            if _fence_in(t.detail, "fence") != t.old_fence:
-                offenders.append(f"{t.job_id}: result {t.detail} under fence {t.old_fence}")
+        elif (
+            t.new_state == "completed"
+            and t.kind in ("chaos.job", "chaos.node")
+            and _fence_in(t.detail, "fence") != t.old_fence
+        ):
+            offenders.append(f"{t.job_id}: result {t.detail} under fence {t.old_fence}")
+    return offenders, writes
+
+
+def no_stale_writes(transitions: Iterable[Transition]) -> Check:
+    """No write of a stale attempt landed, and no fence ran twice (two live holders)."""
+    offenders, writes = stale_writes(transitions)
     runs = Counter(
         Execution.objects.filter(label__in=["job", "node"]).values_list("job_id", "fence")
     )

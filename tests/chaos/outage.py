@@ -124,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         if fleet is not None:
             fleet.kill_all()
         server.destroy()
-    print(f"outage report ({args.database}): database down {args.down:.1f} s, lease TTL "
-          f"{LEASE_TTL:.0f} s")
+    print(
+        f"outage report ({args.database}): database down {args.down:.1f} s, lease TTL "
+        f"{LEASE_TTL:.0f} s"
+    )
     for name, ok, detail in results:
         print(f"  [{'ok' if ok else 'FAIL'}] {name}: {detail}")
     print(f"  worker logs in {logdir}")

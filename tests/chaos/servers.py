@@ -76,8 +76,17 @@ class PrivatePostgres:
         subprocess.run(
             _as(
                 self.user,
-                [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres"]
-                + ["--auth=trust", "-E", "UTF8", "--no-sync"],
+                [
+                    str(PG_BIN / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ],
             ),
             check=True,
             stdout=subprocess.DEVNULL,
@@ -129,9 +138,14 @@ class PrivateMariaDB:
 
     def create(self) -> None:
         subprocess.run(
-            ["mariadb-install-db", "--no-defaults", f"--datadir={self.data}"]
-            + [f"--user={self.user}", "--auth-root-authentication-method=normal"]
-            + ["--skip-test-db"],
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={self.data}",
+                f"--user={self.user}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
