@@ -21,7 +21,7 @@ from tests.app.models import Execution
 
 #: The longest a handler works before it returns, in seconds: long enough that a kill
 #: often lands while handlers are running, short enough that the queue drains quickly.
-MAX_WORK = 0.03
+MAX_WORK = 0.2
 
 
 def _record(ctx: Any, label: str) -> int:

@@ -35,6 +35,7 @@ from tests.chaos.fleet import Fleet, worker_env  # noqa: E402
 from tests.chaos.servers import Server, make_server, restart  # noqa: E402
 
 T = TypeVar("T")
+PRODUCE_SHARE = 0.85  # of the fault window spent enqueueing
 
 
 def headgate_settings(lease_ttl: float) -> dict[str, Any]:
@@ -132,14 +133,14 @@ def unfinished() -> int:
 def faults(
     args: argparse.Namespace, server: Server, fleet: Fleet, load: Any, report: Report
 ) -> None:
-    """Enqueue in waves over the first 60 % of the window; kill every ``kill_every`` s;
-    restart the database once half-way."""
+    """Enqueue in waves over the first 85 % of the window (so the kills keep finding work
+    to interrupt); kill every ``kill_every`` s; restart the database once half-way."""
     began = time.monotonic()
     window = args.minutes * 60
     next_kill = began + args.kill_every
     restart_at = began + window / 2
     while (now := time.monotonic()) < began + window:
-        load.send_until((now - began) / (window * 0.6))
+        load.send_until((now - began) / (window * PRODUCE_SHARE))
         if now >= next_kill:
             kill = fleet.kill_random(now - began)
             # The killed process can commit nothing more; a moment lets the server finish
