@@ -43,6 +43,18 @@ class Kill:
     at: float  # seconds since the run started
 
 
+@dataclass
+class Pause:
+    """A worker stopped with SIGSTOP (a stalled VM, a suspended container): its leases lapse
+    while its handlers still hold their stale attempts. It is resumed at ``resume_at``
+    and retired with SIGTERM a little later; a replacement starts at once."""
+
+    worker: Worker
+    resume_at: float  # time.monotonic()
+    resumed: bool = False
+    retired: bool = False
+
+
 class Fleet:
     """``size`` live ``runworkers`` processes; each kill is followed by a replacement."""
 
@@ -56,6 +68,7 @@ class Fleet:
         self.live: list[Worker] = []
         self.stopped: list[Worker] = []
         self.kills: list[Kill] = []
+        self.pauses: list[Pause] = []
         self._started = 0
         self._random = random.Random(seed)
 
@@ -98,6 +111,30 @@ class Fleet:
         self.kills.append(kill)
         return kill
 
+    def pause_random(self, seconds: float) -> Pause | None:
+        """SIGSTOP one serving worker for ``seconds`` (None if none serves yet); it no longer
+        counts as live."""
+        serving = [w for w in self.live if _serving(w)]
+        if not serving:
+            return None
+        victim = self._random.choice(serving)
+        victim.proc.send_signal(signal.SIGSTOP)
+        self.live.remove(victim)
+        pause = Pause(victim, time.monotonic() + seconds)
+        self.pauses.append(pause)
+        return pause
+
+    def resume_due(self, now: float, retire_after: float = 2.0) -> None:
+        """SIGCONT paused workers whose time has come, so their stale attempts try to write;
+        SIGTERM them ``retire_after`` seconds later (their exit code is checked at stop)."""
+        for pause in self.pauses:
+            if not pause.resumed and now >= pause.resume_at:
+                pause.worker.proc.send_signal(signal.SIGCONT)
+                pause.resumed = True
+            if pause.resumed and not pause.retired and now >= pause.resume_at + retire_after:
+                pause.worker.proc.send_signal(signal.SIGTERM)
+                pause.retired = True
+
     def exited(self) -> list[Worker]:
         """Live workers that exited on their own (a worker must never die by itself)."""
         return [w for w in self.live if w.proc.poll() is not None]
@@ -107,7 +144,7 @@ class Fleet:
         handlers: a SIGTERM before that would end it like a SIGKILL)."""
         deadline = time.monotonic() + timeout
         for worker in self.live:
-            while " serving " not in worker.log.read_text(errors="replace"):
+            while not _serving(worker):
                 if worker.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{worker.worker_id} never started; see {worker.log}")
                 time.sleep(0.1)
@@ -115,12 +152,13 @@ class Fleet:
     def stop(self, timeout: float = 60.0) -> dict[str, int]:
         """SIGTERM every live worker (a graceful drain); SIGKILL any that outlive ``timeout``.
         Returns each worker's exit code."""
+        self.resume_due(float("inf"), retire_after=0)
         self.wait_serving()
         for worker in self.live:
             if worker.proc.poll() is None:
                 worker.proc.send_signal(signal.SIGTERM)
         codes: dict[str, int] = {}
-        for worker in self.live:
+        for worker in [*self.live, *(p.worker for p in self.pauses)]:
             try:
                 codes[worker.worker_id] = worker.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -132,9 +170,13 @@ class Fleet:
 
     def kill_all(self) -> None:
         """The last resort on the way out of a failed run."""
-        for worker in self.live:
+        for worker in [*self.live, *(p.worker for p in self.pauses)]:
             if worker.proc.poll() is None:
                 worker.proc.kill()
                 worker.proc.wait()
         self.stopped += self.live
         self.live = []
+
+
+def _serving(worker: Worker) -> bool:
+    return " serving " in worker.log.read_text(errors="replace")

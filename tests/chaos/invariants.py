@@ -142,25 +142,37 @@ def durables_succeeded(load: w.Workload) -> Check:
     )
 
 
-def crashes_match_kills(
-    transitions: Iterable[Transition], killed: Collection[str], held_at_kills: int
-) -> tuple[Check, int]:
-    """Every charged crash was a lease of a killed worker, and every lease a killed worker
-    held when it died was charged exactly one crash. Returns the check and the count."""
+def crashes_match_faults(
+    transitions: Iterable[Transition],
+    *,
+    killed: Collection[str],
+    held_at_kills: int,
+    paused: Collection[str] = (),
+    held_at_pauses: int = 0,
+) -> tuple[Check, int, int]:
+    """Every charged crash was a lease of a killed or paused worker; every lease a killed
+    worker held when it died was charged exactly once; a paused worker's leases were charged
+    at most once each (a pause can catch a write mid-transaction, which then lands when the
+    worker resumes). Returns the check and the crashes charged for kills and for pauses."""
     charged = [t for t in transitions if t.charged_crash]
-    offenders = [f"{t.job_id} charged, held by live {t.claimed_by}" for t in charged]
-    offenders = [o for o, t in zip(offenders, charged, strict=True) if t.claimed_by not in killed]
-    if len(charged) != held_at_kills:
-        offenders.append(f"{len(charged)} crashes charged for {held_at_kills} leases killed")
-    return (
-        _check(
-            "crash counters match the kills",
-            offenders,
-            f"{len(charged)} crashes charged = {held_at_kills} leases held by "
-            f"{len(killed)} killed workers",
-        ),
-        len(charged),
+    for_kills = [t for t in charged if t.claimed_by in killed]
+    for_pauses = [t for t in charged if t.claimed_by in paused]
+    offenders = [
+        f"{t.job_id} charged, held by live {t.claimed_by}"
+        for t in charged
+        if t.claimed_by not in killed and t.claimed_by not in paused
+    ]
+    if len(for_kills) != held_at_kills:
+        offenders.append(f"{len(for_kills)} crashes charged for {held_at_kills} leases killed")
+    if len(for_pauses) > held_at_pauses:
+        offenders.append(f"{len(for_pauses)} crashes charged for {held_at_pauses} leases paused")
+    check = _check(
+        "crash counters match the faults",
+        offenders,
+        f"{len(for_kills)} crashes charged = {held_at_kills} leases held by {len(killed)} "
+        f"killed workers; {len(for_pauses)} ≤ {held_at_pauses} held by {len(paused)} paused",
     )
+    return check, len(for_kills), len(for_pauses)
 
 
 def quarantine_expected() -> tuple[Check, int]:

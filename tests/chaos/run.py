@@ -36,6 +36,7 @@ from tests.chaos.servers import Server, make_server, restart  # noqa: E402
 
 T = TypeVar("T")
 PRODUCE_SHARE = 0.85  # of the fault window spent enqueueing
+PAUSE_BEYOND_LEASE = 5.0  # a paused worker stays stopped this long after its leases lapse
 
 
 def headgate_settings(lease_ttl: float) -> dict[str, Any]:
@@ -61,6 +62,7 @@ class Report:
     workers: int
     concurrency: int
     kills: int = 0
+    pauses: int = 0
     restarts: int = 0
     outage_seconds: float = 0.0
     jobs: int = 0
@@ -70,7 +72,10 @@ class Report:
     executions: int = 0
     drain_seconds: float = 0.0
     leases_held_at_kills: int = 0
+    leases_held_at_pauses: int = 0
     crashes_charged: int = 0
+    crashes_charged_paused: int = 0
+    stale_attempts_stopped: int = 0
     quarantined: int = 0
     worker_exit_codes: dict[str, int] = field(default_factory=dict)
     invariants: list[dict[str, Any]] = field(default_factory=list)
@@ -85,13 +90,16 @@ class Report:
             f"  faults for      {self.seconds_of_faults:.0f} s with {self.workers} workers "
             f"× {self.concurrency} threads",
             f"  kills           {self.kills} (SIGKILL, each followed by a replacement)",
+            f"  pauses          {self.pauses} (SIGSTOP beyond the lease, then SIGCONT and SIGTERM)",
             f"  restarts        {self.restarts} of the database, down {self.outage_seconds:.1f} s",
             f"  jobs            {self.jobs}",
             f"  workflows       {self.dag_workflows} DAG, {self.durable_workflows} durable",
             f"  executions      {self.executions} recorded by the handlers",
             f"  enqueue retries {self.enqueue_retries} (waves sent again after an outage)",
-            f"  leases killed   {self.leases_held_at_kills}",
-            f"  crashes charged {self.crashes_charged}",
+            f"  leases killed   {self.leases_held_at_kills}; paused {self.leases_held_at_pauses}",
+            f"  crashes charged {self.crashes_charged} for kills; {self.crashes_charged_paused} "
+            "for pauses",
+            f"  stale attempts  {self.stale_attempts_stopped} stopped or refused after a pause",
             f"  quarantined     {self.quarantined}",
             f"  drained in      {self.drain_seconds:.1f} s after the last fault",
             "  invariants:",
@@ -134,22 +142,36 @@ def faults(
     args: argparse.Namespace, server: Server, fleet: Fleet, load: Any, report: Report
 ) -> None:
     """Enqueue in waves over the first 85 % of the window (so the kills keep finding work
-    to interrupt); kill every ``kill_every`` s; restart the database once half-way."""
+    to interrupt); every ``kill_every`` s kill a worker, or every ``pause_every``-th time
+    pause one for longer than its lease; restart the database once half-way."""
     began = time.monotonic()
     window = args.minutes * 60
+    faults = 0
     next_kill = began + args.kill_every
     restart_at = began + window / 2
     while (now := time.monotonic()) < began + window:
         load.send_until((now - began) / (window * PRODUCE_SHARE))
         if now >= next_kill:
-            kill = fleet.kill_random(now - began)
-            # The killed process can commit nothing more; a moment lets the server finish
+            faults += 1
+            pause = None
+            if args.pause_every and faults % args.pause_every == 0:
+                pause = fleet.pause_random(args.lease_ttl + PAUSE_BEYOND_LEASE)
+            # The stopped process can commit nothing more; a moment lets the server finish
             # whatever COMMIT it had already received from it.
-            time.sleep(0.3)
-            report.leases_held_at_kills += retrying(lambda k=kill: leases_held(k.worker_id))
-            report.kills += 1
+            if pause is not None:
+                time.sleep(0.3)
+                report.leases_held_at_pauses += retrying(
+                    lambda p=pause: leases_held(p.worker.worker_id)
+                )
+                report.pauses += 1
+            else:
+                kill = fleet.kill_random(now - began)
+                time.sleep(0.3)
+                report.leases_held_at_kills += retrying(lambda k=kill: leases_held(k.worker_id))
+                report.kills += 1
             fleet.fill()
             next_kill += args.kill_every
+        fleet.resume_due(time.monotonic())
         if restart_at and now >= restart_at:
             report.outage_seconds = restart(server)
             report.restarts += 1
@@ -163,9 +185,10 @@ def faults(
     report.seconds_of_faults = time.monotonic() - began
 
 
-def drain(timeout: float) -> float:
+def drain(fleet: Fleet, timeout: float) -> float:
     began = time.monotonic()
     while retrying(unfinished):
+        fleet.resume_due(time.monotonic())
         if time.monotonic() - began > timeout:
             raise RuntimeError(f"{unfinished()} job(s) still unfinished after {timeout} s")
         time.sleep(0.5)
@@ -178,9 +201,12 @@ def check(args: argparse.Namespace, fleet: Fleet, load: Any, report: Report) -> 
     from tests.chaos import invariants as inv
 
     transitions = audit.transitions()
-    killed = {k.worker_id for k in fleet.kills}
-    crashes, report.crashes_charged = inv.crashes_match_kills(
-        transitions, killed, report.leases_held_at_kills
+    crashes, report.crashes_charged, report.crashes_charged_paused = inv.crashes_match_faults(
+        transitions,
+        killed={k.worker_id for k in fleet.kills},
+        held_at_kills=report.leases_held_at_kills,
+        paused={p.worker.worker_id for p in fleet.pauses},
+        held_at_pauses=report.leases_held_at_pauses,
     )
     quarantine, report.quarantined = inv.quarantine_expected()
     clean = [f"{w} exited {c}" for w, c in report.worker_exit_codes.items() if c != 0]
@@ -195,6 +221,13 @@ def check(args: argparse.Namespace, fleet: Fleet, load: Any, report: Report) -> 
         inv._check("workers stop cleanly", clean, "every live worker drained on SIGTERM"),
     ]
     report.executions = Execution.objects.count()
+    # What the paused workers' stale attempts were told when they resumed: evidence that
+    # the fencing checks above had stale writes to refuse.
+    report.stale_attempts_stopped = sum(
+        p.worker.log.read_text(errors="replace").count(marker)
+        for p in fleet.pauses
+        for marker in ("was lost; telling the handler to stop", "did not land")
+    )
     report.invariants = [asdict(c) for c in checks]
 
 
@@ -222,6 +255,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--kill-every", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument(
+        "--pause-every",
+        type=int,
+        default=5,
+        metavar="N",
+        help="every N-th fault is a pause instead of a kill (0: kills only)",
+    )
     p.add_argument("--lease-ttl", type=float, default=10.0, metavar="SECONDS")
     p.add_argument("--drain-timeout", type=float, default=180.0, metavar="SECONDS")
     p.add_argument("--seed", type=int, default=None, help="which workers die (default: random)")
@@ -233,6 +273,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for name in ("jobs", "workflows", "durable"):
         if getattr(args, name) < 0:
             p.error(f"--{name} cannot be negative")
+    if args.pause_every < 0:
+        p.error("--pause-every cannot be negative")
     if args.workers < 1 or args.concurrency < 1:
         p.error("--workers and --concurrency must be at least 1")
     return args
@@ -270,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet.fill()
         faults(args, server, fleet, load, report)
         report.enqueue_retries = load.retries
-        report.drain_seconds = drain(args.drain_timeout)
+        report.drain_seconds = drain(fleet, args.drain_timeout)
         report.worker_exit_codes = fleet.stop()
         check(args, fleet, load, report)
     finally:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tests.chaos.audit import Transition
-from tests.chaos.invariants import completed_once, crashes_match_kills, stale_writes
+from tests.chaos.invariants import completed_once, crashes_match_faults, stale_writes
 
 
 def t(job: str, new: str, *, fence: int = 1, crash: int = 0, by: str = "w1", detail: Any = None):  # type: ignore[no-untyped-def]
@@ -36,14 +36,26 @@ def test_a_stale_progress_write_or_result_is_caught() -> None:
     assert "landed under fence 4" in offenders[0] and "under fence 5" in offenders[1]
 
 
-def test_crashes_must_be_the_killed_workers_leases_and_all_of_them() -> None:
+def test_crashes_must_be_the_faulted_workers_leases_and_all_the_killed_ones() -> None:
     trail = [t("a", "retryable", by="killed-1"), t("b", "completed", by="killed-1")]
-    check, charged = crashes_match_kills(trail, {"killed-1"}, held_at_kills=1)
-    assert check.ok and charged == 1
-    # A crash charged to a worker nobody killed: the outage (or a bug) charged it.
+    check, for_kills, _ = crashes_match_faults(trail, killed={"killed-1"}, held_at_kills=1)
+    assert check.ok and for_kills == 1
+    # A crash charged to a worker nobody killed or paused: the outage (or a bug) charged it.
     live = Transition("c", "chaos.job", "running", "retryable", 1, 0, 1, "w-live", None)
-    check, _ = crashes_match_kills([*trail, live], {"killed-1"}, held_at_kills=2)
+    check, _, _ = crashes_match_faults([*trail, live], killed={"killed-1"}, held_at_kills=2)
     assert not check.ok and "held by live w-live" in check.detail
     # A killed lease that was never charged.
-    check, _ = crashes_match_kills(trail, {"killed-1"}, held_at_kills=2)
+    check, _, _ = crashes_match_faults(trail, killed={"killed-1"}, held_at_kills=2)
     assert not check.ok and "1 crashes charged for 2 leases killed" in check.detail
+    # A paused worker's leases: at most once each.
+    paused = [
+        Transition(j, "chaos.job", "running", "retryable", 1, 0, 1, "p-1", None) for j in "de"
+    ]
+    check, _, for_pauses = crashes_match_faults(
+        [*trail, *paused], killed={"killed-1"}, held_at_kills=1, paused={"p-1"}, held_at_pauses=2
+    )
+    assert check.ok and for_pauses == 2
+    check, _, _ = crashes_match_faults(
+        [*trail, *paused], killed={"killed-1"}, held_at_kills=1, paused={"p-1"}, held_at_pauses=1
+    )
+    assert not check.ok and "2 crashes charged for 1 leases paused" in check.detail
