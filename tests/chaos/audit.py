@@ -19,7 +19,8 @@ _POSTGRES = [
         id bigserial PRIMARY KEY, job_id varchar(255) NOT NULL, kind varchar(128) NOT NULL,
         old_state varchar(16) NOT NULL, new_state varchar(16) NOT NULL,
         old_fence bigint NOT NULL, old_crash integer NOT NULL, new_crash integer NOT NULL,
-        claimed_by varchar(255) NOT NULL, detail text)""",
+        claimed_by varchar(255) NOT NULL, detail text,
+        at timestamptz NOT NULL DEFAULT clock_timestamp())""",
     """CREATE FUNCTION chaos_audit() RETURNS trigger AS $$
     BEGIN
       IF TG_OP = 'DELETE' THEN
@@ -53,7 +54,8 @@ _MYSQL = [
         id bigint AUTO_INCREMENT PRIMARY KEY, job_id varchar(255) NOT NULL,
         kind varchar(128) NOT NULL, old_state varchar(16) NOT NULL,
         new_state varchar(16) NOT NULL, old_fence bigint NOT NULL, old_crash integer NOT NULL,
-        new_crash integer NOT NULL, claimed_by varchar(255) NOT NULL, detail longtext)""",
+        new_crash integer NOT NULL, claimed_by varchar(255) NOT NULL, detail longtext,
+        at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))""",
     f"""CREATE TRIGGER chaos_audit_update AFTER UPDATE ON headgate_job FOR EACH ROW
     BEGIN
       IF NOT (NEW.state <=> OLD.state) THEN
@@ -96,6 +98,20 @@ def install() -> None:
     with connection.cursor() as cursor:
         for sql in statements:
             cursor.execute(sql)
+
+
+def history(job_id: str) -> list[str]:
+    """One job's audit trail as text lines, for the report of a failed run."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT at, old_state, new_state, old_fence, new_crash, claimed_by "
+            "FROM chaos_transition WHERE job_id = %s ORDER BY id",
+            [job_id],
+        )
+        return [
+            f"{at:%H:%M:%S.%f} {old}→{new} fence {fence} crashes {crash} by {by or '-'}"
+            for at, old, new, fence, crash, by in cursor.fetchall()
+        ]
 
 
 def transitions() -> list[Transition]:

@@ -139,6 +139,15 @@ class Fleet:
         """Live workers that exited on their own (a worker must never die by itself)."""
         return [w for w in self.live if w.proc.poll() is not None]
 
+    def replace_exited(self) -> list[str]:
+        """Replace the live workers that exited by themselves; return their ids."""
+        gone = self.exited()
+        for worker in gone:
+            self.live.remove(worker)
+            self.stopped.append(worker)
+        self.fill()
+        return [w.worker_id for w in gone]
+
     def wait_serving(self, timeout: float = 60.0) -> None:
         """Wait until every live worker has started its loop (and installed its signal
         handlers: a SIGTERM before that would end it like a SIGKILL)."""

@@ -30,7 +30,7 @@ class Check:
     detail: str
 
 
-def _check(name: str, offenders: Collection[Any], checked: str) -> Check:
+def verdict(name: str, offenders: Collection[Any], checked: str) -> Check:
     if not offenders:
         return Check(name, True, checked)
     sample = ", ".join(str(o) for o in list(offenders)[:_SHOW])
@@ -55,7 +55,7 @@ def jobs_terminal(load: w.Workload) -> Check:
     )
     offenders = [f"{j} not completed" for j in sorted(wanted - completed)]
     offenders += [f"{j} left {s}" for j, s in unfinished]
-    return _check(
+    return verdict(
         "every job terminal",
         offenders,
         f"{len(completed)}/{len(wanted)} jobs completed; no row left unfinished",
@@ -66,7 +66,7 @@ def completed_once(transitions: Iterable[Transition]) -> Check:
     """No row entered ``completed`` twice (the audit counts every entry of every job)."""
     counts = Counter(t.job_id for t in transitions if t.new_state == "completed")
     twice = [f"{j} ×{c}" for j, c in counts.items() if c > 1]
-    return _check("no job completed twice", twice, f"{len(counts)} rows entered completed once")
+    return verdict("no job completed twice", twice, f"{len(counts)} rows entered completed once")
 
 
 def stale_writes(transitions: Iterable[Transition]) -> tuple[list[str], int]:
@@ -95,7 +95,7 @@ def no_stale_writes(transitions: Iterable[Transition]) -> Check:
         Execution.objects.filter(label__in=["job", "node"]).values_list("job_id", "fence")
     )
     offenders += [f"{j} ran twice under fence {f}" for (j, f), c in runs.items() if c > 1]
-    return _check(
+    return verdict(
         "no stale fenced write landed",
         offenders,
         f"{writes} fenced progress writes and every completion matched their row's fence",
@@ -114,7 +114,7 @@ def dags_succeeded(load: w.Workload, transitions: Iterable[Transition]) -> Check
         for node in snap.nodes:
             if node.state != "completed" or completions[node.job_id] != 1:
                 offenders.append(f"{node.job_id}: {node.state}, ×{completions[node.job_id]}")
-    return _check(
+    return verdict(
         "every DAG workflow succeeded",
         offenders,
         f"{load.dags} workflows; each of {len(w.DAG_NODES)} nodes completed exactly once "
@@ -135,7 +135,7 @@ def durables_succeeded(load: w.Workload) -> Check:
             durable.replay(manager.history(wid))
         except Exception as exc:  # any failure to replay is what this check reports
             offenders.append(f"{wid}: replay failed: {exc}")
-    return _check(
+    return verdict(
         "every durable workflow succeeded and replays",
         offenders,
         f"{load.durables} executions returned the expected result; each history replayed",
@@ -166,7 +166,7 @@ def crashes_match_faults(
         offenders.append(f"{len(for_kills)} crashes charged for {held_at_kills} leases killed")
     if len(for_pauses) > held_at_pauses:
         offenders.append(f"{len(for_pauses)} crashes charged for {held_at_pauses} leases paused")
-    check = _check(
+    check = verdict(
         "crash counters match the faults",
         offenders,
         f"{len(for_kills)} crashes charged = {held_at_kills} leases held by {len(killed)} "
@@ -181,6 +181,6 @@ def quarantine_expected() -> tuple[Check, int]:
     rows = list(Quarantine.objects.values_list("fingerprint", "sample_job_id", "crash_count"))
     offenders = [f"{j} quarantined after {c} crash(es)" for _, j, c in rows if c < limit]
     return (
-        _check("no quarantine except where expected", offenders, f"{len(rows)} quarantined"),
+        verdict("no quarantine except where expected", offenders, f"{len(rows)} quarantined"),
         len(rows),
     )
