@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TypeVar
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+)
 
 from headgate_django import metrics, store
 from headgate_django.conf import headgate_settings
@@ -449,14 +455,15 @@ class Worker:
         A job whose handler has finished must not be stranded by a database outage: its
         entry stays held (the heartbeat keeps renewing it) while this retries with backoff.
         Dropping it instead would let its lease lapse and charge a crash for the outage.
-        Past one TTL the lease is gone anyway: the last error is raised.
+        Past one TTL the lease is gone anyway: the last error is raised. Only lost or
+        refused connections are retried; any other database error is raised at once.
         """
         deadline = time.monotonic() + self.lease_ttl.total_seconds()
         delay = PERSIST_BACKOFF_MIN
         while True:
             try:
                 return write()
-            except DatabaseError as exc:
+            except (OperationalError, InterfaceError) as exc:
                 if time.monotonic() + delay > deadline:
                     raise
                 log.warning("could not record %s (%s); retrying in %.1f s", what, exc, delay)
