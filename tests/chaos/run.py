@@ -7,9 +7,10 @@ was lost, doubled or left stuck.
 
 It starts a private database server (never a shared one), migrates it, installs the audit
 triggers, starts ``--workers`` ``runworkers`` processes and, for ``--minutes``, enqueues
-the workload in waves while it SIGKILLs a random worker every ``--kill-every`` seconds
-(starting a replacement each time) and restarts the database once half-way. Then it lets
-the system drain, stops the workers gracefully, checks the invariants
+the workload in waves while it SIGKILLs a random worker every ``--kill-every`` seconds,
+starting a replacement each time (every ``--pause-every``-th fault is a SIGSTOP past the
+lease instead, then SIGCONT and SIGTERM), and restarts the database once half-way. Then it
+lets the system drain, stops the workers gracefully, checks the invariants
 (``tests/chaos/invariants.py``) and prints a report. Exit status 0 means every invariant
 held. Everything it started is stopped on the way out, also on failure.
 """
