@@ -6,9 +6,10 @@ STAMP := $(VENV)/.installed
 # Most tests wait on databases and worker processes, so three test processes finish in
 # about half the time even on two cores.
 TEST_WORKERS ?= 3
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS)
+# The chaos runs start their own database servers and take minutes: `make chaos-ci` / `make chaos`.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not chaos"
 
-.PHONY: demo test test-sqlite test-postgres test-mysql lint docs dist clean
+.PHONY: demo test test-sqlite test-postgres test-mysql chaos chaos-ci lint docs dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,18 @@ test-postgres: $(STAMP)
 test-mysql: $(VENV)/.mysql
 	@echo "== tests on MariaDB/MySQL"
 	DATABASE_URL="$$HEADGATE_TEST_MYSQL" $(PYTEST) --create-db
+
+## chaos: the full chaos run by hand — kills and a restart of a private PostgreSQL under
+## 10,000 jobs + 200 DAG + 200 durable workflows for 2 minutes, then the outage scenario.
+## Vary it with CHAOS_ARGS, e.g. CHAOS_ARGS="--database mariadb --minutes 1 --jobs 3000".
+CHAOS_ARGS ?=
+chaos: $(VENV)/.mysql
+	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
+	$(BIN)/python -m tests.chaos.outage
+
+## chaos-ci: the bounded chaos runs (PostgreSQL, then MariaDB), reports printed
+chaos-ci: $(VENV)/.mysql
+	$(BIN)/python -m pytest -q -p no:cacheprovider -s -m chaos tests/chaos
 
 ## lint: ruff, mypy, migrations in sync
 lint: $(STAMP)

@@ -21,12 +21,19 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TypeVar
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+)
 
 from headgate_django import metrics, store
 from headgate_django.conf import headgate_settings
@@ -47,6 +54,13 @@ log = logging.getLogger("headgate_django.worker")
 #: When the heartbeat first looks for waiting jobs of unregistered kinds, then how often.
 UNKNOWN_KINDS_FIRST = 1.0
 UNKNOWN_KINDS_EVERY = 60.0
+#: After a failed lease renewal, the next try comes this soon (seconds).
+RENEW_RETRY = 0.5
+#: Backoff of an outcome or completion write the database refused (seconds).
+PERSIST_BACKOFF_MIN = 0.1
+PERSIST_BACKOFF_MAX = 2.0
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -119,6 +133,10 @@ class Worker:
         self._busy = 0  # handler threads still inside a handler
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        # Bumped on every database error this worker sees; a handler thread that has not
+        # seen the latest value replaces its connection before its next attempt.
+        self._db_errors = 0
+        self._thread_seen = threading.local()
         self._acks: queue.Queue[tuple[_Running, Completion] | None] = queue.Queue()
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="headgate-job")
         self._async = execute.AsyncRunner()
@@ -242,6 +260,7 @@ class Worker:
         with self._lock:
             self._busy += 1
         try:
+            self._fresh_connection()
             self._run_and_settle(entry)
         finally:
             with self._lock:
@@ -267,7 +286,10 @@ class Worker:
             self._acks.put((entry, completion(entry.job, outcome)))
             return
         try:
-            label = settle(entry.job, outcome, using=self.using)
+            label = self._persist(
+                lambda: settle(entry.job, outcome, using=self.using),
+                f"the outcome of job {entry.job.ref.job_id}",
+            )
             self.stats.count(label)
         except LeaseLostError:
             self.stats.lost += 1
@@ -326,7 +348,10 @@ class Worker:
 
     def _write_acks(self, batch: list[tuple[_Running, Completion]]) -> None:
         try:
-            done = store.job_complete_many([c for _, c in batch], using=self.using)
+            done = self._persist(
+                lambda: store.job_complete_many([c for _, c in batch], using=self.using),
+                f"{len(batch)} completion(s)",
+            )
         except DatabaseError as exc:
             log.error("could not record %d completion(s): %s", len(batch), exc)
             self._reset_connection()
@@ -353,8 +378,10 @@ class Worker:
             now = time.monotonic()
             self._safe(functools.partial(self._enforce_timeouts, now))
             if now >= next_renew:
-                self._safe(self._renew)
-                next_renew = now + self.renew_every
+                renewed = self._safe(self._renew)
+                # A failed renewal is tried again soon, not a whole interval later: the
+                # leases must be renewed as soon as the database is back, before they lapse.
+                next_renew = now + (self.renew_every if renewed else RENEW_RETRY)
             if self._duties and not self._stopping.is_set():
                 self._safe(self._duties.tick)
             if now >= next_status:
@@ -379,7 +406,7 @@ class Worker:
                 kind,
             )
 
-    def _renew(self) -> None:
+    def _renew(self) -> bool:
         with self._lock:
             held = [(r.job.ref, r.ctx) for r in self._running.values() if not r.done.is_set()]
             held += list(self._adopted.items())
@@ -390,6 +417,7 @@ class Worker:
             if ref.job_id in lost:
                 log.warning("lease on job %s was lost; telling the handler to stop", ref.job_id)
                 ctx.cancel()
+        return True
 
     def _enforce_timeouts(self, now: float) -> None:
         with self._lock:
@@ -448,6 +476,28 @@ class Worker:
                 for entry in leftovers:
                     self._running.pop(entry.job.ref, None)
 
+    def _persist(self, write: Callable[[], T], what: str) -> T:
+        """Run a write about held jobs until the database takes it, for up to one lease TTL.
+
+        A job whose handler has finished must not be stranded by a database outage: its
+        entry stays held (the heartbeat keeps renewing it) while this retries with backoff.
+        Dropping it instead would let its lease lapse and charge a crash for the outage.
+        Past one TTL the lease is gone anyway: the last error is raised. Only lost or
+        refused connections are retried; any other database error is raised at once.
+        """
+        deadline = time.monotonic() + self.lease_ttl.total_seconds()
+        delay = PERSIST_BACKOFF_MIN
+        while True:
+            try:
+                return write()
+            except (OperationalError, InterfaceError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("could not record %s (%s); retrying in %.1f s", what, exc, delay)
+                self._reset_connection()
+                time.sleep(delay)
+                delay = min(delay * 2, PERSIST_BACKOFF_MAX)
+
     def _safe(self, fn):  # type: ignore[no-untyped-def]
         try:
             return fn()
@@ -460,5 +510,15 @@ class Worker:
             return None
 
     def _reset_connection(self) -> None:
+        self._db_errors += 1
         with contextlib.suppress(DatabaseError):
             connections[self.using].close()
+
+    def _fresh_connection(self) -> None:
+        """Drop this handler thread's connections if the worker saw a database error since
+        the thread's last attempt: a restarted server has dropped every idle session too,
+        and an attempt must not fail (and use up an attempt) on a connection known dead."""
+        if getattr(self._thread_seen, "errors", 0) != self._db_errors:
+            self._thread_seen.errors = self._db_errors
+            with contextlib.suppress(DatabaseError):
+                connections.close_all()

@@ -1,0 +1,74 @@
+"""A worker whose every database session is dropped at once — what a database restart does
+to it — loses nothing and charges nothing (part of the normal suite; the chaos run and
+``tests/chaos/outage.py`` stop a real server).
+
+Only the worker's own sessions on this test's database are dropped, with
+``pg_terminate_backend`` / ``KILL``; the server keeps running for everyone else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection
+
+from headgate_django.models import Job
+from tests.app.chaos_tasks import chaos_slow
+from tests.app.models import Execution
+from tests.conftest import wait_for
+from tests.integration.helpers import FAST, headgate_env, wait_serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def drop_other_sessions() -> int:
+    """Terminate every other session on this database; return how many there were."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return len(cursor.fetchall())
+        cursor.execute(
+            "SELECT id FROM information_schema.processlist "
+            "WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+        )
+        ids = [int(row[0]) for row in cursor.fetchall()]
+        for session in ids:
+            with contextlib.suppress(DatabaseError):  # it ended by itself meanwhile
+                cursor.execute(f"KILL {session}")
+        return len(ids)
+
+
+def completed(ids: list[str]) -> bool:
+    return Job.objects.filter(pk__in=ids, state="completed").count() == len(ids)
+
+
+def test_a_worker_rides_out_losing_every_session(start_worker: Any) -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server sessions to drop")
+    env = headgate_env(**FAST, AUTODISCOVER_MODULES=["tasks", "chaos_tasks"])
+    worker = start_worker("--lease-ttl", "3", "--concurrency", "4", env=env)
+    wait_serving(worker)
+    warm = [chaos_slow.enqueue(seconds=0.0) for _ in range(4)]  # every thread connects
+    wait_for(lambda: completed(warm), timeout=30)
+    slow = [chaos_slow.enqueue(seconds=1.5) for _ in range(4)]
+    wait_for(lambda: Execution.objects.filter(job_id__in=slow).count() == 4, timeout=30)
+
+    assert drop_other_sessions() >= 4  # at least the four busy handler threads' sessions
+
+    # The handlers finish on dropped sessions: their completions must land on new ones.
+    wait_for(lambda: completed(slow), timeout=30)
+    # A handler thread must not run its next job on its dead session.
+    probe = chaos_slow.enqueue(seconds=0.0)
+    wait_for(lambda: completed([probe]), timeout=30)
+
+    rows = Job.objects.filter(pk__in=[*slow, probe])
+    assert {(r.attempt, r.crash_attempt) for r in rows} == {(0, 0)}
+    runs = Execution.objects.filter(job_id__in=[*slow, probe]).values_list("job_id", flat=True)
+    assert sorted(runs) == sorted([*slow, probe])  # each ran once
+    assert "retrying in" in worker.output()
+    assert worker.terminate() == 0
