@@ -1,7 +1,7 @@
 """``job_claim``: hand available jobs to one worker, never the same job to two.
 
 PostgreSQL and MySQL/MariaDB lock candidates with ``FOR UPDATE SKIP LOCKED`` so workers
-never wait on each other; SQLite serialises writers with ``BEGIN IMMEDIATE`` (the
+never wait on each other (on PostgreSQL the claim is one statement in autocommit); SQLite serialises writers with ``BEGIN IMMEDIATE`` (the
 ``transaction_mode`` the settings check asks for). Each claim stamps its jobs with one
 fresh ``lease_id`` and bumps every job's ``fence``.
 """
@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
-
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
-from headgate_django.store.fenced import LeaseRef
+from headgate_django.store.fenced import LeaseRef, atomic_unless_alone
+from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import RowReader
 
 _LEASE_PREFIX = 64 - 13  # lease_id column width minus ":" and 12 random hex digits
@@ -108,7 +107,10 @@ def job_claim(
     )
     set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
     reader = RowReader.get(conn, COLUMNS)
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    # PostgreSQL: one UPDATE … RETURNING in autocommit, bound on the server (its text is the
+    # same for every claim of a worker, so it gets prepared); that is the claim's only round
+    # trip, which matters most on the latency path.
+    with atomic_unless_alone(conn, using, alone=True), server_bound_cursor(conn) as cursor:
         if v.has_returning(conn):
             cursor.execute(
                 f"UPDATE headgate_job SET {set_clause} WHERE id IN "

@@ -14,6 +14,8 @@ transaction check applies and query logging and ``execute_wrapper`` still see it
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -22,13 +24,15 @@ def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
     """Like ``conn.cursor()``, but binding on the server when the connection is psycopg 3."""
     if conn.vendor != "postgresql":
         return conn.cursor()
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return conn.cursor()
     from django.db.backends.postgresql import base
 
-    if not base.is_psycopg3:
-        return conn.cursor()
     conn.close_if_health_check_failed()
     conn.ensure_connection()
     conn.validate_thread_sharing()
     with conn.wrap_database_errors:
-        raw = base.ServerBindingCursor(conn.connection)
+        raw: Any = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
     return conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
