@@ -37,6 +37,8 @@ COLUMNS = (
     "checkpoint",
     "cp_cursor",
     "workflow_id",
+    "priority",
+    "scheduled_at",
 )
 
 
@@ -69,6 +71,8 @@ def job_claim(
     using: str = "default",
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` available jobs, highest priority first, then oldest.
+
+    The jobs come back in that order.
 
     ``queues=None`` serves every queue; ``kinds`` restricts the claim to kinds this worker
     can run, so a job nobody here knows stays untouched for a worker that knows it.
@@ -132,7 +136,13 @@ def job_claim(
                 f"SELECT {', '.join(COLUMNS)} FROM headgate_job WHERE id IN ({id_list})", ids
             )
             rows = cursor.fetchall()
-    return [_claimed(reader.read(row), lease_id) for row in rows]
+    # RETURNING gives no order; a worker starts its claimed jobs in the order of this list
+    # (it may hold more than it can run at once), so it follows the claim's ORDER BY.
+    read = sorted(
+        (reader.read(row) for row in rows),
+        key=lambda r: (-r["priority"], r["scheduled_at"], r["id"]),
+    )
+    return [_claimed(row, lease_id) for row in read]
 
 
 def _claimed(row: dict[str, Any], lease_id: str) -> ClaimedJob:

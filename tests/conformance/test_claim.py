@@ -34,6 +34,21 @@ def test_higher_priority_first_then_oldest_schedule():
     assert claim_ids(limit=1) == []
 
 
+def test_one_claim_returns_its_jobs_in_claim_order():
+    # A worker starts buffered jobs in the order the claim returns them.
+    past = store.db_now().replace(year=2020)
+    ids = enqueue(
+        [
+            Envelope(kind="test.noop", queue="q", priority=-5),
+            Envelope(kind="test.noop", queue="q"),
+            Envelope(kind="test.noop", queue="q", scheduled_at=past),
+            Envelope(kind="test.noop", queue="q", priority=10),
+        ]
+    )
+    low, new, old, high = ids
+    assert claim_ids() == [high, old, new, low]
+
+
 def test_limit_and_queues():
     mail = [enqueue_job(queue="mail") for _ in range(3)]
     other = enqueue_job(queue="other")
