@@ -1,9 +1,9 @@
 """The worker: claim in batches, run handlers on threads, ack in batches, renew leases.
 
 Threads, each with one job:
-- the claim loop (the caller's thread): keeps up to ``concurrency + CLAIM_BATCH`` jobs
-  held, claiming whole batches into a local buffer (see :meth:`Worker._claim_size`); idles
-  with backoff 50 ms → 2 s, and wakes early on LISTEN/NOTIFY or when a job finishes;
+- the claim loop (the caller's thread): claims the free handler slots, plus a local buffer
+  while jobs are short (:mod:`.claim_size`); idles with backoff 50 ms → 2 s, and wakes
+  early on LISTEN/NOTIFY or when a job finishes;
 - handler threads (``--concurrency`` of them, each taking the next buffered job), plus one
   event loop thread for ``async def``;
 - the acker: writes every success waiting for it in one fenced statement;
@@ -38,6 +38,7 @@ from headgate_django.registry import registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.worker import execute
+from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import Listener
 from headgate_django.worker.settle import completion, settle
@@ -120,6 +121,7 @@ class Worker:
         self._held: dict[LeaseRef, _Held] = {}
         self._buffer: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
         self._waiting = 0  # held jobs no handler has started yet
+        self._sizer = ClaimSizer(concurrency, s.CLAIM_BATCH)
         self._lock = threading.Lock()
         self._busy = 0  # handler threads still inside a handler
         self._wake = threading.Event()
@@ -216,22 +218,8 @@ class Worker:
                 idle = longer
 
     def _claim_size(self) -> int:
-        """How many jobs to claim now; 0 while the worker holds enough.
-
-        A worker holds at most ``concurrency + CLAIM_BATCH`` jobs: the running ones and a
-        buffer that keeps every handler busy while the next claim is in flight. It claims
-        once at least half a batch fits, or when the buffer ran dry, so claims stay large
-        (one statement and one commit for many jobs) instead of shrinking to the few slots
-        that have just come free. Buffered jobs are leased like running ones: the heartbeat
-        renews them and a SIGTERM drain hands them back uncharged.
-        """
-        batch = headgate_settings.CLAIM_BATCH
         with self._lock:
-            room = self.concurrency + batch - len(self._held)
-            waiting = self._waiting
-        if room > 0 and (2 * room >= batch or waiting == 0):
-            return min(batch, room)
-        return 0
+            return self._sizer.size(len(self._held), self._waiting)
 
     def _claim(self, limit: int) -> list[ClaimedJob] | None:
         try:
@@ -302,9 +290,10 @@ class Worker:
             outcome = execute.Failed(
                 error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
             )
-        metrics.observe_attempt(
-            entry.job.queue, entry.job.kind, execute.label(outcome), time.monotonic() - started
-        )
+        took = time.monotonic() - started
+        with self._lock:
+            self._sizer.observe(took)
+        metrics.observe_attempt(entry.job.queue, entry.job.kind, execute.label(outcome), took)
         if entry.settled:  # timed out or released while running
             self._finish(entry)
             return
