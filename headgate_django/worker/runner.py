@@ -83,6 +83,7 @@ class _Held:
     # Set when the handler starts: time spent waiting in the buffer is not run time.
     deadline: float | None = None
     settled: bool = False  # written (or timed out, or released): nothing more to write
+    acking: bool = False  # succeeded; its completion waits for the acker
 
 
 def default_worker_id() -> str:
@@ -298,6 +299,7 @@ class Worker:
             self._finish(entry)
             return
         if isinstance(outcome, execute.Succeeded):
+            entry.acking = True
             self._acks.put((entry, completion(entry.job, outcome)))
             return
         try:
@@ -398,7 +400,9 @@ class Worker:
             [r.job.ref for r in held], lease_ttl=self.lease_ttl, using=self.using
         )
         for entry in held:
-            if entry.job.ref.job_id not in lost:
+            # A completion the acker wrote while this renewal ran also reads as "lost";
+            # the acker itself reports one that did not land.
+            if entry.job.ref.job_id not in lost or entry.acking:
                 continue
             entry.ctx.cancel()
             if self._drop_unstarted(entry):
