@@ -83,8 +83,11 @@ def job_claim(
     # The random tail makes the lease unique; the worker prefix is only a hint for people, so
     # it is cut to keep the whole id inside the 64-character column (host names run long).
     lease_id = f"{worker_id[:_LEASE_PREFIX]}:{uuid.uuid4().hex[:12]}"
-    where = ["state = %s"]
-    params: list[Any] = [State.AVAILABLE.value]
+    # The state is written into the text, not bound: a prepared statement's generic plan
+    # can only use the partial claim indexes (``WHERE state = 'available'``) when it sees
+    # the value; with a parameter it would sort every available row on each claim.
+    where = [f"state = '{State.AVAILABLE.value}'"]
+    params: list[Any] = []
     if queues:
         where.append(f"queue IN ({v.placeholders(len(queues))})")
         params.extend(queues)
@@ -112,8 +115,8 @@ def job_claim(
     set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
     reader = RowReader.get(conn, COLUMNS)
     # PostgreSQL: one UPDATE … RETURNING in autocommit, bound on the server (its text is the
-    # same for every claim of a worker, so it gets prepared); that is the claim's only round
-    # trip, which matters most on the latency path.
+    # same for every claim of a worker, so it can be prepared); that is the claim's only
+    # round trip, which matters most on the latency path.
     with atomic_unless_alone(conn, using, alone=True), server_bound_cursor(conn) as cursor:
         if v.has_returning(conn):
             cursor.execute(

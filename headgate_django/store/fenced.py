@@ -63,7 +63,7 @@ def atomic_unless_alone(
 
 
 # PostgreSQL: the leases come as three arrays joined on the primary key, so the text is the
-# same for any number of jobs (prepared once per connection) and each row is found by index,
+# same for any number of jobs (and can be prepared) and each row is found by index,
 # where a row-value ``IN (VALUES …)`` was re-parsed per call and planned as a nested loop.
 _PG_REFS = (
     "unnest(%s::varchar[], %s::varchar[], %s::bigint[]{}) AS r(ref_id, ref_lease, ref_fence{})"

@@ -40,7 +40,7 @@ _COLUMNS = (
 )
 
 # PostgreSQL's enqueue is one statement whose text depends only on whether it carries one
-# row (scalar parameters) or several (one array per column), so psycopg can prepare it. The
+# row (scalar parameters) or several (one array per column), so it can be prepared. The
 # state and schedule follow the same rules as ``_insert``: pending; a positive delay on the
 # store clock; an absolute instant that may already be due; otherwise available now.
 _PG_SOURCE = (

@@ -3,10 +3,12 @@
 Django's psycopg cursors bind on the client: every ``execute`` scans the SQL text for
 placeholders and quotes each parameter into it in Python, which was most of the time of a
 1,000-job enqueue and a large part of each batched ack. A server-binding cursor sends the
-text and the parameters apart (arrays in binary), and psycopg prepares a statement once it
-has run a few times on a connection, so PostgreSQL stops parsing and planning it too.
+text and the parameters apart (arrays in binary). Where a project enables prepared
+statements (``OPTIONS["prepare_threshold"]``, off by default in Django so that
+transaction-pooling proxies keep working), psycopg also prepares a statement once it has
+run that many times on a connection, so PostgreSQL stops parsing and planning it.
 
-It only pays for statements whose text never changes (array parameters instead of one
+It pays most for statements whose text never changes (array parameters instead of one
 placeholder per row), and only on PostgreSQL; every other vendor gets Django's cursor.
 The cursor is still wrapped by Django, so errors become ``django.db`` errors, the broken
 transaction check applies and query logging and ``execute_wrapper`` still see it.
