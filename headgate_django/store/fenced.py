@@ -65,8 +65,9 @@ def atomic_unless_alone(
 # PostgreSQL: the leases come as three arrays joined on the primary key, so the text is the
 # same for any number of jobs (and can be prepared) and each row is found by index,
 # where a row-value ``IN (VALUES …)`` was re-parsed per call and planned as a nested loop.
+# The arrays go in binary (``%b``): psycopg quotes a text array element by element in Python.
 _PG_REFS = (
-    "unnest(%s::varchar[], %s::varchar[], %s::bigint[]{}) AS r(ref_id, ref_lease, ref_fence{})"
+    "unnest(%b::varchar[], %b::varchar[], %b::bigint[]{}) AS r(ref_id, ref_lease, ref_fence{})"
 )
 _PG_HELD = "id = r.ref_id AND lease_id = r.ref_lease AND fence = r.ref_fence AND state = %s"
 
@@ -92,7 +93,7 @@ def _fenced_ids(
         return set()
     if conn.vendor == "postgresql":
         source = (
-            _PG_REFS.format(", %s::jsonb[]", ", ref_result") if results else _PG_REFS.format("", "")
+            _PG_REFS.format(", %b::jsonb[]", ", ref_result") if results else _PG_REFS.format("", "")
         )
         cursor.execute(
             f"UPDATE headgate_job SET {set_sql} FROM {source} WHERE {_PG_HELD} RETURNING id",

@@ -82,13 +82,15 @@ _PG_INSERT_ONE = (
     "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint) "
     "ON CONFLICT DO NOTHING RETURNING id"
 )
-# The quarantine probe covers the whole batch, so a quarantined row stops every row.
+# The quarantine probe covers the whole batch, so a quarantined row stops every row. The
+# arrays go in binary (``%b``): as text, psycopg quotes every element in Python, which cost
+# about as much as the server's work on a 1,000-row batch.
 _PG_INSERT_MANY = (
     _PG_SELECT
     + "FROM unnest("
-    + ", ".join(f"%s::{sql_type}[]" for _, sql_type in _PG_SOURCE)
+    + ", ".join(f"%b::{sql_type}[]" for _, sql_type in _PG_SOURCE)
     + f") AS r({_PG_NAMES}) "
-    "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine WHERE fingerprint = ANY(%s::varchar[])) "
+    "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine WHERE fingerprint = ANY(%b::varchar[])) "
     "ON CONFLICT DO NOTHING RETURNING id"
 )
 
