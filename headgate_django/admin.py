@@ -26,7 +26,6 @@ from headgate_django.console.readonly import (
     revealed,
     workflow_link,
 )
-from headgate_django.console.urls import job_console_urls
 from headgate_django.models import (
     DutyLease,
     Graft,
@@ -139,6 +138,10 @@ class JobAdmin(ReadOnlyAdmin):
         return workflow_link(obj.workflow_id, self.site_name, obj.id)
 
     def get_urls(self) -> list[Any]:
+        # Imported here: the console views pull in the graph layout, CEL and snapshot
+        # code, which every process that merely sets Django up (a worker) would load.
+        from headgate_django.console.urls import job_console_urls
+
         return job_console_urls(self.admin_site) + super().get_urls()
 
 

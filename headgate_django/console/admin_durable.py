@@ -19,7 +19,6 @@ from headgate_django.console.readonly import (
     pretty_json,
     revealed,
 )
-from headgate_django.console.urls import execution_console_urls
 from headgate_django.models import Execution, HistoryEvent, IdempotencyRecord, SignalInbox
 
 
@@ -77,6 +76,10 @@ class ExecutionAdmin(_PrivateFieldsAdmin):
         return pretty_json(obj.meta)
 
     def get_urls(self) -> list[Any]:
+        # Imported here: the console views pull in the graph layout, CEL and snapshot
+        # code, which every process that merely sets Django up (a worker) would load.
+        from headgate_django.console.urls import execution_console_urls
+
         return execution_console_urls(self.admin_site) + super().get_urls()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,7 @@ from headgate_django.exceptions import LeaseLostError, PayloadTooLargeError
 from headgate_django.kernel import backoff
 from headgate_django.kernel.states import Event, State, check, retry_target
 from headgate_django.store import vendor as v
+from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
 
 MAX_ERRORS = 50
@@ -46,25 +48,66 @@ class Completion:
     workflow_id: str | None = None  # a workflow child: its coordinator is woken
 
 
+def atomic_unless_alone(
+    conn: BaseDatabaseWrapper, using: str, *, alone: bool
+) -> AbstractContextManager[Any]:
+    """``transaction.atomic()``, unless the work is one statement the database makes atomic.
+
+    ``alone`` says the caller runs a single statement and nothing else needs to commit with
+    it; then PostgreSQL runs it in autocommit (or in the caller's transaction, if any),
+    saving the BEGIN and COMMIT round trips.
+    """
+    if alone and v.one_statement_is_atomic(conn):
+        return nullcontext()
+    return transaction.atomic(using=using)
+
+
+# PostgreSQL: the leases come as three arrays joined on the primary key, so the text is the
+# same for any number of jobs (and can be prepared) and each row is found by index,
+# where a row-value ``IN (VALUES …)`` was re-parsed per call and planned as a nested loop.
+# The arrays go in binary (``%b``): psycopg quotes a text array element by element in Python.
+_PG_REFS = (
+    "unnest(%b::varchar[], %b::varchar[], %b::bigint[]{}) AS r(ref_id, ref_lease, ref_fence{})"
+)
+_PG_HELD = "id = r.ref_id AND lease_id = r.ref_lease AND fence = r.ref_fence AND state = %s"
+
+
+def _pg_refs(refs: Sequence[LeaseRef]) -> list[list[Any]]:
+    return [[r.job_id for r in refs], [r.lease_id for r in refs], [r.fence for r in refs]]
+
+
 def _fenced_ids(
     cursor: Any,
     conn: BaseDatabaseWrapper,
     set_sql: str,
     set_params: list[Any],
     refs: Sequence[LeaseRef],
-    extra_where: str = "",
+    results: list[Any] | None = None,
 ) -> set[str]:
-    """Apply ``SET set_sql`` to the rows still held under ``refs``; return their ids."""
+    """Apply ``SET set_sql`` to the rows still held under ``refs``; return their ids.
+
+    ``results`` (PostgreSQL only, one per ref, ``None`` to keep the column) is exposed to
+    ``set_sql`` as ``r.ref_result``.
+    """
     if not refs:
         return set()
+    if conn.vendor == "postgresql":
+        source = (
+            _PG_REFS.format(", %b::jsonb[]", ", ref_result") if results else _PG_REFS.format("", "")
+        )
+        cursor.execute(
+            f"UPDATE headgate_job SET {set_sql} FROM {source} WHERE {_PG_HELD} RETURNING id",
+            [*set_params, *_pg_refs(refs), *([results] if results else []), _RUNNING],
+        )
+        return {row[0] for row in cursor.fetchall()}
     if v.has_returning(conn):
         cursor.execute(
-            f"UPDATE headgate_job SET {set_sql} WHERE state = %s{extra_where} AND "
+            f"UPDATE headgate_job SET {set_sql} WHERE state = %s AND "
             f"(id, lease_id, fence) IN ({v.row_values(len(refs), 3)}) RETURNING id",
             [*set_params, _RUNNING, *v.flat((r.job_id, r.lease_id, r.fence) for r in refs)],
         )
         return {row[0] for row in cursor.fetchall()}
-    held = _lock_held(cursor, conn, refs, extra_where)
+    held = _lock_held(cursor, conn, refs)
     if held:
         cursor.execute(
             f"UPDATE headgate_job SET {set_sql} WHERE id IN ({v.placeholders(len(held))})",
@@ -73,12 +116,10 @@ def _fenced_ids(
     return held
 
 
-def _lock_held(
-    cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef], extra_where: str = ""
-) -> set[str]:
+def _lock_held(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]:
     wanted = {r.job_id: (r.lease_id, r.fence) for r in refs}
     cursor.execute(
-        f"SELECT id, lease_id, fence FROM headgate_job WHERE state = %s{extra_where} "
+        f"SELECT id, lease_id, fence FROM headgate_job WHERE state = %s "
         f"AND id IN ({v.placeholders(len(wanted))}){v.for_update(conn)}",
         [_RUNNING, *wanted],
     )
@@ -88,6 +129,13 @@ def _lock_held(
 def _deleted_ids(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]:
     if not refs:
         return set()
+    if conn.vendor == "postgresql":
+        cursor.execute(
+            f"DELETE FROM headgate_job USING {_PG_REFS.format('', '')} WHERE {_PG_HELD} "
+            "RETURNING id",
+            [*_pg_refs(refs), _RUNNING],
+        )
+        return {row[0] for row in cursor.fetchall()}
     if v.has_returning(conn):
         cursor.execute(
             f"DELETE FROM headgate_job WHERE state = %s AND "
@@ -104,35 +152,53 @@ def _deleted_ids(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef
 
 
 def job_complete_many(completions: Sequence[Completion], *, using: str = "default") -> set[str]:
-    """Record successes in one transaction; return the ids whose completion landed."""
+    """Record successes; return the ids whose completion landed.
+
+    One transaction for all of them, except that a single statement with no ``ON_FINISH``
+    hook to run (no completion belongs to a workflow) runs in autocommit where the database
+    makes one statement atomic.
+    """
     if not completions:
         return set()
     conn = v.connection_for(using)
     deletes = [c.ref for c in completions if c.delete]
     keeps = [c for c in completions if not c.delete]
+    alone = not (deletes and keeps) and not any(c.workflow_id for c in completions)
     done: set[str] = set()
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    with atomic_unless_alone(conn, using, alone=alone), server_bound_cursor(conn) as cursor:
         done |= _deleted_ids(cursor, conn, deletes)
         if keeps:
-            set_sql = (
-                f"state = %s, finalized_at = {v.now(conn)}, "
-                f"expires_at = {v.plus_duration_column(conn, 'retention')}, {_CLEAR_LEASE}"
-            )
-            params: list[Any] = [State.COMPLETED.value]
-            with_result = [c for c in keeps if c.result is not None]
-            if with_result:
-                cases = []
-                for c in with_result:
-                    cases.append("WHEN %s THEN %s")
-                    params += [c.ref.job_id, _result_param(conn, c.ref.job_id, c.result)]
-                set_sql += f", result = CASE id {' '.join(cases)} ELSE result END"
-            done |= _fenced_ids(cursor, conn, set_sql, params, [c.ref for c in keeps])
+            done |= _complete_kept(cursor, conn, keeps)
         _after_finish(
             cursor,
             conn,
             {c.workflow_id for c in completions if c.workflow_id and c.ref.job_id in done},
         )
     return done
+
+
+def _complete_kept(cursor: Any, conn: BaseDatabaseWrapper, keeps: list[Completion]) -> set[str]:
+    set_sql = (
+        f"state = %s, finalized_at = {v.now(conn)}, "
+        f"expires_at = {v.plus_duration_column(conn, 'retention')}, {_CLEAR_LEASE}"
+    )
+    params: list[Any] = [State.COMPLETED.value]
+    refs = [c.ref for c in keeps]
+    with_result = [c for c in keeps if c.result is not None]
+    if not with_result:
+        return _fenced_ids(cursor, conn, set_sql, params, refs)
+    if conn.vendor == "postgresql":
+        results = [
+            None if c.result is None else _result_param(conn, c.ref.job_id, c.result) for c in keeps
+        ]
+        set_sql += ", result = coalesce(r.ref_result, result)"
+        return _fenced_ids(cursor, conn, set_sql, params, refs, results)
+    cases = []
+    for c in with_result:
+        cases.append("WHEN %s THEN %s")
+        params += [c.ref.job_id, _result_param(conn, c.ref.job_id, c.result)]
+    set_sql += f", result = CASE id {' '.join(cases)} ELSE result END"
+    return _fenced_ids(cursor, conn, set_sql, params, refs)
 
 
 def _result_param(conn: BaseDatabaseWrapper, job_id: str, result: Any) -> Any:
@@ -171,7 +237,9 @@ def job_renew_leases(
         return set()
     conn = v.connection_for(using)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    # Not in autocommit, even on PostgreSQL: the rows are locked in id order first (see
+    # _lock_in_id_order), and a renewal is off the hot path (once per lease/3 per worker).
+    with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
         _lock_in_id_order(cursor, conn, refs)
         kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
     return {r.job_id for r in refs} - kept
@@ -199,8 +267,10 @@ def _lock_in_id_order(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[Lea
 
 def job_release_many(refs: Sequence[LeaseRef], *, using: str = "default") -> set[str]:
     """Give jobs back without charging anything (graceful shutdown leftovers)."""
+    if not refs:
+        return set()
     conn = v.connection_for(using)
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    with atomic_unless_alone(conn, using, alone=True), server_bound_cursor(conn) as cursor:
         return _fenced_ids(
             cursor, conn, f"state = %s, {_CLEAR_LEASE}", [State.AVAILABLE.value], refs
         )

@@ -81,6 +81,17 @@ def has_returning(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor in ("postgresql", "sqlite")
 
 
+def one_statement_is_atomic(conn: BaseDatabaseWrapper) -> bool:
+    """Whether a lone fenced ``UPDATE``/``DELETE … RETURNING`` may run in autocommit.
+
+    On PostgreSQL it is atomic by itself, so BEGIN and COMMIT are two round trips for
+    nothing. SQLite keeps ``BEGIN IMMEDIATE``: in autocommit the statement reads first and
+    its upgrade to the write lock can fail without waiting. MySQL/MariaDB need two
+    statements (no ``RETURNING``).
+    """
+    return conn.vendor == "postgresql"
+
+
 def placeholders(n: int) -> str:
     return ", ".join(["%s"] * n)
 

@@ -1,12 +1,14 @@
 """The worker: claim in batches, run handlers on threads, ack in batches, renew leases.
 
 Threads, each with one job:
-- the claim loop (the caller's thread): claims up to the free capacity, idles with
-  backoff 50 ms → 2 s, and wakes early on LISTEN/NOTIFY or when a slot frees up;
-- handler threads (``--concurrency``), plus one event loop thread for ``async def``;
+- the claim loop (the caller's thread): claims the free handler slots, plus a local buffer
+  while jobs are short (:mod:`.claim_size`); idles with backoff 50 ms → 2 s, and wakes
+  early on LISTEN/NOTIFY or when a job finishes;
+- handler threads (``--concurrency`` of them, each taking the next buffered job), plus one
+  event loop thread for ``async def``;
 - the acker: writes every success waiting for it in one fenced statement;
-- the heartbeat: renews all held leases every lease/3 in one statement, enforces
-  per-attempt timeouts, runs due duties and prints the status line.
+- the heartbeat: renews all held leases (buffered ones too) every lease/3 in one statement,
+  enforces per-attempt timeouts, runs due duties and prints the status line.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
@@ -44,6 +45,7 @@ from headgate_django.registry import registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.worker import execute
+from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import Listener
 from headgate_django.worker.settle import completion, settle
@@ -86,12 +88,17 @@ class Stats:
         )
 
 
-@dataclass
-class _Running:
+@dataclass(eq=False)
+class _Held:
+    """A claimed job, from its claim until its outcome is written or it is handed back."""
+
     job: ClaimedJob
     ctx: JobContext
-    deadline: float | None
-    done: threading.Event = field(default_factory=threading.Event)
+    started: bool = False  # a handler thread took it out of the buffer
+    # Set when the handler starts: time spent waiting in the buffer is not run time.
+    deadline: float | None = None
+    settled: bool = False  # written (or timed out, or released): nothing more to write
+    acking: bool = False  # succeeded; its completion waits for the acker
 
 
 def default_worker_id() -> str:
@@ -124,9 +131,13 @@ class Worker:
         # Kinds this worker leaves to others (runworkers --durable-mode).
         self.exclude_kinds = frozenset(exclude_kinds)
         self.stats = Stats()
-        # Keyed by lease, not job id: a job that timed out here may be claimed here again
-        # while the abandoned handler of its earlier attempt still holds a slot.
-        self._running: dict[LeaseRef, _Running] = {}
+        # Every job held, buffered or running, keyed by lease, not job id: a job that timed
+        # out here may be claimed here again while the abandoned handler of its earlier
+        # attempt still holds a slot.
+        self._held: dict[LeaseRef, _Held] = {}
+        self._buffer: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
+        self._waiting = 0  # held jobs no handler has started yet
+        self._sizer = ClaimSizer(concurrency, s.CLAIM_BATCH)
         # Jobs a handler runs on its own thread (see adopt()): renewed, never claimed.
         self._adopted: dict[LeaseRef, JobContext] = {}
         self._lock = threading.Lock()
@@ -137,8 +148,11 @@ class Worker:
         # seen the latest value replaces its connection before its next attempt.
         self._db_errors = 0
         self._thread_seen = threading.local()
-        self._acks: queue.Queue[tuple[_Running, Completion] | None] = queue.Queue()
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="headgate-job")
+        self._acks: queue.Queue[tuple[_Held, Completion] | None] = queue.Queue()
+        self._handlers = [
+            threading.Thread(target=self._handler_loop, name=f"headgate-job-{n}", daemon=True)
+            for n in range(concurrency)
+        ]
         self._async = execute.AsyncRunner()
         self._duties = DutyRunner(self.worker_id) if run_duties else None
         self._listener = (
@@ -169,6 +183,8 @@ class Worker:
         heart = threading.Thread(target=self._heartbeat_loop, name="headgate-heart", daemon=True)
         acker.start()
         heart.start()
+        for thread in self._handlers:
+            thread.start()
         if self._listener:
             self._listener.start()
         try:
@@ -181,7 +197,8 @@ class Worker:
             heart.join(timeout=30)
             if self._listener:
                 self._listener.stop()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            for _ in self._handlers:  # threads still inside a released handler exit later
+                self._buffer.put(None)
             self._async.close()
             if self._duties:
                 self._safe(self._duties.release_all)
@@ -194,15 +211,15 @@ class Worker:
         idle_max = s.IDLE_BACKOFF_MAX.total_seconds()
         idle = idle_min
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._running)
-            if free <= 0:
+            limit = self._claim_size()
+            if limit <= 0:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
             # Cleared before the claim, not after: a wake-up that arrives while the claim
             # runs must shorten the idle wait that follows it.
             self._wake.clear()
-            jobs = self._claim(min(free, s.CLAIM_BATCH))
+            jobs = self._claim(limit)
             if jobs is None:  # database unavailable
                 idle = min(idle * 2, idle_max)
                 self._stopping.wait(idle)
@@ -210,7 +227,7 @@ class Worker:
             if jobs:
                 idle = idle_min
                 for job in jobs:
-                    self._start(job)
+                    self._hold(job)
                 continue
             if self.burst and self._burst_done():
                 return
@@ -221,6 +238,10 @@ class Worker:
                 if idle < longer == idle_max:
                     log.debug("idle: next poll in %.1f s", idle_max)
                 idle = longer
+
+    def _claim_size(self) -> int:
+        with self._lock:
+            return self._sizer.size(len(self._held), self._waiting)
 
     def _claim(self, limit: int) -> list[ClaimedJob] | None:
         try:
@@ -241,32 +262,50 @@ class Worker:
         return jobs
 
     def _burst_done(self) -> bool:
-        if any(not r.done.is_set() for r in list(self._running.values())):
+        if any(not r.settled for r in list(self._held.values())):
             self._wake.wait(0.05)
             return False
         return self._safe(store.job_promote_due) == 0
 
-    def _start(self, job: ClaimedJob) -> None:
+    def _hold(self, job: ClaimedJob) -> None:
         ctx = JobContext(job, worker_id=self.worker_id, using=self.using)
         ctx.host = self
-        timeout = job.timeout.total_seconds() if job.timeout else None
-        entry = _Running(job, ctx, time.monotonic() + timeout if timeout else None)
+        entry = _Held(job, ctx)
         with self._lock:
-            self._running[job.ref] = entry
-        self._pool.submit(self._execute, entry)
+            self._held[job.ref] = entry
+            self._waiting += 1
+        self._buffer.put(entry)
 
     # -- running -----------------------------------------------------------------------
-    def _execute(self, entry: _Running) -> None:
-        with self._lock:
-            self._busy += 1
-        try:
-            self._fresh_connection()
-            self._run_and_settle(entry)
-        finally:
-            with self._lock:
-                self._busy -= 1
+    def _handler_loop(self) -> None:
+        """One handler thread: run buffered jobs one after another until told to stop."""
+        while (entry := self._buffer.get()) is not None:
+            if not self._begin(entry):
+                continue  # handed back (drain) or its lease was lost while it waited
+            try:
+                self._fresh_connection()
+                self._run_and_settle(entry)
+            except Exception:  # a dead handler thread would shrink the worker for good
+                log.exception("handler thread failed on job %s", entry.job.ref.job_id)
+                self._finish(entry)
+            finally:
+                with self._lock:
+                    self._busy -= 1
 
-    def _run_and_settle(self, entry: _Running) -> None:
+    def _begin(self, entry: _Held) -> bool:
+        """Start the attempt's clock, unless the job was settled while it waited."""
+        with self._lock:
+            if entry.settled:
+                return False
+            entry.started = True
+            self._waiting -= 1
+            self._busy += 1
+            timeout = entry.job.timeout
+            if timeout:
+                entry.deadline = time.monotonic() + timeout.total_seconds()
+        return True
+
+    def _run_and_settle(self, entry: _Held) -> None:
         started = time.monotonic()
         try:
             outcome = execute.run_attempt(
@@ -276,13 +315,15 @@ class Worker:
             outcome = execute.Failed(
                 error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
             )
-        metrics.observe_attempt(
-            entry.job.queue, entry.job.kind, execute.label(outcome), time.monotonic() - started
-        )
-        if entry.done.is_set():  # timed out or released while running: already settled
+        took = time.monotonic() - started
+        with self._lock:
+            self._sizer.observe(took)
+        metrics.observe_attempt(entry.job.queue, entry.job.kind, execute.label(outcome), took)
+        if entry.settled:  # timed out or released while running
             self._finish(entry)
             return
         if isinstance(outcome, execute.Succeeded):
+            entry.acking = True
             self._acks.put((entry, completion(entry.job, outcome)))
             return
         try:
@@ -299,10 +340,10 @@ class Worker:
             close_old_connections()
             self._finish(entry)
 
-    def _finish(self, entry: _Running) -> None:
-        entry.done.set()
+    def _finish(self, entry: _Held) -> None:
         with self._lock:
-            self._running.pop(entry.job.ref, None)
+            entry.settled = True
+            self._held.pop(entry.job.ref, None)
         self._wake.set()
 
     # -- follow-up jobs a handler runs on its own thread (JobContext.host) ---------------
@@ -346,7 +387,7 @@ class Worker:
                 close_old_connections()
                 return
 
-    def _write_acks(self, batch: list[tuple[_Running, Completion]]) -> None:
+    def _write_acks(self, batch: list[tuple[_Held, Completion]]) -> None:
         try:
             done = self._persist(
                 lambda: store.job_complete_many([c for _, c in batch], using=self.using),
@@ -374,7 +415,7 @@ class Worker:
         status_every = headgate_settings.STATUS_INTERVAL.total_seconds()
         next_status = time.monotonic() + status_every
         next_unknown = time.monotonic() + UNKNOWN_KINDS_FIRST
-        while not (self._stopping.is_set() and not self._running):
+        while not (self._stopping.is_set() and not self._held):
             now = time.monotonic()
             self._safe(functools.partial(self._enforce_timeouts, now))
             if now >= next_renew:
@@ -385,7 +426,7 @@ class Worker:
             if self._duties and not self._stopping.is_set():
                 self._safe(self._duties.tick)
             if now >= next_status:
-                log.info("status %s", status_line(self.stats.line(len(self._running))))
+                log.info("status %s", status_line(self.stats.line(len(self._held))))
                 next_status = now + status_every
             if now >= next_unknown and not self._stopping.is_set():
                 self._safe(self._report_unknown_kinds)
@@ -408,23 +449,45 @@ class Worker:
 
     def _renew(self) -> bool:
         with self._lock:
-            held = [(r.job.ref, r.ctx) for r in self._running.values() if not r.done.is_set()]
-            held += list(self._adopted.items())
-        lost = store.job_renew_leases(
-            [ref for ref, _ in held], lease_ttl=self.lease_ttl, using=self.using
-        )
-        for ref, ctx in held:
+            held = [r for r in self._held.values() if not r.settled]
+            adopted = list(self._adopted.items())
+        refs = [r.job.ref for r in held] + [ref for ref, _ in adopted]
+        lost = store.job_renew_leases(refs, lease_ttl=self.lease_ttl, using=self.using)
+        for ref, ctx in adopted:
             if ref.job_id in lost:
                 log.warning("lease on job %s was lost; telling the handler to stop", ref.job_id)
                 ctx.cancel()
+        for entry in held:
+            # A completion the acker wrote while this renewal ran also reads as "lost";
+            # the acker itself reports one that did not land.
+            if entry.job.ref.job_id not in lost or entry.acking:
+                continue
+            entry.ctx.cancel()
+            if self._drop_unstarted(entry):
+                log.warning("lease on buffered job %s was lost; dropped", entry.job.ref.job_id)
+            else:
+                log.warning(
+                    "lease on job %s was lost; telling the handler to stop", entry.job.ref.job_id
+                )
+        return True
+
+    def _drop_unstarted(self, entry: _Held) -> bool:
+        """Forget a job still in the buffer (its handler thread will skip it)."""
+        with self._lock:
+            if entry.started or entry.settled:
+                return False
+            entry.settled = True
+            self._waiting -= 1
+            self._held.pop(entry.job.ref, None)
+        self._wake.set()
         return True
 
     def _enforce_timeouts(self, now: float) -> None:
         with self._lock:
             late = [
                 r
-                for r in self._running.values()
-                if r.deadline and now > r.deadline and not r.done.is_set()
+                for r in self._held.values()
+                if r.deadline is not None and now > r.deadline and not r.settled
             ]
         for entry in late:
             entry.ctx.cancel()
@@ -444,37 +507,49 @@ class Worker:
             except DatabaseError as exc:
                 log.error("could not record the timeout of job %s: %s", entry.job.ref.job_id, exc)
                 self._reset_connection()
-            # Settled, but the slot stays taken until the handler returns: its thread is
-            # still busy, and a job claimed into the slot would only queue behind it.
-            entry.done.set()
+            # Settled, but the job stays held until the handler returns: its thread is still
+            # busy, so counting it keeps the worker from claiming work it cannot start.
+            entry.settled = True
 
     # -- shutdown ----------------------------------------------------------------------
     def _drain(self) -> None:
-        """Wait for in-flight handlers, then hand back leftovers without charging a crash."""
+        """Hand back buffered jobs, wait for in-flight handlers, then hand back leftovers.
+
+        Nothing handed back is charged a crash: buffered jobs never started, and handlers
+        still running at the end of the window are released, not left to expire.
+        """
+        with self._lock:
+            unstarted = [r for r in self._held.values() if not r.started and not r.settled]
+            for entry in unstarted:
+                entry.settled = True
+                self._held.pop(entry.job.ref, None)
+            self._waiting -= len(unstarted)
+        if unstarted:
+            self._release([r.job.ref for r in unstarted], "buffered")
         deadline = time.monotonic() + headgate_settings.SHUTDOWN_TIMEOUT.total_seconds()
-        if self._running:
-            log.info("draining %d in-flight job(s)", len(self._running))
-        while self._running and time.monotonic() < deadline:
+        if self._held:
+            log.info("draining %d in-flight job(s)", len(self._held))
+        while self._held and time.monotonic() < deadline:
             self._wake.wait(0.05)
             self._wake.clear()
         with self._lock:
-            leftovers = [r for r in self._running.values() if not r.done.is_set()]
+            leftovers = [r for r in self._held.values() if not r.settled]
             # The rest timed out and is settled; nothing waits for their handlers now.
-            for entry in [r for r in self._running.values() if r.done.is_set()]:
-                self._running.pop(entry.job.ref, None)
+            for entry in list(self._held.values()):
+                entry.settled = True
+                self._held.pop(entry.job.ref, None)
             adopted = list(self._adopted.items())
-        if leftovers or adopted:
-            for entry in leftovers:
-                entry.ctx.cancel()
-                entry.done.set()
-            for _, ctx in adopted:
-                ctx.cancel()
-            refs = [r.job.ref for r in leftovers] + [ref for ref, _ in adopted]
-            released = self._safe(lambda: store.job_release_many(refs, using=self.using))
-            log.warning("released %d unfinished job(s) back to their queues", len(released or ()))
-            with self._lock:
-                for entry in leftovers:
-                    self._running.pop(entry.job.ref, None)
+        for entry in leftovers:
+            entry.ctx.cancel()
+        for _, ctx in adopted:
+            ctx.cancel()
+        refs = [r.job.ref for r in leftovers] + [ref for ref, _ in adopted]
+        if refs:
+            self._release(refs, "unfinished")
+
+    def _release(self, refs: list[LeaseRef], what: str) -> None:
+        released = self._safe(lambda: store.job_release_many(refs, using=self.using))
+        log.warning("released %d %s job(s) back to their queues", len(released or ()), what)
 
     def _persist(self, write: Callable[[], T], what: str) -> T:
         """Run a write about held jobs until the database takes it, for up to one lease TTL.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from headgate_django import Envelope, enqueue, store
 from headgate_django.store.fenced import Completion
@@ -32,6 +33,21 @@ def test_higher_priority_first_then_oldest_schedule():
     assert claim_ids(limit=1) == [new]
     assert claim_ids(limit=1) == [low]
     assert claim_ids(limit=1) == []
+
+
+def test_one_claim_returns_its_jobs_in_claim_order():
+    # A worker starts buffered jobs in the order the claim returns them.
+    past = store.db_now().replace(year=2020)
+    ids = enqueue(
+        [
+            Envelope(kind="test.noop", queue="q", priority=-5),
+            Envelope(kind="test.noop", queue="q"),
+            Envelope(kind="test.noop", queue="q", scheduled_at=past),
+            Envelope(kind="test.noop", queue="q", priority=10),
+        ]
+    )
+    low, new, old, high = ids
+    assert claim_ids() == [high, old, new, low]
 
 
 def test_limit_and_queues():
@@ -94,3 +110,30 @@ def test_a_long_worker_id_still_gets_a_working_lease():
     assert row(job_id)["lease_id"] == claimed.ref.lease_id
     assert row(job_id)["claimed_by"] == worker
     assert store.job_complete_many([Completion(claimed.ref, None)]) == {job_id}
+
+
+def test_a_prepared_claim_still_reads_through_the_claim_index():
+    # With prepared statements enabled (OPTIONS["prepare_threshold"]), a claim's generic
+    # plan must still see ``state = 'available'`` to use the partial claim index instead
+    # of sorting every available row.
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    enqueue_job()
+    connection.ensure_connection()
+    raw = connection.connection
+    with connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+    raw.prepare_threshold = 0
+    try:
+        claim_ids(limit=1)
+    finally:
+        raw.prepare_threshold = None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements "
+            "WHERE statement LIKE 'UPDATE headgate_job SET state = $1, lease_id%'"
+        )
+        name, count = cursor.fetchone()
+        cursor.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert "headgate_job_claim_all" in plan, plan

@@ -10,6 +10,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
@@ -18,6 +19,10 @@ from headgate_django.exceptions import ConfigurationError
 
 class Command(BaseCommand):
     help = "Run headgate workers: claim jobs, run handlers, keep leases and duties."
+    # A worker serves no URLs: the URL checks would import every view (the console's graph
+    # layout and CEL included) in each worker process at start-up, for nothing. Headgate's
+    # own checks are tagged ``compatibility``.
+    requires_system_checks = [Tags.compatibility, Tags.models, Tags.signals, Tags.caches]
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

@@ -1,0 +1,48 @@
+"""The worker's claim sizes (pure logic: no database, no threads)."""
+
+from __future__ import annotations
+
+from headgate_django.worker.claim_size import WINDOW, ClaimSizer
+
+
+def test_before_any_handler_ran_only_the_free_slots_are_claimed():
+    sizer = ClaimSizer(concurrency=10, batch=100)
+    assert sizer.size(held=0, waiting=0) == 10
+    assert sizer.size(held=9, waiting=0) == 1  # every free slot, at once
+    assert sizer.size(held=10, waiting=0) == 0
+
+
+def test_long_jobs_are_never_buffered():
+    sizer = ClaimSizer(concurrency=4, batch=100)
+    sizer.observe(WINDOW * 4)  # each handler takes as long as four slots' worth of window
+    assert sizer.prefetch() == 1
+    sizer.observe(WINDOW * 100)
+    assert sizer.prefetch() == 0
+    assert sizer.size(held=3, waiting=0) == 1
+    assert sizer.size(held=4, waiting=0) == 0
+
+
+def test_short_jobs_are_claimed_in_whole_batches_beyond_the_slots():
+    sizer = ClaimSizer(concurrency=10, batch=100)
+    sizer.observe(0.0001)
+    assert sizer.prefetch() == 100
+    assert sizer.size(held=0, waiting=0) == 100
+    assert sizer.size(held=60, waiting=50) == 50  # the buffer holds up to a batch
+    assert sizer.size(held=110, waiting=100) == 0
+
+
+def test_a_low_water_mark_keeps_claims_large_until_the_buffer_runs_dry():
+    sizer = ClaimSizer(concurrency=100, batch=100)
+    sizer.observe(0.0001)
+    assert sizer.size(held=151, waiting=51) == 0  # 49 would fit: wait for half a batch
+    assert sizer.size(held=150, waiting=50) == 50
+    assert sizer.size(held=199, waiting=0) == 1  # handlers would idle: claim what fits
+
+
+def test_the_average_follows_a_change_in_job_length():
+    sizer = ClaimSizer(concurrency=10, batch=100)
+    sizer.observe(0.0001)
+    assert sizer.prefetch() == 100
+    for _ in range(30):
+        sizer.observe(5.0)
+    assert sizer.prefetch() == 0
