@@ -1,7 +1,10 @@
 """``DATABASE_URL`` → a Django ``DATABASES`` entry, with the options headgate needs.
 
 SQLite gets WAL, ``BEGIN IMMEDIATE`` transactions and a busy timeout so several worker
-processes share one file without "database is locked" surprises.
+processes share one file without "database is locked" surprises. PostgreSQL and MariaDB get
+connect timeouts, and MariaDB read and write timeouts, so that a call on a connection the
+server will never answer (a server restarting under it) fails and is retried instead of
+blocking a worker thread for good. Query parameters in the URL override each of these.
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ def database_from_url(url: str) -> dict[str, Any]:
     if scheme in ("mysql", "mariadb"):
         options.setdefault("charset", "utf8mb4")
         options.setdefault("isolation_level", "read committed")
+        # Above InnoDB's 50 s lock wait, so a timeout here means the server is gone.
+        for option, seconds in (
+            ("connect_timeout", 10),
+            ("read_timeout", 120),
+            ("write_timeout", 120),
+        ):
+            options[option] = int(options.get(option, seconds))
+    else:
+        options["connect_timeout"] = int(options.get("connect_timeout", 10))
     return {
         "ENGINE": _ENGINES[scheme],
         "NAME": unquote(parts.path.lstrip("/")),
