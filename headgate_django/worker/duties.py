@@ -2,6 +2,12 @@
 
 Every worker process runs this loop; only the holder of a duty's lease runs that duty, so
 any number of hosts is safe and a dead holder is replaced when its lease lapses.
+
+After a database outage the reclaim duty waits one renewal interval before it runs again.
+The database clock kept running while nobody could write, so leases of live workers may
+have lapsed during the outage; those workers renew them as soon as the database is back
+(a renewal only needs the lease to be unclaimed, not unexpired), and must get the chance
+to before the reclaim charges them a crash for an outage they survived.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from django.db import InterfaceError, OperationalError
 
 from headgate_django import store
 from headgate_django.conf import headgate_settings
@@ -26,6 +34,8 @@ class Duty:
     interval: float  # seconds
     run: Callable[[], dict[str, Any]]
     last: float = 0.0
+    #: Seconds the duty waits once the database is back after an outage.
+    after_outage: float = 0.0
 
 
 def _promote() -> dict[str, Any]:
@@ -71,7 +81,9 @@ def default_duties() -> list[Duty]:
     base = headgate_settings.DUTY_INTERVAL.total_seconds()
     duties = [
         Duty("promote", min(base, 0.2), _promote),
-        Duty("reclaim", base, _reclaim),
+        Duty(
+            "reclaim", base, _reclaim, after_outage=headgate_settings.renew_interval.total_seconds()
+        ),
         Duty("evict", base * 5, _evict),
     ]
     return duties + [make() for make in EXTRA_DUTIES]
@@ -83,8 +95,17 @@ class DutyRunner:
     def __init__(self, holder: str, duties: list[Duty] | None = None) -> None:
         self.holder = holder
         self.duties = duties if duties is not None else default_duties()
+        self._in_outage = False
+        self._back_at = float("-inf")  # when the database last came back (monotonic)
 
     def tick(self) -> None:
+        try:
+            self._tick()
+        except (OperationalError, InterfaceError):
+            self._in_outage = True  # a lost or refused connection, not a failing query
+            raise
+
+    def _tick(self) -> None:
         now = time.monotonic()
         for duty in self.duties:
             if now - duty.last < duty.interval:
@@ -92,6 +113,11 @@ class DutyRunner:
             duty.last = now
             ttl = timedelta(seconds=max(10.0, duty.interval * 5))
             if not store.duty_acquire(duty.name, holder=self.holder, ttl=ttl):
+                continue
+            if self._in_outage:  # the acquire went through: the database is back
+                self._in_outage = False
+                self._back_at = now
+            if now - self._back_at < duty.after_outage:
                 continue
             result = duty.run()
             if duty.name != "promote" or result.get("promoted"):

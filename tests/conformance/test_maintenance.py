@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import OperationalError
 
 from headgate_django import enqueue, store
 from headgate_django.envelope import fingerprint
@@ -13,6 +14,7 @@ from headgate_django.exceptions import NotFoundError, QuarantinedError
 from headgate_django.kernel.states import State
 from headgate_django.models import DutyLease, Job, Quarantine
 from headgate_django.store.fenced import Completion
+from headgate_django.worker.duties import Duty, DutyRunner, default_duties
 from tests.conformance.helpers import (
     BLINK,
     claim,
@@ -184,3 +186,35 @@ def test_duties_are_independent_and_release_frees_them():
     assert not store.duty_acquire("promote", holder="b", ttl=timedelta(minutes=1))
     store.duty_release("promote", holder="a")
     assert store.duty_acquire("promote", holder="b", ttl=timedelta(minutes=1))
+
+
+def test_after_an_outage_reclaim_waits_a_renewal_interval_for_live_workers():
+    """A lease that lapsed while the database was down belongs to a worker that will renew
+    it once the database is back; the reclaim duty gives it one renewal interval to."""
+    outage = {"on": True}
+
+    def database_down() -> dict:
+        if outage["on"]:
+            raise OperationalError("server closed the connection unexpectedly")
+        return {}
+
+    reclaim = next(d for d in default_duties() if d.name == "reclaim")
+    reclaim.interval = 0.0
+    runner = DutyRunner("duty-holder", [Duty("probe", 0.0, database_down), reclaim])
+    job_id = enqueue_job()
+    held = claim(job_id, lease_ttl=BLINK)
+    expire_lease()
+    with pytest.raises(OperationalError):
+        runner.tick()
+    outage["on"] = False
+    runner.tick()  # the database is back: the lapsed lease is left to its holder
+    assert state_of(job_id) == "running"
+    assert store.job_renew_leases([held.ref], lease_ttl=timedelta(minutes=1)) == set()
+    assert row(job_id)["crash_attempt"] == 0
+
+    reclaim.after_outage = 0.0  # the grace is over, and this time nobody renews
+    assert store.job_renew_leases([held.ref], lease_ttl=BLINK) == set()
+    expire_lease()
+    runner.tick()
+    assert state_of(job_id) == "retryable"  # a lease nobody renews is reclaimed as before
+    assert row(job_id)["crash_attempt"] == 1
