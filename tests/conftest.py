@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,13 @@ from urllib.parse import quote
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now (for servers the tests start)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def database_url() -> str:

@@ -19,15 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.conftest import free_port
+
 PG_BIN = Path(os.environ.get("HEADGATE_CHAOS_PG_BIN", "/usr/lib/postgresql/15/bin"))
 MARIADBD = os.environ.get("HEADGATE_CHAOS_MARIADBD", "/usr/sbin/mariadbd")
 DATABASE = "headgate_chaos"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _owned_dir(prefix: str, user: str) -> Path:

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from headgate_django import enqueue, testing
 from headgate_django.models import Job
 from headgate_django.workflows import Workflow
 from tests.app import tasks
-from tests.conftest import ROOT, database_url
+from tests.conftest import ROOT, database_url, free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -55,12 +54,6 @@ pytestmark = [
     ),
 ]
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:

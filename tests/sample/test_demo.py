@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,6 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,12 +38,6 @@ pytestmark = [
         "the SQLite leg runs it once",
     ),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Browser:
@@ -112,8 +107,8 @@ def wait_for(what: str, probe, timeout: float = 90):  # type: ignore[no-untyped-
 
 
 def test_make_demo_serves_the_console_with_live_workflows(tmp_path: Path) -> None:
-    port = _free_port()
-    operator_addr = f"127.0.0.1:{_free_port()}"
+    port = free_port()
+    operator_addr = f"127.0.0.1:{free_port()}"
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
