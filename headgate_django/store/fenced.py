@@ -169,7 +169,7 @@ def job_complete_many(completions: Sequence[Completion], *, using: str = "defaul
         done |= _deleted_ids(cursor, conn, deletes)
         if keeps:
             done |= _complete_kept(cursor, conn, keeps)
-        _after_finish(
+        after_finish(
             cursor,
             conn,
             {c.workflow_id for c in completions if c.workflow_id and c.ref.job_id in done},
@@ -219,7 +219,7 @@ def _result_param(conn: BaseDatabaseWrapper, job_id: str, result: Any) -> Any:
     return prep(conn, "result", result)
 
 
-def _after_finish(cursor: Any, conn: BaseDatabaseWrapper, workflow_ids: set[str | None]) -> None:
+def after_finish(cursor: Any, conn: BaseDatabaseWrapper, workflow_ids: set[str | None]) -> None:
     """Hooks that must commit with a finished job (workflows wake their coordinator)."""
     from headgate_django.store import hooks
 
@@ -353,7 +353,7 @@ def job_retry(
             f"{when}, {_CLEAR_LEASE} WHERE id = %s",
             [*params, ref.job_id],
         )
-        _after_finish(cursor, conn, {workflow_id})
+        after_finish(cursor, conn, {workflow_id})
     return target
 
 
@@ -372,7 +372,7 @@ def _finish_with(
             "WHERE id = %s",
             [state.value, prep(conn, "errors", append_error(errors, entry)), ref.job_id],
         )
-        _after_finish(cursor, conn, {workflow_id})
+        after_finish(cursor, conn, {workflow_id})
 
 
 def job_skip(ref: LeaseRef, *, reason: str, using: str = "default") -> None:

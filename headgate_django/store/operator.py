@@ -22,6 +22,7 @@ from headgate_django.exceptions import (
 from headgate_django.kernel.states import Event, State, check
 from headgate_django.models import Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
+from headgate_django.store.fenced import after_finish
 from headgate_django.store.rows import prep
 
 
@@ -92,10 +93,8 @@ def job_cancel(job_id: str, *, using: str = "default") -> bool:
             "lease_id = NULL, lease_expires_at = NULL",
             [State.CANCELLED.value],
         )
-        from headgate_django.store.fenced import _after_finish
-
         with conn.cursor() as cursor:
-            _after_finish(cursor, conn, {job.workflow_id})
+            after_finish(cursor, conn, {job.workflow_id})
     return True
 
 
