@@ -8,6 +8,7 @@ every process reports the same truth. Expose them with :func:`metrics_view` in y
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,18 +21,43 @@ except ImportError:  # metrics are optional
 _LABELS = ("queue", "kind")
 
 
+class _Children:
+    """A labelled metric's children, looked up once per label values.
+
+    ``labels()`` validates its arguments and takes the metric's lock on every call, which
+    cost more than the rest of a no-op job's bookkeeping together. prometheus_client hands
+    out one child per label values, so a child cached here is the one it would return; two
+    threads racing to fill the same key store the same object.
+    """
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 class _Metrics:
     def __init__(self) -> None:
         assert prometheus_client is not None
         c = prometheus_client
-        self.claimed = c.Counter("headgate_jobs_claimed_total", "Jobs claimed", _LABELS)
-        self.outcomes = c.Counter(
-            "headgate_jobs_outcomes_total",
-            "Attempt outcomes (completed, retried, archived, snoozed, skipped, undecodable, lost)",
-            (*_LABELS, "outcome"),
+        self.claimed = _Children(c.Counter("headgate_jobs_claimed_total", "Jobs claimed", _LABELS))
+        self.outcomes = _Children(
+            c.Counter(
+                "headgate_jobs_outcomes_total",
+                "Attempt outcomes (completed, retried, archived, snoozed, skipped, undecodable, "
+                "lost)",
+                (*_LABELS, "outcome"),
+            )
         )
-        self.duration = c.Histogram(
-            "headgate_job_attempt_duration_seconds", "Handler run time per attempt", _LABELS
+        self.duration = _Children(
+            c.Histogram(
+                "headgate_job_attempt_duration_seconds", "Handler run time per attempt", _LABELS
+            )
         )
         self.workflows = c.Counter(
             "headgate_workflow_outcomes_total", "Workflows finished", ("outcome",)
@@ -81,15 +107,15 @@ def metrics() -> _Metrics | None:
 def observe_attempt(queue: str, kind: str, outcome: str, seconds: float) -> None:
     m = metrics()
     if m is not None:
-        m.outcomes.labels(queue, kind, outcome).inc()
-        m.duration.labels(queue, kind).observe(seconds)
+        m.outcomes(queue, kind, outcome).inc()
+        m.duration(queue, kind).observe(seconds)
 
 
 def observe_claims(jobs: Any) -> None:
     m = metrics()
     if m is not None:
-        for job in jobs:
-            m.claimed.labels(job.queue, job.kind).inc()
+        for labels, n in Counter((job.queue, job.kind) for job in jobs).items():
+            m.claimed(*labels).inc(n)
 
 
 def observe_workflow(outcome: str) -> None:

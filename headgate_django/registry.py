@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from headgate_django.envelope import Envelope, encode_call
@@ -36,8 +37,9 @@ class TaskDef:
     timeout: timedelta | None = None
     upcaster: Upcaster | None = None
 
-    @property
+    @cached_property
     def is_async(self) -> bool:
+        """Asked once per attempt by the worker; ``fn`` never changes, so ask inspect once."""
         return inspect.iscoroutinefunction(self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -4,7 +4,12 @@ SQLite gets WAL, ``BEGIN IMMEDIATE`` transactions and a busy timeout so several 
 processes share one file without "database is locked" surprises. PostgreSQL and MariaDB get
 connect timeouts, and MariaDB read and write timeouts, so that a call on a connection the
 server will never answer (a server restarting under it) fails and is retried instead of
-blocking a worker thread for good. Query parameters in the URL override each of these.
+blocking a worker thread for good. PostgreSQL also gets psycopg's prepared statements
+back (``prepare_threshold=5``, psycopg's own default), which Django turns off so that
+transaction-pooling proxies keep working: headgate's hot statements have constant texts,
+so PostgreSQL then stops parsing and planning them on every claim, ack and enqueue. Behind
+a pooler that cannot keep prepared statements, pass ``?prepare_threshold=none`` to turn
+them off again. Query parameters in the URL override each of these.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ def database_from_url(url: str) -> dict[str, Any]:
             options[option] = int(options.get(option, seconds))
     else:
         options["connect_timeout"] = int(options.get("connect_timeout", 10))
+        threshold = str(options.get("prepare_threshold", "5"))
+        options["prepare_threshold"] = None if threshold.lower() == "none" else int(threshold)
     return {
         "ENGINE": _ENGINES[scheme],
         "NAME": unquote(parts.path.lstrip("/")),

@@ -114,7 +114,6 @@ if os.environ.get("HEADGATE_TEST_LOG_LEVEL"):
             }
         },
     }
-SILENCED_SYSTEM_CHECKS = ["models.W037"]
 
 import django  # noqa: E402
 

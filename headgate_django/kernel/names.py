@@ -9,6 +9,9 @@ from headgate_django.exceptions import DefinitionError, InvalidKindError
 MAX_KIND_BYTES = 128
 MAX_QUEUE_BYTES = 128
 MAX_ID_BYTES = 255
+# The kind of every workflow's coordinator job; its ":" keeps it out of the dotted-path
+# kinds that ``@task`` derives, so no user task can take it.
+COORDINATOR_KIND = "headgate:workflow"
 
 # First character a word character, then also the punctuation used by dotted paths,
 # namespaces and generics (Headgate's kind grammar).

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from headgate_django.kernel.names import COORDINATOR_KIND
 from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
 from headgate_django.models import Job, WorkflowCheckpoint
@@ -22,7 +23,6 @@ from headgate_django.store import vendor as v
 from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lock_held
 from headgate_django.store.rows import prep
 
-COORDINATOR_KIND = "headgate:workflow"
 _CHUNK = 500
 
 

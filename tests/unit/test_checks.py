@@ -50,3 +50,15 @@ def test_use_tz_and_sqlite_transaction_mode(monkeypatch):
     monkeypatch.setattr(settings, "DATABASES", sqlite)
     with override_settings(USE_TZ=False):
         assert sorted(m.id for m in check_settings()) == ["headgate.E006", "headgate.W001"]
+
+
+@pytest.mark.django_db
+def test_the_models_raise_no_warnings_on_the_database_under_test():
+    """On MySQL/MariaDB Django would warn about the partial indexes and the conditional
+    unique constraint; migrations 0002 and 0009 cover them there, so nothing is reported."""
+    from django.apps import apps
+    from django.core import checks
+
+    config = apps.get_app_config("headgate_django")
+    found = checks.run_checks(app_configs=[config], databases=["default"])
+    assert [m.id for m in found if m.level >= checks.WARNING] == []

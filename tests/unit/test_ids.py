@@ -1,0 +1,44 @@
+"""Job ids: ULIDs in Crockford's base32, ordered by creation time."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from headgate_django.envelope import new_id
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def _decode(ulid: str) -> int:
+    value = 0
+    for char in ulid:
+        value = value * 32 + _CROCKFORD.index(char)
+    return value
+
+
+def test_an_id_is_26_crockford_characters_holding_the_millisecond_clock() -> None:
+    before = int(time.time() * 1000)
+    ulid = new_id()
+    after = int(time.time() * 1000)
+    assert len(ulid) == 26 and set(ulid) <= set(_CROCKFORD)
+    assert ulid[0] in "01234567"  # the top character holds two zero bits
+    assert before <= _decode(ulid) >> 80 <= after
+
+
+def test_ids_sort_by_creation_time_and_do_not_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([1_000.000, 1_000.001, 1_000.002, 2_000_000_000.0])
+    monkeypatch.setattr(time, "time", lambda: next(clock))
+    ids = [new_id() for _ in range(4)]
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    assert [_decode(i) >> 80 for i in ids] == [1_000_000, 1_000_001, 1_000_002, 2 * 10**12]
+
+
+@pytest.mark.parametrize("random_bits", [b"\x00" * 10, b"\xff" * 10, bytes(range(10))])
+def test_the_random_part_is_the_low_80_bits(
+    monkeypatch: pytest.MonkeyPatch, random_bits: bytes
+) -> None:
+    monkeypatch.setattr(os, "urandom", lambda n: random_bits[:n])
+    assert _decode(new_id()) & (2**80 - 1) == int.from_bytes(random_bits, "big")
