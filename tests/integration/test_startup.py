@@ -2,7 +2,7 @@
 
 Each ``runworkers`` process pays for every module Django's set-up imports, so libraries
 that only some paths use are imported on first use: celpy when the first CEL condition
-is compiled.
+is compiled, Daphne (and Twisted) only by the sample project's ``runserver``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ def imported(env: dict[str, str], settings: str, *modules: str) -> list[str]:
 @pytest.mark.parametrize("settings", ["tests.settings", "sampleproject.settings"])
 def test_worker_set_up_leaves_celpy_to_the_first_condition(worker_env, settings):
     assert imported(worker_env, settings, "celpy", "lark") == []
+
+
+def test_sample_project_worker_set_up_does_not_import_daphne(worker_env):
+    assert imported(worker_env, "sampleproject.settings", "daphne", "twisted") == []
 
 
 def test_compiling_a_condition_imports_celpy(worker_env):
