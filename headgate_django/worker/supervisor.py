@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 from django.db import connections
 
@@ -88,7 +89,7 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
     return max((c if c >= 0 else 128 - c for c in codes), default=0)
 
 
-def _child(serve: Serve, worker_id: str | None) -> None:
+def _child(serve: Serve, worker_id: str | None) -> NoReturn:
     """Run one worker in a forked child and leave with its exit code: never return."""
     code = 1
     try:
