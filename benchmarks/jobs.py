@@ -9,8 +9,9 @@ it with ``manage.py migrate``, then measures:
 
 1. enqueue: one ``noop.enqueue()`` per transaction (autocommit), and ``enqueue()`` of a
    list of 1,000 envelopes;
-2. drain: N no-op jobs through real ``manage.py runworkers --burst`` subprocesses, timed
-   from start to exit, with 1 and 2 processes and ``--concurrency`` 10 and 100;
+2. drain: N no-op jobs through one real ``manage.py runworkers --burst`` command, timed
+   from start to exit, with ``--processes`` 1 and 2 (the product's way to run two worker
+   processes: one set-up, then two forked children) and ``--concurrency`` 10 and 100;
 3. latency: enqueue → handler start while a producer enqueues one job every 10 ms against
    a running (not burst) worker;
 4. the same workloads through raw psycopg / sqlite3 on a minimal table of the script's own
@@ -556,20 +557,20 @@ class Headgate:
 
     def drain(self, n: int, processes: int, concurrency: int) -> Drain:
         self.seed(n)
-        args = ["--burst", "--concurrency", str(concurrency)]
+        args = ["--burst", "--processes", str(processes), "--concurrency", str(concurrency)]
         commits = pg_commits(self.scalar, self.vendor)
+        # RUSAGE_CHILDREN covers the forked worker processes too: the command reaps them
+        # before it exits, which adds their CPU to its own children's total.
         cpu = children_cpu()
         with ServerCpu(self.vendor) as server:
             start = time.perf_counter()
-            procs = [self._worker(*args) for _ in range(processes)]
-            codes = [p.wait() for p in procs]
+            code = self._worker(*args).wait()
             elapsed = time.perf_counter() - start
         cpu = children_cpu() - cpu
         done = self.count("completed")
-        if done != n or any(codes):
+        if done != n or code:
             raise RuntimeError(
-                f"headgate drain completed {done} of {n} jobs (exit codes {codes}); "
-                f"see {self.logdir}"
+                f"headgate drain completed {done} of {n} jobs (exit code {code}); see {self.logdir}"
             )
         # Store-clock span from the first claim to the last completion.
         first, last = self.sql("SELECT min(claimed_at), max(finalized_at) FROM headgate_job")[0]
@@ -583,12 +584,12 @@ class Headgate:
             None if commits is None or after is None else (after - commits) * 1000 / n,
         )
 
-    def empty_burst(self) -> tuple[float, float]:
-        """Wall and CPU seconds of ``runworkers --burst`` starting and exiting idle."""
+    def empty_burst(self, processes: int) -> tuple[float, float]:
+        """Wall and CPU seconds of ``runworkers --burst --processes P`` starting and exiting idle."""
         self.reset()
         cpu = children_cpu()
         start = time.perf_counter()
-        code = self._worker("--burst").wait()
+        code = self._worker("--burst", "--processes", str(processes)).wait()
         if code:
             raise RuntimeError(f"empty burst exited {code}; see {self.logdir}")
         return time.perf_counter() - start, children_cpu() - cpu
@@ -679,9 +680,10 @@ def run_child(url: str, size: str, out_path: Path) -> None:
 
     step("empty burst overhead")
     for _ in range(3):
-        wall, cpu = hg.empty_burst()
-        record("empty_burst/headgate", wall)
-        record("empty_burst_cpu/headgate", cpu)
+        for procs in PROCESSES:
+            wall, cpu = hg.empty_burst(procs)
+            record(f"empty_burst/headgate/p{procs}", wall)
+            record(f"empty_burst_cpu/headgate/p{procs}", cpu)
 
     n = sizes["drain"]
     step(f"drain {n} jobs x {sizes['drain_reps']} reps")
@@ -829,10 +831,10 @@ def table(results: dict[str, Any]) -> str:
         "",
         "Drain detail (medians): steady rate from the first claim to the last completion, "
         "which leaves out process start-up and exit; CPU (user + system) per 1,000 jobs of "
-        "the worker processes (headgate's net of start-up, i.e. minus an empty burst's CPU "
-        "per process) and of the PostgreSQL backends serving them, which machine load "
-        "moves far less than rates; PostgreSQL transactions committed per 1,000 jobs (each "
-        "a WAL flush and a round trip).",
+        "the worker processes (headgate's net of start-up, i.e. minus the CPU of an empty "
+        "burst with as many processes) and of the PostgreSQL backends serving them, which "
+        "machine load moves far less than rates; PostgreSQL transactions committed per 1,000 "
+        "jobs (each a WAL flush and a round trip).",
         "",
         "| drain | headgate steady, jobs/s | raw steady, jobs/s | headgate/raw "
         "| headgate worker CPU | raw worker CPU | headgate server CPU | raw server CPU "
@@ -847,7 +849,7 @@ def table(results: dict[str, Any]) -> str:
     for procs in PROCESSES:
         for conc in CONCURRENCY:
             hg, raw = f"headgate/p{procs}/c{conc}", f"raw/p{procs}"
-            startup = procs * median(runs["empty_burst_cpu/headgate"]) * 1e6 / sizes["drain"]
+            startup = median(runs[f"empty_burst_cpu/headgate/p{procs}"]) * 1e6 / sizes["drain"]
             net = median(runs[f"drain_cpu/{hg}"]) - startup
             steady_hg = median(runs[f"drain_steady/{hg}"])
             steady_raw = median(runs[f"drain_steady/{raw}"])
@@ -858,7 +860,7 @@ def table(results: dict[str, Any]) -> str:
                 f"| {cpu(f'drain_server/{raw}')} | {cpu(f'drain_commits/{hg}', '/1k')} "
                 f"| {cpu(f'drain_commits/{raw}', '/1k')} |"
             )
-    burst = runs["empty_burst/headgate"]
+    bursts = {procs: runs[f"empty_burst/headgate/p{procs}"] for procs in PROCESSES}
     notes = [
         "",
         f"Medians (min–max) of {sizes['reps']} repetitions for enqueue, {sizes['drain_reps']} "
@@ -866,7 +868,9 @@ def table(results: dict[str, Any]) -> str:
         f"({sizes['latency']} jobs at 100/s each; raw worker: {raw_kind}, claiming one at a "
         "time). Raw drain: claim 100 per UPDATE … SKIP LOCKED, one fenced UPDATE to complete, "
         "same process count as the headgate row. Drains are timed from process start to exit; "
-        f"an empty `runworkers --burst` takes {median(burst):.2f} s (median of {len(burst)}). "
+        "an empty `runworkers --burst` takes "
+        + " and ".join(f"{median(b):.2f} s with --processes {procs}" for procs, b in bursts.items())
+        + f" (medians of {len(bursts[1])}). "
         f"1-minute load average {results['load'][0]:.1f} at the start of this database's "
         f"runs, {results['load'][1]:.1f} at the end ({os.cpu_count()} cores)"
         + (

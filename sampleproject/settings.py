@@ -14,7 +14,9 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
 INSTALLED_APPS = [
-    "daphne",
+    # First, so that its runserver (Daphne, ASGI) replaces Django's; Daphne is not an app
+    # here because its app module would import Twisted in every command (see the command).
+    "sampleproject.demo.apps.DemoConfig",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -27,7 +29,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "headgate_django",
-    "sampleproject.demo.apps.DemoConfig",
 ]
 
 MIDDLEWARE = [

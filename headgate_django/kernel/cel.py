@@ -15,36 +15,28 @@ without a type checker: the shape of the parse tree (a top-level ``+`` or a stri
 can never be a boolean), then two sample evaluations against workflow states in which every
 node is pending, then completed. Only what is certain to fail is refused; an expression
 that fails on a particular state (``1 / 0``) is refused when it is evaluated.
+
+celpy itself is imported on the first compile or evaluation (:mod:`.cel_runtime`), not with
+this module, so processes that never meet a condition do not pay for loading it.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-import celpy
-import lark
-from celpy import celtypes
-from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError, CELSyntaxError, CELUnsupportedError
-from lark.exceptions import LarkError
+from headgate_django.exceptions import ConditionError
 
-from headgate_django.exceptions import ConditionError, ConditionEvaluationError
+if TYPE_CHECKING:
+    import celpy
 
 MAX_EXPRESSION_BYTES = 1024
 MAX_EXPRESSION_DEPTH = 100
 
 #: The variables an expression may read; anything else is an undeclared reference.
 VARIABLES = ("revision", "generation", "states", "completed")
-
-_environment: celpy.Environment | None = None
-# The parser adapter keeps the text being parsed on itself (for error messages), so
-# parses are serialised; evaluation builds a fresh evaluator per call and needs no lock.
-_parse_lock = threading.Lock()
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,31 +75,11 @@ def evaluate(
     boolean; the coordinator decides what that means for the node. Malformed arguments
     are a caller bug and raise ``ValueError``/``TypeError`` instead.
     """
-    activation = _activation(revision, generation, states, completed)
-    try:
-        value = compiled.program.evaluate(activation)
-    except CELEvalError as exc:
-        raise ConditionEvaluationError(
-            f"condition {compiled.source!r} failed: {_describe(exc)}"
-        ) from exc
-    except RecursionError as exc:
-        raise ConditionEvaluationError(
-            f"condition {compiled.source!r} is nested too deeply to evaluate here"
-        ) from exc
-    except Exception as exc:
-        # celpy signals some failures with plain Python exceptions; the caller must be able
-        # to rely on one error type for "this condition could not be decided".
-        raise ConditionEvaluationError(
-            f"condition {compiled.source!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(value, celtypes.BoolType | bool):
-        raise ConditionEvaluationError(
-            f"condition {compiled.source!r} returned {_type_name(value)}, not a boolean"
-        )
-    return bool(value)
+    from headgate_django.kernel import cel_runtime
 
-
-# -- compilation ---------------------------------------------------------------------
+    return cel_runtime.evaluate(
+        compiled.program, compiled.source, revision, generation, states, completed
+    )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -122,166 +94,6 @@ def _compile_cached(expression: str) -> CompiledCondition:
         raise ConditionError(
             f"a condition is limited to {MAX_EXPRESSION_BYTES} bytes of UTF-8, got {size}"
         )
-    with _parse_lock:
-        environment = _get_environment()
-        try:
-            tree = environment.compile(expression)
-        except (CELParseError, LarkError) as exc:
-            raise ConditionError(f"condition {expression!r} is not valid CEL: {exc}") from exc
-    depth = _tree_depth(tree)
-    if depth > MAX_EXPRESSION_DEPTH:
-        raise ConditionError(
-            f"condition {expression!r} is nested too deeply "
-            f"({depth} levels, at most {MAX_EXPRESSION_DEPTH})"
-        )
-    if _never_boolean(tree):
-        raise ConditionError(f"condition {expression!r} can never return a boolean")
-    compiled = CompiledCondition(expression, environment.program(tree))
-    for state, done in (("pending", False), ("completed", True)):
-        _check_sample(compiled, state, done)
-    return compiled
+    from headgate_django.kernel import cel_runtime
 
-
-def _get_environment() -> celpy.Environment:
-    """The shared environment, built on first use (it loads the grammar); call under the lock."""
-    global _environment
-    if _environment is None:
-        # celpy raises the process-wide recursion limit as a side effect; the depth cap
-        # above makes that unnecessary, and a kernel module must not change global state.
-        limit = sys.getrecursionlimit()
-        try:
-            _environment = celpy.Environment()
-        finally:
-            sys.setrecursionlimit(limit)
-    return _environment
-
-
-def _tree_depth(tree: lark.Tree) -> int:
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(tree, 1)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(node, lark.Tree):
-            stack.extend((child, depth + 1) for child in node.children)
-    return deepest
-
-
-_BOOLEAN_BINARY = frozenset({"conditionalor", "conditionaland", "relation"})
-_NUMERIC_BINARY = frozenset({"addition", "multiplication"})
-
-
-def _never_boolean(tree: lark.Tree) -> bool:
-    """True when every result branch is certainly not a boolean, from the tree's shape alone.
-
-    Only shapes whose type is fixed by the grammar are judged; identifiers, member access
-    and calls are left to the sample evaluations.
-    """
-    pending: list[Any] = [tree]
-    while pending:
-        node = pending.pop()
-        if not isinstance(node, lark.Tree):
-            return False
-        children = node.children
-        if node.data == "expr" and len(children) == 3:
-            pending.extend((children[1], children[2]))  # both branches of ``c ? a : b``
-        elif node.data in _BOOLEAN_BINARY and len(children) == 2:
-            return False
-        elif node.data in _NUMERIC_BINARY and len(children) == 2:
-            continue
-        elif node.data == "unary" and len(children) == 2:
-            if getattr(children[0], "data", None) == "unary_not":
-                return False
-        elif node.data == "literal":
-            if getattr(children[0], "type", None) == "BOOL_LIT":
-                return False
-        elif node.data in ("list_lit", "map_lit"):
-            continue
-        elif len(children) == 1:
-            pending.append(children[0])  # a wrapper level such as ``unary`` or ``paren_expr``
-        else:
-            return False
-    return True
-
-
-class _SampleMap(celtypes.MapType):
-    """A map that answers every key with one value, so a sample covers any node name."""
-
-    def __init__(self, default: celtypes.Value) -> None:
-        super().__init__({})
-        self._default = default
-
-    def __missing__(self, key: Any) -> celtypes.Value:
-        return self._default
-
-
-def _check_sample(compiled: CompiledCondition, state: str, done: bool) -> None:
-    activation: dict[str, celtypes.Value] = {
-        "revision": celtypes.UintType(1),
-        "generation": celtypes.UintType(1),
-        "states": _SampleMap(celtypes.StringType(state)),
-        "completed": _SampleMap(celtypes.BoolType(done)),
-    }
-    source = compiled.source
-    try:
-        value = compiled.program.evaluate(activation)
-    except CELEvalError as exc:
-        # Only a reference to a name that no activation will ever provide is certain to
-        # fail again; other failures may depend on the state and are judged at run time.
-        if str(exc.args[0] if exc.args else "").startswith("undeclared reference"):
-            raise ConditionError(
-                f"condition {source!r} uses an unknown variable or function; "
-                f"the variables are {', '.join(VARIABLES)}"
-            ) from exc
-        return
-    except (CELSyntaxError, CELUnsupportedError) as exc:
-        raise ConditionError(f"condition {source!r} cannot be evaluated: {exc}") from exc
-    except RecursionError as exc:
-        raise ConditionError(f"condition {source!r} is nested too deeply") from exc
-    except Exception:
-        return  # a data-dependent failure inside celpy; evaluate() reports it precisely
-    if not isinstance(value, celtypes.BoolType | bool):
-        raise ConditionError(
-            f"condition {source!r} returned {_type_name(value)} when every node is {state}, "
-            "not a boolean"
-        )
-
-
-# -- evaluation ----------------------------------------------------------------------
-
-
-def _activation(
-    revision: int,
-    generation: int,
-    states: Mapping[str, str],
-    completed: Mapping[str, bool],
-) -> dict[str, celtypes.Value]:
-    for label, number in (("revision", revision), ("generation", generation)):
-        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-            raise ValueError(f"{label} must be a non-negative integer, got {number!r}")
-    state_map = celtypes.MapType()
-    for name, state in states.items():
-        if not isinstance(name, str) or not isinstance(state, str):
-            raise TypeError(f"states must map str to str, got {name!r}: {state!r}")
-        state_map[celtypes.StringType(name)] = celtypes.StringType(state)
-    completed_map = celtypes.MapType()
-    for name, done in completed.items():
-        if not isinstance(name, str) or not isinstance(done, bool):
-            raise TypeError(f"completed must map str to bool, got {name!r}: {done!r}")
-        completed_map[celtypes.StringType(name)] = celtypes.BoolType(done)
-    return {
-        "revision": celtypes.UintType(revision),
-        "generation": celtypes.UintType(generation),
-        "states": state_map,
-        "completed": completed_map,
-    }
-
-
-def _describe(exc: CELEvalError) -> str:
-    message = exc.args[0] if exc.args else exc
-    # An undeclared-reference message embeds the whole activation; keep the useful head.
-    return str(message).split(" (in activation", 1)[0]
-
-
-def _type_name(value: object) -> str:
-    return type(value).__name__.removesuffix("Type").lower() or type(value).__name__
+    return CompiledCondition(expression, cel_runtime.program(expression))

@@ -1,45 +1,104 @@
-"""``--processes P``: run P worker processes and pass signals through to them.
+"""``--processes P``: fork P worker processes from the set-up parent and pass signals on.
 
-Each child is a plain ``runworkers`` with ``--processes 1``, so a child behaves exactly like
-a single worker (its own threads, leases and drain); the parent only forwards SIGTERM and
-SIGINT and exits with the worst child exit code.
+Importing Django, the project and its apps and running the system checks is most of a
+worker's start-up, so the parent does it once and forks (as gunicorn's ``--preload``
+does); each child then runs exactly what ``--processes 1`` runs, in its own process. A
+fork copies only the forking thread, so the parent refuses to fork while other threads
+exist (a lock one of them held would stay locked in every child), and it closes its
+database connections first so that no child shares a socket with another. The parent
+only forwards SIGTERM and SIGINT and exits with the worst child exit code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
-import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable
+from typing import NoReturn
+
+from django.db import connections
+
+from headgate_django.exceptions import ConfigurationError
+from headgate_django.worker.exit import exit_now
 
 log = logging.getLogger("headgate_django.worker")
 
+#: The signals forwarded to the children; see :func:`supervise`.
+FORWARDED = frozenset({signal.SIGTERM, signal.SIGINT})
 
-def supervise(processes: int, child_args: Sequence[str], worker_id: str | None = None) -> int:
-    argv = [sys.executable, sys.argv[0], "runworkers", *child_args, "--processes", "1"]
-    children: list[subprocess.Popen[bytes]] = []
+#: ``serve(worker_id)`` runs one worker to its end in the calling process.
+Serve = Callable[[str | None], None]
+
+
+def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int:
+    """Fork ``processes`` children that each call ``serve``; return the worst exit code."""
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if others:
+        raise ConfigurationError(
+            f"cannot fork worker processes while threads run ({', '.join(others)}): "
+            "start one runworkers per process instead of --processes"
+        )
+    connections.close_all()
+    # Whatever is still buffered would otherwise be written once by every child as well.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    live: list[int] = []
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
+        for pid in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
 
-    # Installed before any child exists, so a signal during start-up is not lost.
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    children: list[int] = []
     for n in range(processes):
         if received:
             break
         # A fixed --worker-id gets a suffix per child: two processes sharing one id would
         # both believe they hold the same singleton duty lease.
-        own_id = ["--worker-id", f"{worker_id}.{n + 1}"] if worker_id else []
+        own_id = f"{worker_id}.{n + 1}" if worker_id else None
+        # Blocked across the fork: a signal that arrives meanwhile waits until the parent
+        # knows the new pid, and in the child until the worker's own handlers are in place
+        # (the worker unblocks them, see runworkers).
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        pid = os.fork()
+        if pid == 0:
+            _child(serve, own_id)
         # Each child in its own process group: a terminal's Ctrl-C reaches only this
         # parent, which forwards it once (a second signal means "stop now" to a child).
-        children.append(subprocess.Popen([*argv, *own_id], process_group=0))
-    log.info("started %d worker processes: %s", processes, ", ".join(str(c.pid) for c in children))
-    codes = [child.wait() for child in children]
+        # Set on both sides of the fork, so it holds whichever runs first.
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        children.append(pid)
+        live.append(pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    log.info("started %d worker processes: %s", len(children), ", ".join(map(str, children)))
+    codes = []
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        live.remove(pid)  # never signal a pid the system may give to another process
+        codes.append(os.waitstatus_to_exitcode(status))
     # A child killed by a signal reports -N; exit like a shell would (128 + N).
     return max((c if c >= 0 else 128 - c for c in codes), default=0)
+
+
+def _child(serve: Serve, worker_id: str | None) -> NoReturn:
+    """Run one worker in a forked child and leave with its exit code: never return."""
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        serve(worker_id)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        log.exception("worker process %d failed", os.getpid())
+    finally:
+        exit_now(code)

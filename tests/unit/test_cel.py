@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from headgate_django.exceptions import ConditionError, ConditionEvaluationError, GraphError
-from headgate_django.kernel import cel
+from headgate_django.kernel import cel, cel_runtime
 
 
 def run(expression: str, **state: object) -> bool:
@@ -114,7 +114,7 @@ def test_nesting_limit() -> None:
 
 
 def test_compile_leaves_the_recursion_limit_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cel, "_environment", None)
+    monkeypatch.setattr(cel_runtime, "_environment", None)
     cel._compile_cached.cache_clear()
     before = sys.getrecursionlimit()
     cel.compile("completed.a || true")

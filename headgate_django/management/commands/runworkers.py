@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import signal
 import sys
 from datetime import timedelta
@@ -12,9 +9,11 @@ from typing import Any
 
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
 
+from headgate_django.durable import handlers as durable_modes
 from headgate_django.exceptions import ConfigurationError
+from headgate_django.worker.exit import exit_now
+from headgate_django.worker.runner import Worker
 
 
 class Command(BaseCommand):
@@ -75,16 +74,25 @@ class Command(BaseCommand):
         if options["processes"] > 1:
             from headgate_django.worker.supervisor import supervise
 
-            sys.exit(supervise(options["processes"], _child_args(sys.argv), options["worker_id"]))
-        from headgate_django.durable import handlers as durable_modes
-        from headgate_django.worker.runner import Worker
+            try:
+                code = supervise(
+                    options["processes"],
+                    lambda worker_id: self._serve(options, worker_id),
+                    options["worker_id"],
+                )
+            except ConfigurationError as exc:
+                raise CommandError(f"--processes: {exc}") from exc
+            sys.exit(code)
+        self._serve(options, options["worker_id"])
 
+    def _serve(self, options: dict[str, Any], worker_id: str | None) -> None:
+        """Run one worker until it stops: this process's, or a ``--processes`` child's."""
         worker = Worker(
             queues=options["queues"],
             concurrency=options["concurrency"],
             lease_ttl=timedelta(seconds=options["lease_ttl"]) if options["lease_ttl"] else None,
             burst=options["burst"],
-            worker_id=options["worker_id"],
+            worker_id=worker_id,
             run_duties=not options["no_duties"],
             exclude_kinds=durable_modes.MODES[options["durable_mode"]],
         )
@@ -95,42 +103,17 @@ class Command(BaseCommand):
                 # A second signal means now: no drain, and no waiting for handler threads
                 # (a KeyboardInterrupt would still wait for them at interpreter exit).
                 self.stderr.write(f"received {name} again: exiting without draining")
-                _exit_now(1, close_connections=False)
+                exit_now(1, close_connections=False)
             self.stderr.write(f"received {name}: draining, then exiting")
             worker.stop()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        # A --processes child starts with both blocked (see the supervisor); one that came
+        # in meanwhile is handled now, by the handler above.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         worker.run()
         if worker.handlers_running:
             # Handlers that outlived the drain window were released back to their queues;
             # do not let the interpreter wait for their threads at exit.
-            _exit_now(0)
-
-
-def _exit_now(code: int, *, close_connections: bool = True) -> None:
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if close_connections:
-        with contextlib.suppress(Exception):
-            connections.close_all()
-    os._exit(code)
-
-
-def _child_args(argv: list[str]) -> list[str]:
-    """The command-line options after ``runworkers``, minus ``--processes``."""
-    rest = argv[argv.index("runworkers") + 1 :]
-    out: list[str] = []
-    skip = False
-    for arg in rest:
-        if skip:
-            skip = False
-            continue
-        if arg == "--processes":
-            skip = True
-            continue
-        if arg.startswith("--processes="):
-            continue
-        out.append(arg)
-    return out
+            exit_now(0)
