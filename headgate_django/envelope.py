@@ -47,6 +47,10 @@ def canonical_json(value: Any) -> bytes:
         raise PayloadError(f"payload is not JSON-serialisable: {exc}") from exc
 
 
+#: What :func:`encode_call` writes for a call without arguments.
+NO_ARGUMENTS = b'{"args":[],"kwargs":{}}'
+
+
 def encode_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     return canonical_json({"args": list(args), "kwargs": kwargs})
 
@@ -59,6 +63,8 @@ def decode_call(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
     ``{"email": "new@example.com"}``) needs no wrapper. ``encode_call`` always writes the
     full form, so nothing it produced is read differently.
     """
+    if payload == NO_ARGUMENTS:  # most jobs: skip the parser (a fresh list and dict each time)
+        return [], {}
     data = json.loads(bytes(payload))
     if not isinstance(data, dict):
         raise ValueError("payload is not a JSON object")
@@ -88,7 +94,7 @@ class Envelope:
     """
 
     kind: str
-    payload: bytes = b'{"args":[],"kwargs":{}}'
+    payload: bytes = NO_ARGUMENTS
     id: str | None = None
     queue: str = "default"
     priority: int = 0

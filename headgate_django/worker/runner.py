@@ -148,7 +148,7 @@ class Worker:
         # seen the latest value replaces its connection before its next attempt.
         self._db_errors = 0
         self._thread_seen = threading.local()
-        self._acks: queue.Queue[tuple[_Held, Completion] | None] = queue.Queue()
+        self._acks: queue.SimpleQueue[tuple[_Held, Completion] | None] = queue.SimpleQueue()
         self._handlers = [
             threading.Thread(target=self._handler_loop, name=f"headgate-job-{n}", daemon=True)
             for n in range(concurrency)
