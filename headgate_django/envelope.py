@@ -26,15 +26,31 @@ _TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.
 
 
 def new_id() -> str:
-    """A ULID: 48 bits of milliseconds then 80 random bits, so ids sort by creation.
+    """A ULID: 48 bits of milliseconds then 80 random bits, so ids sort by creation."""
+    return _encoded(_ulid_block(int(time.time() * 1000), os.urandom(10)))[:26]
 
-    Its 26 characters are the 128 bits read 5 at a time from the top, the first one
-    holding two zero bits. Shifted left by 30 the value fills 20 bytes whose base32
-    encoding starts with exactly those 26 characters.
+
+def new_ids(n: int) -> list[str]:
+    """``n`` ULIDs of the current millisecond, encoded in one pass (a batch enqueue's ids)."""
+    ms = int(time.time() * 1000)
+    randoms = os.urandom(10 * n)
+    text = _encoded(b"".join(_ulid_block(ms, randoms[i : i + 10]) for i in range(0, 10 * n, 10)))
+    return [text[i : i + 26] for i in range(0, 32 * n, 32)]
+
+
+def _ulid_block(ms: int, random: bytes) -> bytes:
+    """The ULID of ``ms`` and 10 random bytes, shifted left by 30 bits into 20 bytes.
+
+    A ULID's 26 characters are its 128 bits read 5 at a time from the top, the first one
+    holding two zero bits. Shifted like this, its base32 encoding is exactly those 26
+    characters and six zeros, and 20-byte blocks encode independently, so one call to
+    the C encoder serves a whole batch.
     """
-    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
-    encoded = base64.b32encode((value << 30).to_bytes(20, "big"))[:26]
-    return encoded.translate(_TO_CROCKFORD).decode()
+    return ((ms << 110) | (int.from_bytes(random, "big") << 30)).to_bytes(20, "big")
+
+
+def _encoded(blocks: bytes) -> str:
+    return base64.b32encode(blocks).translate(_TO_CROCKFORD).decode()
 
 
 def canonical_json(value: Any) -> bytes:

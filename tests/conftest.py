@@ -42,6 +42,25 @@ def database_url() -> str:
 
 
 @pytest.fixture
+def unprepared() -> Iterator[None]:
+    """Turn psycopg's prepared statements off on the test's connection for its duration.
+
+    Django logs a statement that psycopg ran prepared without its text (``sql`` is None),
+    so a test that reads captured SQL would miss it.
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    threshold = connection.connection.prepare_threshold
+    connection.connection.prepare_threshold = None
+    yield
+    connection.connection.prepare_threshold = threshold
+
+
+@pytest.fixture
 def worker_env() -> dict[str, str]:
     env = dict(os.environ)
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"

@@ -9,15 +9,14 @@ and classified the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
-from headgate_django.envelope import Envelope, new_id
+from headgate_django.envelope import Envelope, new_ids
 from headgate_django.exceptions import (
     BatchError,
     DefinitionError,
@@ -40,79 +39,101 @@ _COLUMNS = (
 )
 
 # PostgreSQL's enqueue is one statement whose text depends only on whether it carries one
-# row (scalar parameters) or several (one array per column), so it can be prepared. The
-# state and schedule follow the same rules as ``_insert``: pending; a positive delay on the
-# store clock; an absolute instant that may already be due; otherwise available now.
-_PG_SOURCE = (
+# row (scalar parameters) or several (arrays), so it can be prepared. The state and schedule
+# follow the same rules as ``_insert``: pending; a positive delay on the store clock; an
+# absolute instant that may already be due; otherwise available now.
+#
+# A row's own values, and the "shape" it shares with the other jobs of its kind in a batch.
+# A batch sends each distinct shape once, and per row an index into them: most batches hold
+# a few shapes, and psycopg dumps every array element in Python, so this halves the
+# client's work on a 1,000-job batch.
+_PG_ROW = (
     ("id", "varchar"),
+    ("payload", "bytea"),
+    ("fingerprint", "varchar"),
+    ("unique_key", "varchar"),
+)
+_PG_SHAPE = (
     ("kind", "varchar"),
     ("queue", "varchar"),
     ("priority", "integer"),
     ("schema_version", "integer"),
-    ("payload", "bytea"),
-    ("fingerprint", "varchar"),
     ("pending", "boolean"),
     ("delay_ms", "bigint"),
-    ("at", "timestamptz"),
+    ("run_at", "timestamptz"),
     ("max_attempts", "integer"),
     ("timeout", "interval"),
     ("retention", "interval"),
-    ("unique_key", "varchar"),
     ("workflow_id", "varchar"),
 )
-_PG_NAMES = ", ".join(name for name, _ in _PG_SOURCE)
+_PG_SOURCE = _PG_ROW + _PG_SHAPE
+
+
+def _names(source: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(name for name, _ in source)
+
+
+# Column names are unqualified: the source is one relation (one row) or a row and its
+# shape joined on the shape's number (a batch), and no name is in both.
 _PG_SELECT = (
     f"INSERT INTO headgate_job ({_COLUMNS}) "
-    "SELECT r.id, r.kind, r.queue, r.priority, r.schema_version, r.payload, r.fingerprint, "
-    f"CASE WHEN r.pending THEN '{State.PENDING.value}' "
-    f"WHEN r.delay_ms IS NOT NULL THEN '{State.SCHEDULED.value}' "
-    f"WHEN r.at > clock_timestamp() THEN '{State.SCHEDULED.value}' "
+    "SELECT id, kind, queue, priority, schema_version, payload, fingerprint, "
+    f"CASE WHEN pending THEN '{State.PENDING.value}' "
+    f"WHEN delay_ms IS NOT NULL THEN '{State.SCHEDULED.value}' "
+    f"WHEN run_at > clock_timestamp() THEN '{State.SCHEDULED.value}' "
     f"ELSE '{State.AVAILABLE.value}' END, "
-    "0, 0, r.max_attempts, r.timeout, "
-    "CASE WHEN r.delay_ms IS NOT NULL "
-    "THEN clock_timestamp() + r.delay_ms * interval '1 millisecond' "
-    "ELSE coalesce(r.at, clock_timestamp()) END, "
-    "0, '', clock_timestamp(), r.retention, r.unique_key, '[]', '{}', r.workflow_id "
+    "0, 0, max_attempts, timeout, "
+    "CASE WHEN delay_ms IS NOT NULL "
+    "THEN clock_timestamp() + delay_ms * interval '1 millisecond' "
+    "ELSE coalesce(run_at, clock_timestamp()) END, "
+    "0, '', clock_timestamp(), retention, unique_key, '[]', '{}', workflow_id "
 )
 _PG_INSERT_ONE = (
     _PG_SELECT
     + "FROM (VALUES ("
     + ", ".join(f"%s::{sql_type}" for _, sql_type in _PG_SOURCE)
-    + f")) AS r({_PG_NAMES}) "
+    + f")) AS r({_names(_PG_SOURCE)}) "
     "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint) "
     "ON CONFLICT DO NOTHING RETURNING id"
 )
 # The quarantine probe covers the whole batch, so a quarantined row stops every row. The
 # arrays go in binary (``%b``): as text, psycopg quotes every element in Python, which cost
-# about as much as the server's work on a 1,000-row batch.
+# about as much as the server's work on a 1,000-row batch. No ON CONFLICT: a batch runs in
+# a transaction (or savepoint) of its own, so a taken id or key can simply fail it, and the
+# speculative insertion that ON CONFLICT needs cost an eighth of the server's time.
 _PG_INSERT_MANY = (
     _PG_SELECT
     + "FROM unnest("
-    + ", ".join(f"%b::{sql_type}[]" for _, sql_type in _PG_SOURCE)
-    + f") AS r({_PG_NAMES}) "
+    + ", ".join(f"%b::{sql_type}[]" for _, sql_type in _PG_ROW)
+    + f", %b::integer[]) AS r({_names(_PG_ROW)}, shape) "
+    "JOIN unnest("
+    + ", ".join(f"%b::{sql_type}[]" for _, sql_type in _PG_SHAPE)
+    + f") WITH ORDINALITY AS s({_names(_PG_SHAPE)}, shape) USING (shape) "
     "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine WHERE fingerprint = ANY(%b::varchar[])) "
-    "ON CONFLICT DO NOTHING RETURNING id"
+    "RETURNING id"
 )
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):
     env: Envelope
     id: str
     fingerprint: str
     caller_id: bool
 
 
-def _validate(env: Envelope) -> None:
+def _validate(env: Envelope, names: set[tuple[str, str]], limit: int) -> None:
+    """Refuse an envelope that cannot be stored; ``names`` are (kind, queue) pairs already
+    found valid in this batch (a batch usually repeats a few), ``limit`` the payload cap."""
     if not isinstance(env, Envelope):
         raise DefinitionError(f"expected an Envelope, got {type(env).__name__}")
-    validate_kind(env.kind)
-    validate_queue(env.queue)
+    if (env.kind, env.queue) not in names:
+        validate_kind(env.kind)
+        validate_queue(env.queue)
+        names.add((env.kind, env.queue))
     if env.id is not None:
         validate_job_id(env.id)
     if not isinstance(env.payload, bytes | bytearray | memoryview):
         raise DefinitionError(f"{env.kind}: payload must be bytes")
-    limit = headgate_settings.MAX_PAYLOAD_BYTES
     if len(env.payload) > limit:
         raise PayloadTooLargeError(
             f"{env.kind}: payload is {len(env.payload)} bytes, over the {limit}-byte limit "
@@ -145,9 +166,11 @@ def _plan(envelopes: Sequence[Envelope]) -> list[_Row]:
         raise BatchError(f"a batch holds at most {limit} jobs, got {len(envelopes)}")
     rows, seen_ids = [], set()
     seen_keys: dict[str, str] = {}  # unique key → id of the first job in the batch holding it
-    for env in envelopes:
-        _validate(env)
-        job_id = env.id or new_id()
+    names: set[tuple[str, str]] = set()
+    payload_limit = headgate_settings.MAX_PAYLOAD_BYTES
+    for env, fresh_id in zip(envelopes, new_ids(len(envelopes)), strict=True):
+        _validate(env, names, payload_limit)
+        job_id = env.id or fresh_id
         if job_id in seen_ids:
             raise IdConflictError(
                 f"id conflict: job {job_id} appears twice in one batch", id=job_id
@@ -200,26 +223,30 @@ def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") ->
 def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bool:
     """PostgreSQL: insert the batch in one constant-text statement unless anything opposes it.
 
-    Nothing is inserted when a fingerprint is quarantined; a row whose id or live unique key
-    is taken is skipped (``ON CONFLICT DO NOTHING``). Either way fewer ids come back, the
-    statement is undone, and the caller takes the classifying path, which raises the precise
-    error or skips an idempotent repeat. A single row cannot be inserted in part, so it needs
-    no transaction of its own: in autocommit it is one round trip.
+    Nothing is inserted when a fingerprint is quarantined (fewer ids come back) or an id or
+    live unique key is taken (a single row is skipped by ``ON CONFLICT DO NOTHING``; a batch
+    fails). Either way the statement is undone and the caller takes the classifying path,
+    which raises the precise error or skips an idempotent repeat. A single row cannot be
+    inserted in part, so it needs no transaction of its own: in autocommit it is one round
+    trip, and inside the caller's transaction it cannot abort it.
     """
     if len(rows) == 1:
         with server_bound_cursor(conn) as cursor:
             cursor.execute(_PG_INSERT_ONE, _pg_values(rows[0]))
             return len(cursor.fetchall()) == 1
-    columns: list[list[Any]] = [[] for _ in _PG_SOURCE]
+    shapes: dict[tuple[Any, ...], int] = {}  # shape → its number, from 1 (ORDINALITY)
+    own: list[tuple[Any, ...]] = []
     for row in rows:
-        for column, value in zip(columns, _pg_values(row), strict=True):
-            column.append(value)
+        shape = _pg_shape(row.env)
+        own.append((*_pg_own(row), shapes.setdefault(shape, len(shapes) + 1)))
+    arrays = [list(column) for column in zip(*own, strict=True)]
+    arrays += [list(column) for column in zip(*shapes, strict=True)]
     try:
         with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
-            cursor.execute(_PG_INSERT_MANY, [*columns, sorted({r.fingerprint for r in rows})])
+            cursor.execute(_PG_INSERT_MANY, [*arrays, sorted({r.fingerprint for r in rows})])
             if len(cursor.fetchall()) != len(rows):
                 raise _Opposed
-    except _Opposed:
+    except (_Opposed, IntegrityError):
         return False
     return True
 
@@ -230,7 +257,16 @@ class _Opposed(Exception):
 
 def _pg_values(r: _Row) -> tuple[Any, ...]:
     """One row's values in the order of :data:`_PG_SOURCE`."""
-    env = r.env
+    return _pg_own(r) + _pg_shape(r.env)
+
+
+def _pg_own(r: _Row) -> tuple[Any, ...]:
+    """The values of :data:`_PG_ROW`."""
+    return (r.id, bytes(r.env.payload), r.fingerprint, r.env.unique_key)
+
+
+def _pg_shape(env: Envelope) -> tuple[Any, ...]:
+    """The values of :data:`_PG_SHAPE`."""
     s = headgate_settings
     delay_ms = (
         int(env.delay.total_seconds() * 1000)
@@ -238,20 +274,16 @@ def _pg_values(r: _Row) -> tuple[Any, ...]:
         else None
     )
     return (
-        r.id,
         env.kind,
         env.queue,
         env.priority,
         env.schema_version,
-        bytes(env.payload),
-        r.fingerprint,
         env.pending,
         delay_ms,
         None if env.pending else env.scheduled_at,
         env.max_attempts or s.MAX_ATTEMPTS,
         env.timeout,
         env.retention if env.retention is not None else s.RETENTION,
-        env.unique_key,
         env.workflow_id,
     )
 

@@ -148,6 +148,7 @@ def test_the_purge_duty_deletes_expired_records(operator: Api) -> None:
     assert idempotency_purge_expired() == 0
 
 
+@pytest.mark.usefixtures("unprepared")
 def test_a_read_does_not_touch_the_records(operator: Api) -> None:
     with CaptureQueriesContext(connection) as queries:
         assert operator.get("/api/v1/jobs").status_code == 200

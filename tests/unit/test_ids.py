@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from headgate_django.envelope import new_id
+from headgate_django.envelope import new_id, new_ids
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -42,3 +42,17 @@ def test_the_random_part_is_the_low_80_bits(
 ) -> None:
     monkeypatch.setattr(os, "urandom", lambda n: random_bits[:n])
     assert _decode(new_id()) & (2**80 - 1) == int.from_bytes(random_bits, "big")
+
+
+def test_a_batch_of_ids_is_the_same_encoding_one_block_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    randoms = bytes(range(256))[:50]
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.123)
+    monkeypatch.setattr(os, "urandom", lambda n: randoms[:n])
+    batch = new_ids(5)
+    assert len(batch) == 5 and all(len(i) == 26 and set(i) <= set(_CROCKFORD) for i in batch)
+    for n, ulid in enumerate(batch):
+        value = _decode(ulid)
+        assert value >> 80 == 1_700_000_000_123
+        assert value & (2**80 - 1) == int.from_bytes(randoms[10 * n : 10 * n + 10], "big")

@@ -193,6 +193,7 @@ def _headgate_job_queries(size: int) -> list[str]:
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("unprepared")
 def test_a_tick_reads_nodes_in_bounded_set_based_queries():
     small = _headgate_job_queries(10)
     large = _headgate_job_queries(600)
