@@ -37,9 +37,9 @@ COLUMNS = (
     "checkpoint",
     "cp_cursor",
     "workflow_id",
-    "priority",
-    "scheduled_at",
 )
+# The claim's order, which is also the order a worker starts what it claimed.
+_ORDER = "priority DESC, scheduled_at, id"
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,12 @@ def job_claim(
             return []
         where.append(f"kind IN ({v.placeholders(len(kinds))})")
         params.extend(kinds)
-    where.append(
-        "NOT EXISTS (SELECT 1 FROM headgate_queue_state qs "
-        "WHERE qs.name = headgate_job.queue AND qs.paused = %s)"
-    )
+    # Read once per claim (a hashed subplan), not probed once per candidate row.
+    where.append("queue NOT IN (SELECT name FROM headgate_queue_state WHERE paused = %s)")
     params.append(True)
     candidates = (
         f"SELECT id FROM headgate_job{v.claim_index_hint(conn, bool(queues))} "
-        f"WHERE {' AND '.join(where)} "
-        "ORDER BY priority DESC, scheduled_at, id LIMIT %s"
+        f"WHERE {' AND '.join(where)} ORDER BY {_ORDER} LIMIT %s"
     )
     params.append(limit)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
@@ -121,12 +118,16 @@ def job_claim(
     reader = RowReader.get(conn, COLUMNS)
     # PostgreSQL: one UPDATE … RETURNING in autocommit, bound on the server (its text is the
     # same for every claim of a worker, so it can be prepared); that is the claim's only
-    # round trip, which matters most on the latency path.
+    # round trip, which matters most on the latency path. RETURNING gives no order, so the
+    # rows go through a CTE that sorts them there. Elsewhere: the candidates, the update
+    # and a sorted read, in the claim's transaction.
+    columns = ", ".join(COLUMNS)
     with atomic_unless_alone(conn, using, alone=True), server_bound_cursor(conn) as cursor:
-        if v.has_returning(conn):
+        if conn.vendor == "postgresql":
             cursor.execute(
-                f"UPDATE headgate_job SET {set_clause} WHERE id IN "
-                f"({candidates}{v.skip_locked(conn)}) RETURNING {', '.join(COLUMNS)}",
+                f"WITH claimed AS (UPDATE headgate_job SET {set_clause} WHERE id IN "
+                f"({candidates}{v.skip_locked(conn)}) RETURNING {columns}, priority, "
+                f"scheduled_at) SELECT {columns} FROM claimed ORDER BY {_ORDER}",
                 set_params + params,
             )
             rows = cursor.fetchall()
@@ -141,16 +142,11 @@ def job_claim(
                 set_params + ids,
             )
             cursor.execute(
-                f"SELECT {', '.join(COLUMNS)} FROM headgate_job WHERE id IN ({id_list})", ids
+                f"SELECT {columns} FROM headgate_job WHERE id IN ({id_list}) ORDER BY {_ORDER}",
+                ids,
             )
             rows = cursor.fetchall()
-    # RETURNING gives no order; a worker starts its claimed jobs in the order of this list
-    # (it may hold more than it can run at once), so it follows the claim's ORDER BY.
-    read = sorted(
-        (reader.read(row) for row in rows),
-        key=lambda r: (-r["priority"], r["scheduled_at"], r["id"]),
-    )
-    return [_claimed(row, lease_id) for row in read]
+    return [_claimed(reader.read(row), lease_id) for row in rows]
 
 
 def _claimed(row: dict[str, Any], lease_id: str) -> ClaimedJob:

@@ -15,6 +15,8 @@ from __future__ import annotations
 #: A worker buffers no more jobs than its handlers are expected to start within this many
 #: seconds, so a buffered job waits about this long at most.
 WINDOW = 0.1
+#: Finished jobs awaiting their ack, in claim batches, beyond which a worker claims no more.
+ACK_BACKLOG = 2
 #: Weight of the newest handler duration in the running average.
 _SMOOTHING = 0.2
 
@@ -41,13 +43,22 @@ class ClaimSizer:
         expected = self.concurrency * WINDOW / max(self.mean_run, 1e-6)
         return min(self.batch, int(expected))
 
-    def size(self, held: int, waiting: int) -> int:
-        """How many jobs to claim now (0: not yet), holding ``held`` of which ``waiting`` wait.
+    def size(self, held: int, waiting: int, acking: int = 0) -> int:
+        """How many jobs to claim now (0: not yet).
+
+        ``held`` jobs are running or waiting for a handler, ``waiting`` of them waiting;
+        ``acking`` more have finished and wait for their batched ack. Those take no handler
+        slot and no buffer room, so they do not hold the next claim back: otherwise every
+        claim would wait for the previous batch's ack to commit, and claims and acks would
+        take turns instead of overlapping. Only when acks fall behind by more than
+        :data:`ACK_BACKLOG` batches does the worker stop claiming until they catch up.
 
         Without a buffer, every free slot is claimed as soon as it frees up. With one, the
         worker waits until at least half a batch fits (a low-water mark that keeps claims
         large) unless its buffer has run dry.
         """
+        if acking > ACK_BACKLOG * self.batch:
+            return 0
         prefetch = self.prefetch()
         room = self.concurrency + prefetch - held
         if room <= 0:

@@ -241,7 +241,9 @@ class Worker:
 
     def _claim_size(self) -> int:
         with self._lock:
-            return self._sizer.size(len(self._held), self._waiting)
+            # _held also keeps finished jobs until their ack lands; _busy are running.
+            active = self._busy + self._waiting
+            return self._sizer.size(active, self._waiting, acking=len(self._held) - active)
 
     def _claim(self, limit: int) -> list[ClaimedJob] | None:
         try:

@@ -123,15 +123,15 @@ def test_a_prepared_claim_still_reads_through_the_claim_index():
     raw = connection.connection
     with connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
-    raw.prepare_threshold = 0
+    threshold, raw.prepare_threshold = raw.prepare_threshold, 0
     try:
         claim_ids(limit=1)
     finally:
-        raw.prepare_threshold = None
+        raw.prepare_threshold = threshold
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements "
-            "WHERE statement LIKE 'UPDATE headgate_job SET state = $1, lease_id%'"
+            "WHERE statement LIKE 'WITH claimed AS (UPDATE headgate_job SET state = $1, lease_id%'"
         )
         name, count = cursor.fetchone()
         cursor.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")

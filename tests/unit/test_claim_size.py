@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headgate_django.worker.claim_size import WINDOW, ClaimSizer
+from headgate_django.worker.claim_size import ACK_BACKLOG, WINDOW, ClaimSizer
 
 
 def test_before_any_handler_ran_only_the_free_slots_are_claimed():
@@ -46,3 +46,13 @@ def test_the_average_follows_a_change_in_job_length():
     for _ in range(30):
         sizer.observe(5.0)
     assert sizer.prefetch() == 0
+
+
+def test_finished_jobs_awaiting_their_ack_take_no_room_until_acks_fall_behind():
+    sizer = ClaimSizer(concurrency=100, batch=100)
+    sizer.observe(0.0001)  # short jobs: a full batch of buffer
+    # The previous batch finished and waits for its ack: the next claim need not wait.
+    assert sizer.size(held=100, waiting=100, acking=100) == 100
+    assert sizer.size(held=100, waiting=100, acking=ACK_BACKLOG * 100) == 100
+    # Acks more than ACK_BACKLOG batches behind: stop claiming until they catch up.
+    assert sizer.size(held=0, waiting=0, acking=ACK_BACKLOG * 100 + 1) == 0
