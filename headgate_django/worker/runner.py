@@ -433,7 +433,10 @@ class Worker:
             if now >= next_unknown and not self._stopping.is_set():
                 self._safe(self._report_unknown_kinds)
                 next_unknown = now + UNKNOWN_KINDS_EVERY
-            time.sleep(0.05)
+            if self._stopping.is_set():
+                time.sleep(0.05)  # draining: keep renewing until the held jobs are gone
+            else:
+                self._stopping.wait(0.05)  # a stop with nothing held ends the loop at once
         close_old_connections()
 
     def _report_unknown_kinds(self) -> None:
