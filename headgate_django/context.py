@@ -53,13 +53,17 @@ class WorkerHost(Protocol):
     def disown(self, ref: LeaseRef) -> None: ...
 
 
+_EVENTS_LOCK = threading.Lock()  # makes each context's cancel Event exactly once
+
+
 class JobContext:
     """The running attempt of one job."""
 
     def __init__(self, claimed: ClaimedJob, *, worker_id: str = "", using: str = "default") -> None:
         self._claimed = claimed
         self._using = using
-        self._cancel = threading.Event()
+        self._cancelled = False
+        self._cancel_event: threading.Event | None = None  # made by the first wait
         self._checkpoint: dict[str, Any] = dict(claimed.checkpoint)
         self._cursor_value = claimed.cursor
         self.worker_id = worker_id
@@ -96,23 +100,38 @@ class JobContext:
         return self._claimed.ref
 
     # -- cancellation ------------------------------------------------------------------
+    # Most attempts are never cancelled nor wait to be, so the flag is a plain attribute and
+    # the Event exists only once something waits. cancel() sets the flag before it looks
+    # for an Event and a waiter makes the Event before it looks at the flag, so whichever
+    # runs second sees the other's write.
     @property
     def cancelled(self) -> bool:
         """True once the lease is lost or the job was cancelled: stop cooperatively."""
-        return self._cancel.is_set()
+        return self._cancelled
 
     def cancel(self) -> None:
-        self._cancel.set()
+        self._cancelled = True
+        event = self._cancel_event
+        if event is not None:
+            event.set()
 
     def wait_cancelled(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, waking early if the attempt is cancelled."""
-        return self._cancel.wait(timeout)
+        event = self._cancel_event
+        if event is None:
+            with _EVENTS_LOCK:
+                if self._cancel_event is None:
+                    self._cancel_event = threading.Event()
+                event = self._cancel_event
+        if self._cancelled:
+            event.set()
+        return event.wait(timeout)
 
     def _fenced(self, write: Callable[[], None]) -> None:
         try:
             write()
         except LeaseLostError:
-            self._cancel.set()
+            self.cancel()
             raise
 
     # -- resumable work ----------------------------------------------------------------

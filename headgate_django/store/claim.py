@@ -40,6 +40,11 @@ COLUMNS = (
 )
 # The claim's order, which is also the order a worker starts what it claimed.
 _ORDER = "priority DESC, scheduled_at, id"
+# PostgreSQL's claim reads its rows back through a CTE. Most jobs have no checkpoint: an
+# empty one comes back as NULL, which the worker need not parse.
+_PG_OUTER = ", ".join(
+    "NULLIF(checkpoint, '{}'::jsonb) AS checkpoint" if c == "checkpoint" else c for c in COLUMNS
+)
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ def job_claim(
             cursor.execute(
                 f"WITH claimed AS (UPDATE headgate_job SET {set_clause} WHERE id IN "
                 f"({candidates}{v.skip_locked(conn)}) RETURNING {columns}, priority, "
-                f"scheduled_at) SELECT {columns} FROM claimed ORDER BY {_ORDER}",
+                f"scheduled_at) SELECT {_PG_OUTER} FROM claimed ORDER BY {_ORDER}",
                 set_params + params,
             )
             rows = cursor.fetchall()

@@ -342,10 +342,12 @@ class Worker:
             close_old_connections()
             self._finish(entry)
 
-    def _finish(self, entry: _Held) -> None:
+    def _finish(self, *entries: _Held) -> None:
+        """Let go of settled jobs; one wake-up for the claim loop however many they are."""
         with self._lock:
-            entry.settled = True
-            self._held.pop(entry.job.ref, None)
+            for entry in entries:
+                entry.settled = True
+                self._held.pop(entry.job.ref, None)
         self._wake.set()
 
     # -- follow-up jobs a handler runs on its own thread (JobContext.host) ---------------
@@ -403,13 +405,13 @@ class Worker:
             log.exception("could not record %d completion(s)", len(batch))
             done = set()
         self.stats.completed += len(done)
-        for entry, written in batch:
+        for _, written in batch:
             if written.ref.job_id not in done:
                 self.stats.lost += 1
                 log.warning(
                     "completion of job %s did not land: its lease was lost", written.ref.job_id
                 )
-            self._finish(entry)
+        self._finish(*(entry for entry, _ in batch))
 
     # -- heartbeat ---------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
