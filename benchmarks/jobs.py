@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,7 @@ TARGETS = {  # PostgreSQL: headgate / raw must be >= (throughput) or <= (latency
 }
 SECTIONS = ("enqueue", "drain", "latency")
 #: The legs of headgate's latency, each from the previous instant (see Headgate.latency).
+#: SQLite stores instants to the millisecond, so there a leg can read slightly negative.
 LEGS = ("enqueued", "claimed", "started")
 
 
@@ -496,6 +497,12 @@ def instant(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
+def epoch(value: Any) -> float:
+    """Seconds since the epoch of a stored instant; a naive one (SQLite's text) is UTC."""
+    moment = instant(value)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 class Headgate:
     def __init__(self, url: str, logdir: Path) -> None:
         from django.db import connection
@@ -627,12 +634,7 @@ class Headgate:
             t0, t1 = json.loads(value) if isinstance(value, str) else value
             if t0 > 0:
                 out.append((t1 - t0) * 1000)
-                instants = (
-                    t0,
-                    instant(enqueued_at).timestamp(),
-                    instant(claimed_at).timestamp(),
-                    t1,
-                )
+                instants = (t0, epoch(enqueued_at), epoch(claimed_at), t1)
                 for leg, start, end in zip(LEGS, instants, instants[1:], strict=False):
                     legs[leg].append((end - start) * 1000)
         return out, {leg: statistics.median(values) for leg, values in legs.items()}
