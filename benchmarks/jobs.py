@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Throughput and latency of headgate's job queue, against a raw-SQL baseline run alongside.
 
-    .venv/bin/python benchmarks/jobs.py --database sqlite|postgres|both [--quick] [--json OUT]
+    .venv/bin/python benchmarks/jobs.py --database sqlite|postgres|both [--quick]
+        [--only enqueue|drain|latency] [--json OUT]
 
 For each database the script builds a fresh one (a SQLite file in a temp directory, or the
 PostgreSQL database ``headgate_bench`` on 127.0.0.1:5432, dropped and recreated), migrates
@@ -13,7 +14,8 @@ it with ``manage.py migrate``, then measures:
    from start to exit, with ``--processes`` 1 and 2 (the product's way to run two worker
    processes: one set-up, then two forked children) and ``--concurrency`` 10 and 100;
 3. latency: enqueue → handler start while a producer enqueues one job every 10 ms against
-   a running (not burst) worker;
+   a running (not burst) worker, and where that time went (producer → ``enqueued_at`` →
+   ``claimed_at`` → handler start, the median of each leg);
 4. the same workloads through raw psycopg / sqlite3 on a minimal table of the script's own
    (``bench_raw_job``): an autocommit INSERT per job; ``executemany`` of 1,000 in one
    transaction; workers claiming 100 at a time with ``FOR UPDATE SKIP LOCKED`` and
@@ -21,8 +23,10 @@ it with ``manage.py migrate``, then measures:
    at a time (SQLite: a 1 ms polling loop).
 
 Headgate and raw repetitions are interleaved so machine noise hits both alike; the tables
-give medians, the range over repetitions, and headgate/raw ratios. The process for each
-database is a child of this one (``--child``), because Django's settings are per process.
+give medians, the range over repetitions, and headgate/raw ratios. ``--only`` runs one of
+the three sections (the tables then show only its rows), e.g. to repeat the latency runs
+while working on the worker. The process for each database is a child of this one
+(``--child``), because Django's settings are per process.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +90,10 @@ TARGETS = {  # PostgreSQL: headgate / raw must be >= (throughput) or <= (latency
     "p50": ("<=", 2.0),
     "p99": ("<=", 3.0),
 }
+SECTIONS = ("enqueue", "drain", "latency")
+#: The legs of headgate's latency, each from the previous instant (see Headgate.latency).
+#: SQLite stores instants to the millisecond, so there a leg can read slightly negative.
+LEGS = ("enqueued", "claimed", "started")
 
 
 # ---------------------------------------------------------------------------------------
@@ -489,6 +497,12 @@ def instant(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
 
 
+def epoch(value: Any) -> float:
+    """Seconds since the epoch of a stored instant; a naive one (SQLite's text) is UTC."""
+    moment = instant(value)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 class Headgate:
     def __init__(self, url: str, logdir: Path) -> None:
         from django.db import connection
@@ -594,7 +608,9 @@ class Headgate:
             raise RuntimeError(f"empty burst exited {code}; see {self.logdir}")
         return time.perf_counter() - start, children_cpu() - cpu
 
-    def latency(self, n: int) -> list[float]:
+    def latency(self, n: int) -> tuple[list[float], dict[str, float]]:
+        """Enqueue → handler start of ``n`` jobs (ms), and the median of each leg (ms):
+        producer → ``enqueued_at`` → ``claimed_at`` → handler start."""
         self.reset()
         worker = self._worker("--concurrency", "10")
         try:
@@ -609,13 +625,19 @@ class Headgate:
                 worker.wait(30)
             except subprocess.TimeoutExpired:
                 worker.kill()
-        rows = self.sql("SELECT result FROM headgate_job WHERE kind = 'bench.stamp'")
-        out = []
-        for (value,) in rows:
+        rows = self.sql(
+            "SELECT result, enqueued_at, claimed_at FROM headgate_job WHERE kind = 'bench.stamp'"
+        )
+        out: list[float] = []
+        legs: dict[str, list[float]] = {leg: [] for leg in LEGS}
+        for value, enqueued_at, claimed_at in rows:
             t0, t1 = json.loads(value) if isinstance(value, str) else value
             if t0 > 0:
                 out.append((t1 - t0) * 1000)
-        return out
+                instants = (t0, epoch(enqueued_at), epoch(claimed_at), t1)
+                for leg, start, end in zip(LEGS, instants, instants[1:], strict=False):
+                    legs[leg].append((end - start) * 1000)
+        return out, {leg: statistics.median(values) for leg, values in legs.items()}
 
     def _wait_completed(self, n: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -636,7 +658,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def run_child(url: str, size: str, out_path: Path) -> None:
+def run_child(url: str, size: str, sections: tuple[str, ...], out_path: Path) -> None:
     import django
 
     django.setup()
@@ -671,6 +693,22 @@ def run_child(url: str, size: str, out_path: Path) -> None:
     def step(label: str) -> None:
         print(f"  [{vendor}] {label}", file=sys.stderr, flush=True)
 
+    if "enqueue" in sections:
+        enqueue_runs(hg, raw, sizes, record, step)
+    if "drain" in sections:
+        drain_runs(hg, raw, sizes, record, step)
+    if "latency" in sections:
+        latency_runs(hg, raw, sizes, record, step)
+    results["load"].append(os.getloadavg()[0])
+    shutil.rmtree(logdir, ignore_errors=True)
+    out_path.write_text(json.dumps(results))
+
+
+Record = Callable[[str, float], None]
+Step = Callable[[str], None]
+
+
+def enqueue_runs(hg: Headgate, raw: Raw, sizes: dict[str, int], record: Record, step: Step) -> None:
     step(f"enqueue: {sizes['reps']} x ({sizes['single']} single, {sizes['bulk']} x 1000 bulk)")
     for _ in range(sizes["reps"]):
         record("single/headgate", hg.single(sizes["single"]))
@@ -678,6 +716,8 @@ def run_child(url: str, size: str, out_path: Path) -> None:
         record("bulk/headgate", hg.bulk(sizes["bulk"]))
         record("bulk/raw", raw.bulk(sizes["bulk"]))
 
+
+def drain_runs(hg: Headgate, raw: Raw, sizes: dict[str, int], record: Record, step: Step) -> None:
     step("empty burst overhead")
     for _ in range(3):
         for procs in PROCESSES:
@@ -702,18 +742,25 @@ def run_child(url: str, size: str, out_path: Path) -> None:
                     record(f"drain_commits/{key}", d.commits_per_1k)
                 step(f"  {key}: {d.rate:,.0f}/s (steady {d.steady:,.0f}/s)")
 
+
+def latency_runs(hg: Headgate, raw: Raw, sizes: dict[str, int], record: Record, step: Step) -> None:
     m = sizes["latency"]
     step(f"latency: {m} jobs at 100/s x {sizes['latency_reps']} reps")
     for _ in range(sizes["latency_reps"]):
-        for system, fn in (("headgate", hg.latency), ("raw", raw.latency)):
-            samples = fn(m)
-            if len(samples) != m:
-                raise RuntimeError(f"{system} latency: {len(samples)} of {m} samples")
-            record(f"p50/{system}", percentile(samples, 50))
-            record(f"p99/{system}", percentile(samples, 99))
-    results["load"].append(os.getloadavg()[0])
-    shutil.rmtree(logdir, ignore_errors=True)
-    out_path.write_text(json.dumps(results))
+        samples, legs = hg.latency(m)
+        for leg, ms in legs.items():
+            record(f"leg/{leg}", ms)
+        p50 = {}
+        for system, got in (("headgate", samples), ("raw", raw.latency(m))):
+            if len(got) != m:
+                raise RuntimeError(f"{system} latency: {len(got)} of {m} samples")
+            p50[system] = percentile(got, 50)
+            record(f"p50/{system}", p50[system])
+            record(f"p99/{system}", percentile(got, 99))
+        step(
+            f"  p50 headgate {p50['headgate']:.2f} ms, raw {p50['raw']:.2f} ms; headgate legs "
+            + ", ".join(f"{leg} {ms:.2f}" for leg, ms in legs.items())
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -800,6 +847,8 @@ def table(results: dict[str, Any]) -> str:
     rows = []
 
     def row(label: str, hg: str, raw: str, unit: str, target: str | None) -> None:
+        if hg not in runs:  # a section left out with --only
+            return
         ratio = median(runs[hg]) / median(runs[raw])
         text, mark = verdict(ratio, TARGETS.get(target) if target else None, vendor)
         rows.append(
@@ -819,6 +868,13 @@ def table(results: dict[str, Any]) -> str:
             )
     row("latency p50, ms", "p50/headgate", "p50/raw", "ms", "p50")
     row("latency p99, ms", "p99/headgate", "p99/raw", "ms", "p99")
+    if "leg/started" in runs:
+        rows.append(
+            "\nHeadgate latency by leg (medians over repetitions of each run's median, ms): "
+            f"producer → `enqueued_at` {median(runs['leg/enqueued']):.2f}, "
+            f"→ `claimed_at` {median(runs['leg/claimed']):.2f}, "
+            f"→ handler start {median(runs['leg/started']):.2f}."
+        )
     sizes = results["sizes"]
     raw_kind = "LISTEN/NOTIFY" if vendor == "postgresql" else "1 ms polling"
     head = [
@@ -846,7 +902,8 @@ def table(results: dict[str, Any]) -> str:
         values = runs.get(key)
         return f"{median(values):,.0f}{unit}" if values else "—"
 
-    for procs in PROCESSES:
+    drained = "empty_burst/headgate/p1" in runs  # False: no drains run (--only)
+    for procs in PROCESSES if drained else ():
         for conc in CONCURRENCY:
             hg, raw = f"headgate/p{procs}/c{conc}", f"raw/p{procs}"
             startup = median(runs[f"empty_burst_cpu/headgate/p{procs}"]) * 1e6 / sizes["drain"]
@@ -860,18 +917,24 @@ def table(results: dict[str, Any]) -> str:
                 f"| {cpu(f'drain_server/{raw}')} | {cpu(f'drain_commits/{hg}', '/1k')} "
                 f"| {cpu(f'drain_commits/{raw}', '/1k')} |"
             )
-    bursts = {procs: runs[f"empty_burst/headgate/p{procs}"] for procs in PROCESSES}
+    bursts = {procs: runs[f"empty_burst/headgate/p{procs}"] for procs in PROCESSES if drained}
     notes = [
         "",
         f"Medians (min–max) of {sizes['reps']} repetitions for enqueue, {sizes['drain_reps']} "
         f"for drains of {sizes['drain']:,} jobs, {sizes['latency_reps']} for latency "
         f"({sizes['latency']} jobs at 100/s each; raw worker: {raw_kind}, claiming one at a "
         "time). Raw drain: claim 100 per UPDATE … SKIP LOCKED, one fenced UPDATE to complete, "
-        "same process count as the headgate row. Drains are timed from process start to exit; "
-        "an empty `runworkers --burst` takes "
-        + " and ".join(f"{median(b):.2f} s with --processes {procs}" for procs, b in bursts.items())
-        + f" (medians of {len(bursts[1])}). "
-        f"1-minute load average {results['load'][0]:.1f} at the start of this database's "
+        "same process count as the headgate row. Drains are timed from process start to exit"
+        + (
+            "; an empty `runworkers --burst` takes "
+            + " and ".join(
+                f"{median(b):.2f} s with --processes {procs}" for procs, b in bursts.items()
+            )
+            + f" (medians of {len(bursts[1])}). "
+            if bursts
+            else ". "
+        )
+        + f"1-minute load average {results['load'][0]:.1f} at the start of this database's "
         f"runs, {results['load'][1]:.1f} at the end ({os.cpu_count()} cores)"
         + (
             ": the machine was busy, so absolute figures are depressed and noisy."
@@ -879,20 +942,21 @@ def table(results: dict[str, Any]) -> str:
             else "."
         ),
     ]
-    return "\n".join(head + rows + notes + details)
+    return "\n".join(head + rows + notes + (details if drained else []))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="sqlite")
     parser.add_argument("--quick", action="store_true", help="smaller runs (5,000-job drains)")
+    parser.add_argument("--only", choices=SECTIONS, help="run one section (default: all)")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = "quick" if args.quick else "full"
     if args.child:
-        run_child(args.child, size, args.out)
+        run_child(args.child, size, (args.only,) if args.only else SECTIONS, args.out)
         return
 
     sys.path.insert(0, str(ROOT))
@@ -911,6 +975,8 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", url, "--out", str(out)]
             if args.quick:
                 cmd.append("--quick")
+            if args.only:
+                cmd += ["--only", args.only]
             subprocess.run(cmd, env=django_env(url), cwd=ROOT, check=True)
             results = json.loads(out.read_text())
         everything["databases"][results["vendor"]] = results
