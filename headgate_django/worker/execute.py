@@ -151,6 +151,8 @@ def run_attempt(
         )
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
+    if result is None:  # most handlers: nothing to encode or measure
+        return Succeeded(result=None)
     try:
         encoded = json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
