@@ -99,6 +99,11 @@ class JobContext:
     def lease(self) -> LeaseRef:
         return self._claimed.ref
 
+    @property
+    def using(self) -> str:
+        """The database alias the attempt's fenced writes go to."""
+        return self._using
+
     # -- cancellation ------------------------------------------------------------------
     # Most attempts are never cancelled nor wait to be, so the flag is a plain attribute and
     # the Event exists only once something waits. cancel() sets the flag before it looks

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.db import InterfaceError, OperationalError, connections
+
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import RetryAfter, Revoke, Skip, Snooze
@@ -34,6 +36,9 @@ class Failed:
     traceback: str | None = None
     delay: timedelta | None = None
     exception: str | None = None  # dotted path of the exception class, when there was one
+    # The handler failed on a database connection that no longer works (a restarted or
+    # killed session): the worker's fault, not the job's, so the runner runs it again.
+    connection_lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,7 @@ def run_attempt(
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(),
             exception=f"{type(exc).__module__}.{type(exc).__qualname__}",
+            connection_lost=_connection_lost(exc, ctx.using),
         )
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
@@ -163,6 +169,19 @@ def run_attempt(
         # every job written with it.
         return Failed(error=f"result is larger than {limit} bytes (HEADGATE['MAX_RESULT_BYTES'])")
     return Succeeded(result=result)
+
+
+def _connection_lost(exc: Exception, using: str) -> bool:
+    """Whether ``exc`` came from a connection that no longer answers.
+
+    Only connection-level errors qualify, and only when a ping on the handler thread's
+    connection then fails too: a lock timeout or a deadlock leaves the connection usable
+    and is the job's failure like any other.
+    """
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    conn = connections[using]
+    return conn.connection is None or not conn.is_usable()
 
 
 def label(outcome: Outcome) -> str:

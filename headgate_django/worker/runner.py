@@ -309,14 +309,18 @@ class Worker:
 
     def _run_and_settle(self, entry: _Held) -> None:
         started = time.monotonic()
-        try:
-            outcome = execute.run_attempt(
-                entry.ctx, entry.job.payload, entry.job.schema_version, self._async
+        outcome = self._attempt(entry)
+        if isinstance(outcome, execute.Failed) and outcome.connection_lost and not entry.settled:
+            # The session died under the handler (a restart, a killed connection) before
+            # anything told this thread to reconnect. The lease is still ours: run the
+            # attempt again, once, on a new connection, rather than charge the job for it.
+            log.warning(
+                "job %s failed on a lost database connection; running it again on a new one",
+                entry.job.ref.job_id,
             )
-        except Exception as exc:  # e.g. a user upcaster: record it, never strand the job
-            outcome = execute.Failed(
-                error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
-            )
+            self._reset_connection()
+            self._fresh_connection()
+            outcome = self._attempt(entry)
         took = time.monotonic() - started
         with self._lock:
             self._sizer.observe(took)
@@ -341,6 +345,16 @@ class Worker:
         finally:
             close_old_connections()
             self._finish(entry)
+
+    def _attempt(self, entry: _Held) -> execute.Outcome:
+        try:
+            return execute.run_attempt(
+                entry.ctx, entry.job.payload, entry.job.schema_version, self._async
+            )
+        except Exception as exc:  # e.g. a user upcaster: record it, never strand the job
+            return execute.Failed(
+                error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+            )
 
     def _finish(self, *entries: _Held) -> None:
         """Let go of settled jobs; one wake-up for the claim loop however many they are."""

@@ -91,3 +91,27 @@ def chaos_slow(ctx: Any, seconds: float) -> dict[str, int]:
     fence = _record(ctx, "slow")
     ctx.wait_cancelled(seconds)
     return {"fence": fence}
+
+
+@task(kind="chaos.drops_session")
+def chaos_drops_session(ctx: Any) -> int:
+    """Ends its own database session the first time it runs, then uses it: what a handler
+    meets when the server restarts or kills its session before the worker has noticed."""
+    from django.db import connection
+
+    runs = Execution.objects.filter(job_id=ctx.job_id).count()
+    Execution.objects.create(
+        job_id=ctx.job_id,
+        label="drops",
+        attempt=ctx.attempt,
+        fence=ctx.lease.fence,
+        worker=ctx.worker_id,
+        pid=os.getpid(),
+    )
+    if runs == 0:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            else:
+                cursor.execute("KILL CONNECTION CONNECTION_ID()")
+    return runs

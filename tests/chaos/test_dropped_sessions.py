@@ -15,7 +15,7 @@ import pytest
 from django.db import DatabaseError, connection
 
 from headgate_django.models import Job
-from tests.app.chaos_tasks import chaos_slow
+from tests.app.chaos_tasks import chaos_drops_session, chaos_slow
 from tests.app.models import Execution
 from tests.conftest import wait_for
 from tests.integration.helpers import FAST, headgate_env, wait_serving
@@ -50,12 +50,6 @@ def completed(ids: list[str]) -> bool:
 def test_a_worker_rides_out_losing_every_session(start_worker: Any) -> None:
     if connection.vendor == "sqlite":
         pytest.skip("SQLite has no server sessions to drop")
-    if connection.vendor == "mysql":
-        # Known race, about one run in twenty: a handler thread can start its next job on
-        # a session MariaDB killed before any other thread of the worker saw an error, so
-        # nothing told it to reconnect; that job fails one attempt and is retried. Nothing
-        # is lost or run twice, but this test's "no attempt used" does not hold there yet.
-        pytest.skip("known race on MariaDB (one attempt may be used); see the comment")
     env = headgate_env(**FAST, AUTODISCOVER_MODULES=["tasks", "chaos_tasks"])
     worker = start_worker("--lease-ttl", "3", "--concurrency", "4", env=env)
     wait_serving(worker)
@@ -78,4 +72,24 @@ def test_a_worker_rides_out_losing_every_session(start_worker: Any) -> None:
     runs = Execution.objects.filter(job_id__in=[*slow, probe]).values_list("job_id", flat=True)
     assert sorted(runs) == sorted([*slow, probe])  # each ran once
     assert "retrying in" in worker.output()
+    assert worker.terminate() == 0
+
+
+def test_a_handler_whose_session_dies_under_it_runs_again_uncharged(start_worker: Any) -> None:
+    """The handler's own connection dies mid-attempt before any other thread of the worker
+    has seen an error: the worker runs the attempt again on a new connection, once, and
+    charges the job nothing."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server sessions to drop")
+    env = headgate_env(**FAST, AUTODISCOVER_MODULES=["tasks", "chaos_tasks"])
+    worker = start_worker("--concurrency", "2", env=env)
+    wait_serving(worker)
+    job = chaos_drops_session.enqueue()
+    wait_for(lambda: completed([job]), timeout=30)
+
+    row = Job.objects.get(pk=job)
+    assert (row.attempt, row.crash_attempt, row.errors) == (0, 0, []), worker.output()
+    assert row.result == 1  # the second run saw the first one's record
+    assert Execution.objects.filter(job_id=job).count() == 2
+    assert "failed on a lost database connection" in worker.output()
     assert worker.terminate() == 0
