@@ -176,12 +176,13 @@ def _connection_lost(exc: Exception, using: str) -> bool:
 
     Only connection-level errors qualify, and only when a ping on the handler thread's
     connection then fails too: a lock timeout or a deadlock leaves the connection usable
-    and is the job's failure like any other.
+    and is the job's failure like any other. A thread that holds no connection (an async
+    handler's queries run on other threads) cannot tell, so its error counts as the job's.
     """
     if not isinstance(exc, OperationalError | InterfaceError):
         return False
     conn = connections[using]
-    return conn.connection is None or not conn.is_usable()
+    return conn.connection is not None and not conn.is_usable()
 
 
 def label(outcome: Outcome) -> str:
