@@ -47,10 +47,15 @@ class WorkerHost(Protocol):
 
     def adopt(self, ref: LeaseRef, ctx: JobContext) -> None:
         """Renew ``ref`` with the worker's own leases until :meth:`disown`; a lost lease
-        cancels ``ctx``; a drain that times out releases it."""
+        cancels ``ctx``; a drain that times out releases it. Counts as a claim."""
         ...
 
     def disown(self, ref: LeaseRef) -> None: ...
+
+    def count_outcome(self, label: str) -> None:
+        """Count the recorded outcome of an adopted job in the worker's status line
+        (``completed``, ``retried``, ``archived``, … as :func:`settle` labels them)."""
+        ...
 
 
 _EVENTS_LOCK = threading.Lock()  # makes each context's cancel Event exactly once

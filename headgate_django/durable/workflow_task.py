@@ -140,15 +140,20 @@ def _run_eagerly(
     two); that pass's result is returned. Any other outcome, or a success the pass cannot
     take, is recorded as any worker records it, and its label is returned."""
     job = park.eager
-    assert job is not None
+    assert job is not None and ctx.host is not None
     with adopted(ctx, job) as op_ctx:
         outcome = attempt(op_ctx, job)
         if isinstance(outcome, execute.Succeeded):
             try:
-                return _fold(ctx, execution_id, definition, job, outcome.result, since=since)
+                step = _fold(ctx, execution_id, definition, job, outcome.result, since=since)
             except Exception:  # all rolled back: record the outcome on its own
                 histories.forget(execution_id)
-        return record(job, outcome)
+            else:
+                ctx.host.count_outcome("completed")
+                return step
+        label = record(job, outcome)
+        ctx.host.count_outcome(label)
+        return label
 
 
 def _fold(

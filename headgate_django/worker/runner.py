@@ -74,7 +74,10 @@ class Stats:
     lost: int = 0
 
     def count(self, label: str) -> None:
-        if label == "retried":
+        """Count a recorded outcome by its ``settle`` label (acks count their own)."""
+        if label == "completed":
+            self.completed += 1
+        elif label == "retried":
             self.retried += 1
         elif label in ("archived", "undecodable"):
             self.failed += 1
@@ -379,10 +382,14 @@ class Worker:
     def adopt(self, ref: LeaseRef, ctx: JobContext) -> None:
         with self._lock:
             self._adopted[ref] = ctx
+        self.stats.claimed += 1
 
     def disown(self, ref: LeaseRef) -> None:
         with self._lock:
             self._adopted.pop(ref, None)
+
+    def count_outcome(self, label: str) -> None:
+        self.stats.count(label)
 
     # -- acking ------------------------------------------------------------------------
     def _ack_loop(self) -> None:

@@ -45,6 +45,9 @@ def test_a_sequence_of_operations_runs_on_one_claim_of_the_workflow_task(
     }
     assert seqs(wf) == list(range(1, 13))  # started, 5 × (scheduled, completed), completed
     assert worker.terminate() == 0
+    # The status line counts the Operations it ran eagerly: 1 + 5 claims, 5 + 1 completions.
+    stopped = re.search(r"stopped: claimed=(\d+) completed=(\d+)", worker.output())
+    assert stopped and stopped.groups() == ("6", "6"), worker.output()
 
 
 def test_facts_landing_during_an_eager_operation_are_replayed_with_its_outcome(
