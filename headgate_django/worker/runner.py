@@ -24,7 +24,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TypeVar
 
@@ -63,26 +63,34 @@ PERSIST_BACKOFF_MIN = 0.1
 PERSIST_BACKOFF_MAX = 2.0
 
 T = TypeVar("T")
+# settle() labels (and "claimed") → the Stats counter they add to; the rest count nowhere.
+_STAT_OF_LABEL = {
+    "claimed": "claimed",
+    "completed": "completed",
+    "retried": "retried",
+    "archived": "failed",
+    "undecodable": "failed",
+    "lost": "lost",
+}
 
 
 @dataclass
 class Stats:
+    """The counters of the status line, written by the claim, handler and ack threads."""
+
     claimed: int = 0
     completed: int = 0
     retried: int = 0
     failed: int = 0
     lost: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def count(self, label: str) -> None:
-        """Count a recorded outcome by its ``settle`` label (acks count their own)."""
-        if label == "completed":
-            self.completed += 1
-        elif label == "retried":
-            self.retried += 1
-        elif label in ("archived", "undecodable"):
-            self.failed += 1
-        elif label == "lost":
-            self.lost += 1
+    def count(self, label: str, n: int = 1) -> None:
+        """Count ``n`` claims (``claimed``) or recorded outcomes by their ``settle`` label."""
+        name = _STAT_OF_LABEL.get(label)
+        if name is not None:
+            with self._lock:
+                setattr(self, name, getattr(self, name) + n)
 
     def line(self, inflight: int) -> str:
         return (
@@ -262,7 +270,7 @@ class Worker:
             log.warning("claim failed (%s); backing off", exc)
             self._reset_connection()
             return None
-        self.stats.claimed += len(jobs)
+        self.stats.count("claimed", len(jobs))
         metrics.observe_claims(jobs)
         return jobs
 
@@ -342,7 +350,7 @@ class Worker:
             )
             self.stats.count(label)
         except LeaseLostError:
-            self.stats.lost += 1
+            self.stats.count("lost")
         except DatabaseError as exc:
             log.error("could not record the outcome of job %s: %s", entry.job.ref.job_id, exc)
         finally:
@@ -382,7 +390,7 @@ class Worker:
     def adopt(self, ref: LeaseRef, ctx: JobContext) -> None:
         with self._lock:
             self._adopted[ref] = ctx
-        self.stats.claimed += 1
+        self.stats.count("claimed")
 
     def disown(self, ref: LeaseRef) -> None:
         with self._lock:
@@ -425,10 +433,10 @@ class Worker:
         except Exception:  # the acker must not die: every later success would hang
             log.exception("could not record %d completion(s)", len(batch))
             done = set()
-        self.stats.completed += len(done)
+        self.stats.count("completed", len(done))
         for _, written in batch:
             if written.ref.job_id not in done:
-                self.stats.lost += 1
+                self.stats.count("lost")
                 log.warning(
                     "completion of job %s did not land: its lease was lost", written.ref.job_id
                 )
@@ -531,7 +539,7 @@ class Worker:
                     "job %s (%s) timed out after %s", entry.job.ref.job_id, entry.job.kind, timeout
                 )
             except LeaseLostError:
-                self.stats.lost += 1
+                self.stats.count("lost")
             except DatabaseError as exc:
                 log.error("could not record the timeout of job %s: %s", entry.job.ref.job_id, exc)
                 self._reset_connection()
