@@ -14,6 +14,7 @@ from headgate_django.durable import handlers as durable_modes
 from headgate_django.exceptions import ConfigurationError
 from headgate_django.worker.exit import exit_now
 from headgate_django.worker.runner import Worker
+from headgate_django.worker.signals import relay_signals
 
 
 class Command(BaseCommand):
@@ -97,7 +98,7 @@ class Command(BaseCommand):
             exclude_kinds=durable_modes.MODES[options["durable_mode"]],
         )
 
-        def on_signal(signum: int, _frame: object) -> None:
+        def on_signal(signum: int) -> None:
             name = signal.Signals(signum).name
             if worker._stopping.is_set():
                 # A second signal means now: no drain, and no waiting for handler threads
@@ -107,8 +108,7 @@ class Command(BaseCommand):
             self.stderr.write(f"received {name}: draining, then exiting")
             worker.stop()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        relay_signals(on_signal, (signal.SIGTERM, signal.SIGINT))
         # A --processes child starts with both blocked (see the supervisor); one that came
         # in meanwhile is handled now, by the handler above.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
