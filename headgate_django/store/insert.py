@@ -73,6 +73,11 @@ def _names(source: tuple[tuple[str, str], ...]) -> str:
     return ", ".join(name for name, _ in source)
 
 
+def _binds(source: tuple[tuple[str, str], ...], template: str) -> str:
+    """One placeholder per column of ``source``: ``template`` with the column's SQL type."""
+    return ", ".join(template.format(sql_type) for _, sql_type in source)
+
+
 # Column names are unqualified: the source is one relation (one row) or a row and its
 # shape joined on the shape's number (a batch), and no name is in both.
 _PG_SELECT = (
@@ -89,10 +94,7 @@ _PG_SELECT = (
     "0, '', clock_timestamp(), retention, unique_key, '[]', '{}', workflow_id "
 )
 _PG_INSERT_ONE = (
-    _PG_SELECT
-    + "FROM (VALUES ("
-    + ", ".join(f"%s::{sql_type}" for _, sql_type in _PG_SOURCE)
-    + f")) AS r({_names(_PG_SOURCE)}) "
+    _PG_SELECT + "FROM (VALUES (" + _binds(_PG_SOURCE, "%s::{}") + f")) AS r({_names(_PG_SOURCE)}) "
     "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint) "
     "ON CONFLICT DO NOTHING RETURNING id"
 )
@@ -104,10 +106,10 @@ _PG_INSERT_ONE = (
 _PG_INSERT_MANY = (
     _PG_SELECT
     + "FROM unnest("
-    + ", ".join(f"%b::{sql_type}[]" for _, sql_type in _PG_ROW)
+    + _binds(_PG_ROW, "%b::{}[]")
     + f", %b::integer[]) AS r({_names(_PG_ROW)}, shape) "
     "JOIN unnest("
-    + ", ".join(f"%b::{sql_type}[]" for _, sql_type in _PG_SHAPE)
+    + _binds(_PG_SHAPE, "%b::{}[]")
     + f") WITH ORDINALITY AS s({_names(_PG_SHAPE)}, shape) USING (shape) "
     "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine WHERE fingerprint = ANY(%b::varchar[])) "
     "RETURNING id"
