@@ -15,6 +15,7 @@ from django.core.checks import Error, Tags, Warning, register
 from headgate_django.exceptions import ConfigurationError
 
 _DURATIONS = ("LEASE_TTL", "BACKOFF_BASE", "BACKOFF_CAP", "COORDINATOR_POLL", "SHUTDOWN_TIMEOUT")
+_OPTIONAL_DURATIONS = ("SQLITE_WAKE_INTERVAL",)
 _COUNTS = ("CRASH_LIMIT", "MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BATCH")
 
 
@@ -34,10 +35,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 
 
 def _durations(s: Any) -> list[Any]:
+    def positive(value: Any) -> bool:
+        return isinstance(value, timedelta) and value > timedelta(0)
+
     return [
         Error(f"HEADGATE[{key!r}] must be a positive timedelta", id="headgate.E002")
         for key in _DURATIONS
-        if not isinstance(getattr(s, key), timedelta) or getattr(s, key) <= timedelta(0)
+        if not positive(getattr(s, key))
+    ] + [
+        Error(f"HEADGATE[{key!r}] must be a positive timedelta or None", id="headgate.E002")
+        for key in _OPTIONAL_DURATIONS
+        if getattr(s, key) is not None and not positive(getattr(s, key))
     ]
 
 

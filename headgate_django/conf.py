@@ -39,6 +39,8 @@ DEFAULTS: dict[str, Any] = {
     "DUTY_INTERVAL": timedelta(seconds=1),
     "EVICT_BATCH": 1000,
     "LISTEN_NOTIFY": True,
+    # SQLite has no NOTIFY: an idle worker checks PRAGMA data_version this often (None: poll).
+    "SQLITE_WAKE_INTERVAL": timedelta(milliseconds=5),
     # Queues a worker serves when --queue is not given: None means every queue.
     "QUEUES": None,
     # Workflows.

@@ -47,7 +47,7 @@ from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.worker import execute
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
-from headgate_django.worker.notify import Listener
+from headgate_django.worker.notify import wake_source
 from headgate_django.worker.settle import completion, settle
 from headgate_django.worker.status import status_line
 
@@ -166,11 +166,8 @@ class Worker:
         ]
         self._async = execute.AsyncRunner()
         self._duties = DutyRunner(self.worker_id) if run_duties else None
-        self._listener = (
-            Listener(self._wake, self.queues, using)
-            if s.LISTEN_NOTIFY and Listener.supported(using) and not burst
-            else None
-        )
+        # A burst worker exits when the queues are empty, so it has nothing to wait for.
+        self._listener = None if burst else wake_source(self._wake, self.queues, using)
 
     # -- lifecycle ---------------------------------------------------------------------
     @property

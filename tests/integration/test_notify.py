@@ -1,4 +1,8 @@
-"""PostgreSQL LISTEN/NOTIFY: an idle worker starts a new job at once, not at its next poll."""
+"""Wake-ups: an idle worker starts a new job at once, not at its next poll.
+
+PostgreSQL wakes it through LISTEN/NOTIFY, SQLite through the ``PRAGMA data_version``
+watcher; MariaDB has neither and polls.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ from tests.integration.helpers import job, runs, state_is
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_idle_worker_wakes_on_notify(start_worker):
-    if connection.vendor != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL-only; other databases wake by polling")
+def test_idle_worker_wakes_on_enqueue(start_worker):
+    if connection.vendor not in ("postgresql", "sqlite"):
+        pytest.skip("MySQL/MariaDB has no wake-up source; workers poll")
     worker = start_worker(env={"HEADGATE_TEST_LOG_LEVEL": "DEBUG"})
     # The worker logs this once its idle backoff reaches the 2 s maximum (the default).
     wait_for(lambda: "idle: next poll in 2.0 s" in worker.output())

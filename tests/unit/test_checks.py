@@ -29,6 +29,13 @@ def test_bad_duration_and_bad_count_are_reported_together():
     assert ids(LEASE_TTL=5, CRASH_LIMIT=0) == ["headgate.E002", "headgate.E005"]
 
 
+def test_sqlite_wake_interval_is_a_positive_duration_or_none():
+    assert ids(SQLITE_WAKE_INTERVAL=None) == []
+    assert ids(SQLITE_WAKE_INTERVAL=timedelta(milliseconds=20)) == []
+    assert ids(SQLITE_WAKE_INTERVAL=timedelta(0)) == ["headgate.E002"]
+    assert ids(SQLITE_WAKE_INTERVAL=0.005) == ["headgate.E002"]
+
+
 def test_renew_must_be_at_most_half_the_lease():
     assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=6)) == [
         "headgate.E003"
