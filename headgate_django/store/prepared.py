@@ -11,7 +11,12 @@ run that many times on a connection, so PostgreSQL stops parsing and planning it
 It pays most for statements whose text never changes (array parameters instead of one
 placeholder per row), and only on PostgreSQL; every other vendor gets Django's cursor.
 The cursor is still wrapped by Django, so errors become ``django.db`` errors, the broken
-transaction check applies and query logging and ``execute_wrapper`` still see it.
+transaction check applies and ``execute_wrapper`` still sees it.
+
+Each connection keeps one such cursor and hands it out again: making and closing a psycopg
+cursor and its Django wrapper cost about as much Python as a single-row enqueue's own
+work. While the kept cursor is inside a ``with`` block, a nested call gets a fresh one, and
+with query logging on (``DEBUG``) every call gets a fresh debug cursor, as Django's would.
 """
 
 from __future__ import annotations
@@ -21,9 +26,29 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+#: Where a connection wrapper (one per thread and alias) keeps its reusable cursor.
+_KEPT = "_headgate_server_cursor"
+
+
+class _KeptCursor(CursorWrapper):
+    """A Django cursor wrapper that leaving a ``with`` block releases rather than closes."""
+
+    in_use = False
+
+    def __enter__(self) -> _KeptCursor:
+        self.in_use = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.in_use = False
+
 
 def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
-    """Like ``conn.cursor()``, but binding on the server when the connection is psycopg 3."""
+    """Like ``conn.cursor()``, but binding on the server when the connection is psycopg 3.
+
+    Use it as a context manager (``with server_bound_cursor(conn) as cursor:``): the
+    cursor may be the connection's kept one, which stays open for the next caller.
+    """
     if conn.vendor != "postgresql":
         return conn.cursor()
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
@@ -35,6 +60,17 @@ def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
     conn.close_if_health_check_failed()
     conn.ensure_connection()
     conn.validate_thread_sharing()
-    with conn.wrap_database_errors:
-        raw: Any = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
-    return conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
+    if conn.queries_logged:
+        with conn.wrap_database_errors:
+            raw: Any = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
+        return conn.make_debug_cursor(raw)
+    kept: _KeptCursor | None = conn.__dict__.get(_KEPT)
+    if kept is not None and kept.in_use:  # nested: an ordinary cursor, closed on exit
+        with conn.wrap_database_errors:
+            raw = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
+        return conn.make_cursor(raw)
+    if kept is None or kept.cursor.connection is not conn.connection or kept.cursor.closed:
+        with conn.wrap_database_errors:
+            raw = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
+        kept = conn.__dict__[_KEPT] = _KeptCursor(raw, conn)
+    return kept

@@ -1,0 +1,116 @@
+"""The kept server-binding cursor: reused per connection, yet still Django's cursor.
+
+Each PostgreSQL connection hands out one psycopg cursor again and again for the hot
+statements. These tests hold it to what a fresh Django cursor would do: errors arrive as
+``django.db`` errors and leave it usable, ``execute_wrapper`` and the query log see every
+statement, a nested use gets a cursor of its own, and a new connection gets a new cursor.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
+
+from headgate_django.store.prepared import server_bound_cursor
+from tests.app import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _postgres() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the server-binding cursor is PostgreSQL's; other vendors get Django's")
+
+
+def _select(cursor, value: int) -> int:
+    cursor.execute("SELECT %s::integer", [value])
+    return cursor.fetchone()[0]
+
+
+def test_the_same_cursor_serves_consecutive_uses():
+    with server_bound_cursor(connection) as first:
+        assert _select(first, 1) == 1
+    with server_bound_cursor(connection) as second:
+        assert _select(second, 2) == 2
+    assert first is second
+    assert not first.cursor.closed
+
+
+def test_a_nested_use_gets_its_own_cursor_and_leaves_the_outer_results_alone():
+    with server_bound_cursor(connection) as outer:
+        outer.execute("SELECT generate_series(1, 3)")
+        with server_bound_cursor(connection) as inner:
+            assert inner is not outer
+            assert _select(inner, 7) == 7
+        assert inner.cursor.closed
+        assert [row[0] for row in outer.fetchall()] == [1, 2, 3]
+
+
+def test_a_new_connection_gets_a_new_cursor():
+    with server_bound_cursor(connection) as before:
+        _select(before, 1)
+    connection.close()
+    with server_bound_cursor(connection) as after:
+        assert _select(after, 5) == 5
+    assert after is not before
+
+
+def test_errors_are_djangos_and_the_cursor_survives_them():
+    job_id = tasks.noop.enqueue()
+    with pytest.raises(IntegrityError), server_bound_cursor(connection) as cursor:
+        cursor.execute(
+            "INSERT INTO headgate_job (id) SELECT id FROM headgate_job WHERE id = %s", [job_id]
+        )
+    with server_bound_cursor(connection) as again:
+        assert again is cursor
+        assert _select(again, 3) == 3
+
+
+def test_a_failed_statement_inside_atomic_still_marks_the_transaction():
+    with transaction.atomic():
+        with (
+            pytest.raises(IntegrityError),
+            transaction.atomic(),
+            server_bound_cursor(connection) as cursor,
+        ):
+            cursor.execute("INSERT INTO headgate_job (id) VALUES (NULL)")
+        # The savepoint was rolled back; the outer transaction goes on.
+        with server_bound_cursor(connection) as cursor:
+            assert _select(cursor, 4) == 4
+    # An error leaving an atomic block without a savepoint breaks the transaction; the kept
+    # cursor refuses the next statement just as Django's own would.
+    with pytest.raises(TransactionManagementError), transaction.atomic():
+        with (
+            pytest.raises(IntegrityError),
+            transaction.atomic(savepoint=False),
+            server_bound_cursor(connection) as cursor,
+        ):
+            cursor.execute("INSERT INTO headgate_job (id) VALUES (NULL)")
+        with server_bound_cursor(connection) as cursor:
+            cursor.execute("SELECT 1")
+
+
+def test_execute_wrappers_see_every_statement():
+    seen: list[str] = []
+
+    def spy(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy):
+        tasks.noop.enqueue()
+        tasks.noop.enqueue()
+    assert len(seen) == 2
+    assert all(sql.startswith("INSERT INTO headgate_job") for sql in seen)
+
+
+@pytest.mark.usefixtures("unprepared")
+def test_the_query_log_sees_every_statement():
+    with CaptureQueriesContext(connection) as queries:
+        tasks.noop.enqueue()
+        tasks.noop.enqueue()
+    inserts = [q for q in queries.captured_queries if "INSERT INTO headgate_job" in q["sql"]]
+    assert len(inserts) == 2
