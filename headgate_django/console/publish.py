@@ -61,7 +61,7 @@ def publish(groups: list[str]) -> None:
         log.warning("could not publish a console update to %s", groups, exc_info=True)
 
 
-def _on_finish(cursor: Any, connection: Any, workflow_ids: set[str]) -> None:
+def _on_finish(cursor: Any, connection: Any, workflow_ids: set[str], job_ids: set[str]) -> None:
     if cross_process_layer() is None:
         return
     groups = sorted({group_of_job_group(w) for w in workflow_ids})

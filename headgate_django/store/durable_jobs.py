@@ -355,7 +355,7 @@ def settle_finished_operations(cursor: Any, conn: Any, execution_id: str) -> int
     return len(events)
 
 
-def _on_finish(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
+def _on_finish(cursor: Any, conn: Any, workflow_ids: set[str], job_ids: set[str]) -> None:
     for group in sorted(w for w in workflow_ids if w.startswith(GROUP_PREFIX)):
         settle_finished_operations(cursor, conn, group[len(GROUP_PREFIX) :])
 

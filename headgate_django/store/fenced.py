@@ -9,7 +9,7 @@ ids that did land so the caller can tell which handlers to stop.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
@@ -172,7 +172,7 @@ def job_complete_many(completions: Sequence[Completion], *, using: str = "defaul
         after_finish(
             cursor,
             conn,
-            {c.workflow_id for c in completions if c.workflow_id and c.ref.job_id in done},
+            {c.ref.job_id: c.workflow_id for c in completions if c.ref.job_id in done},
         )
     return done
 
@@ -219,14 +219,18 @@ def _result_param(conn: BaseDatabaseWrapper, job_id: str, result: Any) -> Any:
     return prep(conn, "result", result)
 
 
-def after_finish(cursor: Any, conn: BaseDatabaseWrapper, workflow_ids: set[str | None]) -> None:
-    """Hooks that must commit with a finished job (workflows wake their coordinator)."""
+def after_finish(
+    cursor: Any, conn: BaseDatabaseWrapper, finished: Mapping[str, str | None]
+) -> None:
+    """Hooks that must commit with finished jobs, given as ``{job id: workflow id}``
+    (workflows wake their coordinator; a finished coordinator wakes its parents' links)."""
     from headgate_django.store import hooks
 
-    ids = {w for w in workflow_ids if w}
-    if ids:
+    jobs = {job_id: w for job_id, w in finished.items() if w}
+    if jobs:
+        workflow_ids = set(jobs.values())
         for hook in hooks.ON_FINISH:
-            hook(cursor, conn, ids)
+            hook(cursor, conn, workflow_ids, set(jobs))
 
 
 def job_renew_leases(
@@ -353,7 +357,7 @@ def job_retry(
             f"{when}, {_CLEAR_LEASE} WHERE id = %s",
             [*params, ref.job_id],
         )
-        after_finish(cursor, conn, {workflow_id})
+        after_finish(cursor, conn, {ref.job_id: workflow_id})
     return target
 
 
@@ -372,7 +376,7 @@ def _finish_with(
             "WHERE id = %s",
             [state.value, prep(conn, "errors", append_error(errors, entry)), ref.job_id],
         )
-        after_finish(cursor, conn, {workflow_id})
+        after_finish(cursor, conn, {ref.job_id: workflow_id})
 
 
 def job_skip(ref: LeaseRef, *, reason: str, using: str = "default") -> None:

@@ -94,7 +94,7 @@ def job_cancel(job_id: str, *, using: str = "default") -> bool:
             [State.CANCELLED.value],
         )
         with conn.cursor() as cursor:
-            after_finish(cursor, conn, {job.workflow_id})
+            after_finish(cursor, conn, {job_id: job.workflow_id})
     return True
 
 

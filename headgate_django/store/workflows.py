@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from headgate_django.envelope import decode_call
 from headgate_django.kernel.names import COORDINATOR_KIND
 from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
@@ -24,6 +25,10 @@ from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lo
 from headgate_django.store.rows import prep
 
 _CHUNK = 500
+
+
+#: The coordinator option listing the link jobs (in parent workflows) that wait for it.
+WAITERS = "waiters"
 
 
 def coordinator_job_id(workflow_id: str) -> str:
@@ -228,19 +233,47 @@ def _fail_pending(cursor: Any, conn: Any, items: list[tuple[str, str]]) -> None:
         )
 
 
-def _wake_coordinators(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
-    """A child finished: make its snoozing coordinator available now.
-
-    A coordinator that is running right now gets ``scheduled_at`` moved past its
-    ``claimed_at``, which its snooze honours (see ``job_snooze``): no wake-up is lost.
-    The extra millisecond (for a running coordinator only) keeps "past" strict on SQLite,
-    whose clock has millisecond resolution, when the wake lands in the claim's millisecond.
+def _wake_on_finish(cursor: Any, conn: Any, workflow_ids: set[str], job_ids: set[str]) -> None:
+    """A child finished: make its snoozing coordinator available now; a coordinator
+    finished: likewise the parents' links that wait for its workflow (see ``_waiting_links``).
     """
     from headgate_django.conf import headgate_settings
 
     if not headgate_settings.WORKFLOW_EVENT_WAKE:
         return
-    ids = sorted(coordinator_job_id(w) for w in workflow_ids)
+    ids = {coordinator_job_id(w) for w in workflow_ids}
+    _wake(cursor, conn, sorted(ids | _waiting_links(cursor, ids & job_ids)))
+
+
+def _waiting_links(cursor: Any, coordinators: set[str]) -> set[str]:
+    """The link jobs waiting for the workflows of these just-finished coordinators.
+
+    A bundle writes them into each child's coordinator options (``waiters``), so a child
+    workflow's end wakes its parents in the same commit instead of at their next poll. A
+    payload that does not decode (replaced by hand) wakes nobody: the links still poll.
+    """
+    if not coordinators:
+        return set()
+    ids = sorted(coordinators)
+    cursor.execute(f"SELECT payload FROM headgate_job WHERE id IN ({_in(ids)})", ids)
+    links: set[str] = set()
+    for (payload,) in cursor.fetchall():
+        try:
+            options = decode_call(bytes(payload))[1].get("options") or {}
+            links.update(str(link) for link in options.get(WAITERS, ()))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return links
+
+
+def _wake(cursor: Any, conn: Any, ids: list[str]) -> None:
+    """Make these jobs available now if they are scheduled (snoozing).
+
+    A job that is running right now gets ``scheduled_at`` moved past its ``claimed_at``,
+    which its snooze honours (see ``job_snooze``): no wake-up is lost. The extra
+    millisecond (for a running job only) keeps "past" strict on SQLite, whose clock has
+    millisecond resolution, when the wake lands in the claim's millisecond.
+    """
     cursor.execute(
         f"UPDATE headgate_job SET state = CASE WHEN state = %s THEN %s ELSE state END, "
         f"scheduled_at = CASE WHEN state = %s THEN {v.plus_ms(conn)} ELSE {v.now(conn)} END "
@@ -257,7 +290,7 @@ def _wake_coordinators(cursor: Any, conn: Any, workflow_ids: set[str]) -> None:
     )
 
 
-hooks.ON_FINISH.append(_wake_coordinators)
+hooks.ON_FINISH.append(_wake_on_finish)
 
 
 def workflow_coordinators(
@@ -406,6 +439,10 @@ def workflow_retry_apply(
 
 def workflow_wake(workflow_id: str, *, using: str = "default") -> None:
     """Wake a workflow's coordinator now (a graft or retry receipt is waiting for it)."""
+    from headgate_django.conf import headgate_settings
+
+    if not headgate_settings.WORKFLOW_EVENT_WAKE:
+        return
     conn = v.connection_for(using)
     with conn.cursor() as cursor:
-        _wake_coordinators(cursor, conn, {workflow_id})
+        _wake(cursor, conn, [coordinator_job_id(workflow_id)])

@@ -13,12 +13,17 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from headgate_django.envelope import Envelope, encode_call
+from headgate_django.envelope import Envelope, decode_call, encode_call
 from headgate_django.exceptions import DefinitionError, GraphError
 from headgate_django.kernel import cel
 from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, validate
 from headgate_django.kernel.names import validate_queue
-from headgate_django.store.workflows import COORDINATOR_KIND, coordinator_job_id, from_ms
+from headgate_django.store.workflows import (
+    COORDINATOR_KIND,
+    WAITERS,
+    coordinator_job_id,
+    from_ms,
+)
 
 SIGNAL_KIND = "headgate:signal"
 TIMER_KIND = "headgate:timer"
@@ -34,6 +39,18 @@ class PreparedWorkflow:
     workflow_id: str
     graph: GraphSpec
     envelopes: list[Envelope] = field(repr=False)
+
+
+def with_waiters(prepared: PreparedWorkflow, link_job_ids: list[str]) -> PreparedWorkflow:
+    """``prepared`` whose coordinator, when it finishes, wakes these link jobs of parent
+    workflows in the same commit (a bundle knows them; the links poll only as a fallback)."""
+    if not link_job_ids:
+        return prepared
+    coordinator, *nodes = prepared.envelopes
+    _, kwargs = decode_call(coordinator.payload)
+    kwargs["options"] = {**kwargs.get("options", {}), WAITERS: sorted(link_job_ids)}
+    coordinator = replace(coordinator, payload=encode_call((), kwargs))
+    return replace(prepared, envelopes=[coordinator, *nodes])
 
 
 def _deps(deps: Iterable[str] | None, name: str) -> tuple[str, ...]:

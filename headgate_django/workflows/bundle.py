@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from headgate_django.envelope import Envelope
 from headgate_django.exceptions import BatchError, CycleError, GraphError
 from headgate_django.kernel.graph import NodeKind
-from headgate_django.workflows.builder import PreparedWorkflow, Workflow
+from headgate_django.workflows.builder import PreparedWorkflow, Workflow, with_waiters
 
 MAX_JOBS = 1000
 
@@ -27,6 +27,7 @@ def prepare_bundle(workflows: Sequence[Workflow]) -> PreparedBundle:
     if len(set(ids)) != len(ids):
         raise GraphError("a bundle contains the same workflow twice")
     links: dict[str, list[str]] = {p.workflow_id: [] for p in prepared}
+    waiters: dict[str, list[str]] = {p.workflow_id: [] for p in prepared}  # child → link jobs
     for p in prepared:
         for node in p.graph.nodes:
             if node.kind is NodeKind.CHILD_WORKFLOW:
@@ -37,7 +38,9 @@ def prepare_bundle(workflows: Sequence[Workflow]) -> PreparedBundle:
                         node=node.name,
                     )
                 links[p.workflow_id].append(node.child_workflow_id or "")
+                waiters[node.child_workflow_id or ""].append(node.job_id)
     _reject_cycles(links)
+    prepared = [with_waiters(p, waiters[p.workflow_id]) for p in prepared]
     envelopes = [env for p in prepared for env in p.envelopes]
     if len(envelopes) > MAX_JOBS:
         raise BatchError(f"a bundle holds at most {MAX_JOBS} jobs, got {len(envelopes)}")

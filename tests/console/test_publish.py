@@ -49,13 +49,15 @@ def test_the_hook_publishes_after_commit_only(monkeypatch: pytest.MonkeyPatch) -
     layer = FakeLayer()
     monkeypatch.setattr(publish, "cross_process_layer", lambda: layer)
     with transaction.atomic():
-        publish._on_finish(None, connection, {"wf-1", "durable:ex-1"})
+        publish._on_finish(
+            None, connection, {"wf-1", "durable:ex-1"}, {"wf-1:a", "durable:ex-1:task"}
+        )
         assert layer.sent == []
     assert sorted(g for g, _ in layer.sent) == sorted(
         [workflow_group("wf-1"), execution_group("ex-1")]
     )
     with pytest.raises(RuntimeError), transaction.atomic():
-        publish._on_finish(None, connection, {"wf-2"})
+        publish._on_finish(None, connection, {"wf-2"}, {"wf-2:a"})
         raise RuntimeError("rolled back")
     assert workflow_group("wf-2") not in [g for g, _ in layer.sent]
 
@@ -64,5 +66,5 @@ def test_the_hook_publishes_after_commit_only(monkeypatch: pytest.MonkeyPatch) -
 def test_the_in_memory_layer_publishes_nothing() -> None:
     assert publish.cross_process_layer() is None
     with transaction.atomic():
-        publish._on_finish(None, connection, {"wf-1"})
+        publish._on_finish(None, connection, {"wf-1"}, {"wf-1:a"})
         assert connection.run_on_commit == []

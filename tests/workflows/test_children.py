@@ -7,10 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from headgate_django import IdConflictError, enqueue
+from headgate_django import IdConflictError, enqueue, testing
+from headgate_django.envelope import decode_call
 from headgate_django.exceptions import BatchError, CycleError, GraphError
 from headgate_django.models import Job
-from headgate_django.workflows import Workflow, inspect_workflow, prepare_bundle
+from headgate_django.store.operator import job_promote
+from headgate_django.workflows import Workflow, emit_signal, inspect_workflow, prepare_bundle
 from tests.app import tasks
 from tests.workflows.helpers import coordinator, job, job_state, last_error, node_states, run, runs
 
@@ -105,3 +107,57 @@ def test_a_bundle_holds_at_most_1000_jobs():
             workflow.add(f"n{n}", tasks.noop.envelope(), [])
     with pytest.raises(BatchError):
         prepare_bundle(big)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finishing_child_wakes_its_waiting_link_at_once():
+    """The link does not wait out its poll: the child's end makes it available in the same
+    commit, so the parent finishes without treating any scheduled job as due."""
+    child = Workflow("billing:7").add_signal("paid", "paid")
+    parent = (
+        Workflow("checkout:7")
+        .add_child("billing", "billing:7")
+        .add("receipt", tasks.record_run.envelope(label="receipt"), ["billing"])
+    )
+    enqueue(prepare_bundle([parent, child]))
+    testing.run_jobs()
+    # The link has looked at its unfinished child and is waiting for its next poll.
+    assert job_state("checkout:7:billing") == "scheduled"
+    assert coordinator("billing:7").state == "scheduled"
+
+    emit_signal("billing:7", "paid")
+    testing.run_jobs()  # due jobs only: no waiting job is treated as due
+    assert coordinator("billing:7").state == "completed"
+    assert job_state("checkout:7:billing") == "completed"
+    assert coordinator("checkout:7").state == "completed"
+    assert node_states("checkout:7") == {"billing": "completed", "receipt": "completed"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_event_wakes_the_link_polls(settings):
+    settings.HEADGATE = {"WORKFLOW_EVENT_WAKE": False}
+    child = Workflow("billing:8").add_signal("paid", "paid")
+    parent = Workflow("checkout:8").add_child("billing", "billing:8")
+    enqueue(prepare_bundle([parent, child]))
+    testing.run_jobs()
+    emit_signal("billing:8", "paid")
+    testing.run_jobs()  # the signal node; its coordinator is not woken either
+    job_promote("billing:8:coordinator")
+    testing.run_jobs()
+    assert coordinator("billing:8").state == "completed"
+    assert job_state("checkout:8:billing") == "scheduled"  # until its poll comes round
+    run()
+    assert coordinator("checkout:8").state == "completed"
+
+
+def test_a_bundle_tells_each_child_which_links_wait_for_it():
+    first = Workflow("a:1").add_child("x", "c:1")
+    second = Workflow("b:1").add_child("y", "c:1").add_child("z", "d:1")
+    bundle = prepare_bundle(
+        [first, second, Workflow("c:1").add_signal("s", "s"), Workflow("d:1").add_signal("s", "s")]
+    )
+    waiters = {
+        p.workflow_id: decode_call(p.envelopes[0].payload)[1]["options"].get("waiters")
+        for p in bundle.workflows
+    }
+    assert waiters == {"a:1": None, "b:1": None, "c:1": ["a:1:x", "b:1:y"], "d:1": ["b:1:z"]}
