@@ -15,8 +15,9 @@ transaction check applies and ``execute_wrapper`` still sees it.
 
 Each connection keeps one such cursor and hands it out again: making and closing a psycopg
 cursor and its Django wrapper cost about as much Python as a single-row enqueue's own
-work. While the kept cursor is inside a ``with`` block, a nested call gets a fresh one, and
-with query logging on (``DEBUG``) every call gets a fresh debug cursor, as Django's would.
+work. While the kept cursor is inside a ``with`` block, a nested call gets a fresh one, as
+does every call on a connection shared between threads; with query logging on (``DEBUG``)
+every call gets a fresh debug cursor, as Django's would.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
             raw: Any = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
         return conn.make_debug_cursor(raw)
     kept: _KeptCursor | None = conn.__dict__.get(_KEPT)
-    if kept is not None and kept.in_use:  # nested: an ordinary cursor, closed on exit
+    # Nested, or a connection shared between threads (a live-server test): an ordinary
+    # cursor, closed on exit, so two users never read each other's results.
+    if (kept is not None and kept.in_use) or conn.allow_thread_sharing:
         with conn.wrap_database_errors:
             raw = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
         return conn.make_cursor(raw)

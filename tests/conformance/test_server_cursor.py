@@ -114,3 +114,16 @@ def test_the_query_log_sees_every_statement():
         tasks.noop.enqueue()
     inserts = [q for q in queries.captured_queries if "INSERT INTO headgate_job" in q["sql"]]
     assert len(inserts) == 2
+
+
+def test_a_connection_shared_between_threads_gets_a_cursor_per_use():
+    connection.inc_thread_sharing()
+    try:
+        with server_bound_cursor(connection) as first:
+            assert _select(first, 1) == 1
+        with server_bound_cursor(connection) as second:
+            assert _select(second, 2) == 2
+    finally:
+        connection.dec_thread_sharing()
+    assert first is not second
+    assert first.cursor.closed
