@@ -8,6 +8,7 @@ every process reports the same truth. Expose them with :func:`metrics_view` in y
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ except ImportError:  # metrics are optional
     prometheus_client = None  # type: ignore[assignment]
 
 _LABELS = ("queue", "kind")
+log = logging.getLogger(__name__)
 
 
 class _Children:
@@ -71,9 +73,35 @@ class _Metrics:
 class _StoreCollector:
     """Queue depth by state and oldest available age, read from the store at scrape."""
 
+    def describe(self) -> Iterator[Any]:
+        """The families without samples. Registration asks for the names this way; without
+        it prometheus_client would call ``collect()``, a store query, inside the worker's
+        first claim, and a database outage at that moment would take the worker down."""
+        yield from self._families()
+
     def collect(self) -> Iterator[Any]:
+        from django.db import DatabaseError, connection
+
         from headgate_django.store.stats import queue_overview
 
+        depth, oldest = self._families()
+        try:
+            queues = queue_overview()
+        except DatabaseError as exc:
+            # The scrape still serves this process's counters; the next one reconnects.
+            log.warning("metrics: could not read queue depths (%s)", exc)
+            connection.close()
+            return
+        for queue in queues:
+            for state, count in queue.counts.items():
+                depth.add_metric([queue.name, state], count)
+            if queue.oldest_available_age_s is not None:
+                oldest.add_metric([queue.name], queue.oldest_available_age_s)
+        yield depth
+        yield oldest
+
+    @staticmethod
+    def _families() -> tuple[Any, Any]:
         depth = GaugeMetricFamily(
             "headgate_queue_jobs", "Jobs by queue and state", labels=["queue", "state"]
         )
@@ -82,13 +110,7 @@ class _StoreCollector:
             "Age of the oldest available job",
             labels=["queue"],
         )
-        for queue in queue_overview():
-            for state, count in queue.counts.items():
-                depth.add_metric([queue.name, state], count)
-            if queue.oldest_available_age_s is not None:
-                oldest.add_metric([queue.name], queue.oldest_available_age_s)
-        yield depth
-        yield oldest
+        return depth, oldest
 
 
 _instance: _Metrics | None = None

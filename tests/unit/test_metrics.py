@@ -64,3 +64,19 @@ def test_workflow_outcomes_are_counted():
     enqueue(Workflow("metrics-wf").add("a", tasks.noop.envelope(), []).prepare())
     testing.run_jobs()
     assert count() == before + 1
+
+
+@pytest.mark.django_db
+def test_registering_the_store_collector_reads_nothing(django_assert_num_queries):
+    """Registration asks for the metric names; the store is read only at scrape time, so a
+    worker's first claim (which registers it) cannot fail on a database outage."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=True)  # as prometheus_client.REGISTRY
+    with django_assert_num_queries(0):
+        registry.register(m._StoreCollector())
+    tasks.echo.enqueue(value=1)
+    assert (
+        registry.get_sample_value("headgate_queue_jobs", {"queue": "default", "state": "available"})
+        == 1.0
+    )
