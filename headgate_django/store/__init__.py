@@ -6,7 +6,7 @@ worker makes is fenced on ``(id, lease_id, fence, state='running')``; every deci
 instant comes from the database clock. Vendor differences live in :mod:`.vendor`.
 """
 
-from headgate_django.store.claim import ClaimedJob, job_claim
+from headgate_django.store.claim import ClaimedJob, job_available, job_claim
 from headgate_django.store.duties import duty_acquire, duty_release
 from headgate_django.store.fenced import (
     LeaseRef,
@@ -48,6 +48,7 @@ __all__ = [
     "db_now",
     "duty_acquire",
     "duty_release",
+    "job_available",
     "job_cancel",
     "job_claim",
     "job_complete_many",

@@ -170,3 +170,20 @@ def _claimed(row: dict[str, Any], lease_id: str) -> ClaimedJob:
         cursor=bytes(row["cp_cursor"]) if row["cp_cursor"] is not None else None,
         workflow_id=row["workflow_id"],
     )
+
+
+def job_available(queues: Sequence[str] | None = None, *, using: str = "default") -> bool:
+    """Whether a claim could find work now: an available job in ``queues`` (all if None).
+
+    One read through the claim index, no lock: what an idle worker's wake source asks
+    before it wakes the claim loop (see ``worker.notify``).
+    """
+    conn = v.connection_for(using)
+    sql = "SELECT 1 FROM headgate_job WHERE state = %s"
+    params: list[str] = [State.AVAILABLE.value]
+    if queues:
+        sql += f" AND queue IN ({v.placeholders(len(queues))})"
+        params += list(queues)
+    with conn.cursor() as cursor:
+        cursor.execute(sql + " LIMIT 1", params)
+        return cursor.fetchone() is not None

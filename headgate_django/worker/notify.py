@@ -19,7 +19,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
-from headgate_django.kernel.states import State
+from headgate_django.store import job_available
 
 log = logging.getLogger("headgate_django.notify")
 CHANNEL = "headgate_wakeup"
@@ -111,16 +111,10 @@ class SqliteWatcher(threading.Thread):
 
     def run(self) -> None:
         conn = connections[self.using]
-        probe = "SELECT 1 FROM headgate_job WHERE state = %s"
-        params: list[str] = [State.AVAILABLE.value]
-        if self.queues is not None:
-            probe += f" AND queue IN ({', '.join(['%s'] * len(self.queues))})"
-            params += self.queues
-        probe += " LIMIT 1"
         try:
             while not self._halt.is_set():
                 try:
-                    self._watch(conn, probe, params)
+                    self._watch(conn)
                 except Exception as exc:  # the runner keeps polling meanwhile
                     log.warning("SQLite wake-up watch failed (%s); polling until it returns", exc)
                     conn.close()
@@ -128,7 +122,7 @@ class SqliteWatcher(threading.Thread):
         finally:
             conn.close()
 
-    def _watch(self, conn: BaseDatabaseWrapper, probe: str, params: list[str]) -> None:
+    def _watch(self, conn: BaseDatabaseWrapper) -> None:
         conn.ensure_connection()
         # The sqlite3 connection itself: this read runs up to 200 times a second, so it
         # skips the Python of Django's cursor wrapper.
@@ -145,10 +139,8 @@ class SqliteWatcher(threading.Thread):
                 continue
             seen = version
             if not self.wake.is_set():  # when it is, the runner is about to claim anyway
-                with conn.cursor() as cursor:
-                    cursor.execute(probe, params)
-                    if cursor.fetchone() is None:
-                        continue
+                if not job_available(self.queues, using=self.using):
+                    continue
                 self.wake.set()
             arrived = time.monotonic()
 

@@ -137,3 +137,13 @@ def test_a_prepared_claim_still_reads_through_the_claim_index():
         cursor.execute(f"EXPLAIN EXECUTE {name}({', '.join(['NULL'] * count)})")
         plan = "\n".join(line for (line,) in cursor.fetchall())
     assert "headgate_job_claim_all" in plan, plan
+
+
+def test_job_available_sees_only_claimable_work_in_the_queues_asked():
+    assert store.job_available() is False
+    enqueue(Envelope(kind="test.noop", queue="reports", delay=timedelta(hours=1)))
+    assert store.job_available() is False  # scheduled, not yet due
+    enqueue(Envelope(kind="test.noop", queue="reports"))
+    assert store.job_available() is True
+    assert store.job_available(["reports", "mail"]) is True
+    assert store.job_available(["mail"]) is False
