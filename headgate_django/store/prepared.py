@@ -56,24 +56,24 @@ def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
 
     if not is_psycopg3:
         return conn.cursor()
-    from django.db.backends.postgresql import base
-
     conn.close_if_health_check_failed()
     conn.ensure_connection()
     conn.validate_thread_sharing()
     if conn.queries_logged:
-        with conn.wrap_database_errors:
-            raw: Any = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
-        return conn.make_debug_cursor(raw)
+        return conn.make_debug_cursor(_new(conn))
     kept: _KeptCursor | None = conn.__dict__.get(_KEPT)
     # Nested, or a connection shared between threads (a live-server test): an ordinary
     # cursor, closed on exit, so two users never read each other's results.
     if (kept is not None and kept.in_use) or conn.allow_thread_sharing:
-        with conn.wrap_database_errors:
-            raw = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
-        return conn.make_cursor(raw)
+        return conn.make_cursor(_new(conn))
     if kept is None or kept.cursor.connection is not conn.connection or kept.cursor.closed:
-        with conn.wrap_database_errors:
-            raw = base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
-        kept = conn.__dict__[_KEPT] = _KeptCursor(raw, conn)
+        kept = conn.__dict__[_KEPT] = _KeptCursor(_new(conn), conn)
     return kept
+
+
+def _new(conn: BaseDatabaseWrapper) -> Any:
+    """A fresh psycopg server-binding cursor on ``conn``'s connection."""
+    from django.db.backends.postgresql import base
+
+    with conn.wrap_database_errors:
+        return base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
