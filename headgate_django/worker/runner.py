@@ -155,6 +155,8 @@ class Worker:
         self._busy = 0  # handler threads still inside a handler
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        # Set when the drain begins: writes the database refuses are retried until then.
+        self._drain_deadline: float | None = None
         # Bumped on every database error this worker sees; a handler thread that has not
         # seen the latest value replaces its connection before its next attempt.
         self._db_errors = 0
@@ -560,6 +562,7 @@ class Worker:
         if unstarted:
             self._release([r.job.ref for r in unstarted], "buffered")
         deadline = time.monotonic() + headgate_settings.SHUTDOWN_TIMEOUT.total_seconds()
+        self._drain_deadline = deadline
         if self._held:
             log.info("draining %d in-flight job(s)", len(self._held))
         while self._held and time.monotonic() < deadline:
@@ -585,21 +588,25 @@ class Worker:
         log.warning("released %d %s job(s) back to their queues", len(released or ()), what)
 
     def _persist(self, write: Callable[[], T], what: str) -> T:
-        """Run a write about held jobs until the database takes it, for up to one lease TTL.
+        """Run a write about held jobs until the database takes it.
 
         A job whose handler has finished must not be stranded by a database outage: its
         entry stays held (the heartbeat keeps renewing it) while this retries with backoff.
-        Dropping it instead would let its lease lapse and charge a crash for the outage.
-        Past one TTL the lease is gone anyway: the last error is raised. Only lost or
+        Giving up instead would let its lease lapse, charge a crash for the outage and run
+        the handler again. There is no deadline while the worker runs, because the lease
+        is not lost when it lapses during an outage: a renewal only needs the job to be
+        unclaimed, and the reclaim duty waits a renewal interval after the database is
+        back. If the job was reclaimed meanwhile, the fenced write says so when it lands.
+        Once the worker is stopping, retries end with the drain window. Only lost or
         refused connections are retried; any other database error is raised at once.
         """
-        deadline = time.monotonic() + self.lease_ttl.total_seconds()
         delay = PERSIST_BACKOFF_MIN
         while True:
             try:
                 return write()
             except (OperationalError, InterfaceError) as exc:
-                if time.monotonic() + delay > deadline:
+                deadline = self._drain_deadline
+                if deadline is not None and time.monotonic() + delay > deadline:
                     raise
                 log.warning("could not record %s (%s); retrying in %.1f s", what, exc, delay)
                 self._reset_connection()

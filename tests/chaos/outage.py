@@ -54,6 +54,7 @@ def scenario(server, fleet: Fleet, down: float) -> list[tuple[str, bool, str]]: 
 
     ids = [chaos_slow.enqueue(seconds=HANDLER_SECONDS) for _ in range(HANDLERS)]
     wait(lambda: Execution.objects.filter(job_id__in=ids).count() == HANDLERS, 60, "handlers")
+    stopping = time.monotonic()
     server.stop()
     time.sleep(down)
     server.start()
@@ -70,8 +71,8 @@ def scenario(server, fleet: Fleet, down: float) -> list[tuple[str, bool, str]]: 
         (
             "reconnect",
             probe_after <= RECONNECT_WITHIN,
-            f"a job enqueued after the restart completed {probe_after:.1f} s after the "
-            f"database was back (limit {RECONNECT_WITHIN:.0f} s; {waited:.1f} s after enqueue)",
+            f"unreachable {back - stopping:.1f} s in all (stop, wait, start); a job enqueued "
+            f"after the restart completed {probe_after:.1f} s after the database was back (limit {RECONNECT_WITHIN:.0f} s; {waited:.1f} s after enqueue)",
         ),
         (
             "no crash for the outage",
