@@ -125,10 +125,8 @@ def _after_claim(conn: Any) -> str:
         return "GREATEST(clock_timestamp(), claimed_at + interval '1 millisecond')"
     if conn.vendor == "mysql":
         return "GREATEST(UTC_TIMESTAMP(6), claimed_at + INTERVAL 1000 MICROSECOND)"
-    return (
-        "MAX(strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'), "
-        "strftime('%%Y-%%m-%%d %%H:%%M:%%f', claimed_at, '+0.001 seconds'))"
-    )
+    after = v.sqlite_instant("claimed_at", "'+0.001 seconds'")
+    return f"MAX({v.sqlite_instant()}, {after})"
 
 
 def task_wake(

@@ -15,7 +15,20 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-_SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+
+def sqlite_instant(base: str = "'now'", *modifiers: str) -> str:
+    """An SQLite instant in the text form Django stores: ``YYYY-MM-DD HH:MM:SS.ffffff``.
+
+    SQLite compares instants as text. Its clock has millisecond precision (``%f`` gives
+    ``SS.SSS``), while Django writes six fraction digits, and ``…03.123000`` sorts after
+    ``…03.123``: a job scheduled by Django for millisecond T would be due only at T + 1 ms.
+    Padding the clock to six digits makes equal instants compare equal.
+    """
+    args = ", ".join((base, *modifiers))
+    return f"(strftime('%%Y-%%m-%%d %%H:%%M:%%f', {args}) || '000')"
+
+
+_SQLITE_NOW = sqlite_instant()
 
 
 def connection_for(using: str) -> BaseDatabaseWrapper:
@@ -40,7 +53,7 @@ def plus_ms(conn: BaseDatabaseWrapper) -> str:
         return "(clock_timestamp() + (%s * interval '1 millisecond'))"
     if conn.vendor == "mysql":
         return "(UTC_TIMESTAMP(6) + INTERVAL (%s * 1000) MICROSECOND)"
-    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('%%+.3f seconds', %s / 1000.0))"
+    return sqlite_instant("'now'", "printf('%%+.3f seconds', %s / 1000.0)")
 
 
 def plus_duration_column(conn: BaseDatabaseWrapper, column: str) -> str:
@@ -49,10 +62,7 @@ def plus_duration_column(conn: BaseDatabaseWrapper, column: str) -> str:
         return f"(clock_timestamp() + {column})"
     if conn.vendor == "mysql":
         return f"(UTC_TIMESTAMP(6) + INTERVAL {column} MICROSECOND)"
-    return (
-        "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', "
-        f"printf('%%+.6f seconds', {column} / 1000000.0))"
-    )
+    return sqlite_instant("'now'", f"printf('%%+.6f seconds', {column} / 1000000.0)")
 
 
 def skip_locked(conn: BaseDatabaseWrapper) -> str:

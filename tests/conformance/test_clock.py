@@ -137,3 +137,27 @@ def test_duty_leases(skewed_clock):
         DutyLease.objects.get(pk="promote").lease_expires_at, timedelta(minutes=10)
     )
     assert not store.duty_acquire("promote", holder="b", ttl=timedelta(minutes=10))
+
+
+@pytest.mark.parametrize("micros", [0, 123_000, 999_000])
+def test_sqlite_instants_have_djangos_text_form(micros):
+    """SQLite compares instants as text, so the store clock must write them the way Django
+    does: a job Django scheduled for millisecond T is due when the clock reads T."""
+    from django.db import connection
+
+    from headgate_django.store import vendor
+
+    if connection.vendor != "sqlite":
+        pytest.skip("only SQLite keeps instants as text")
+    at = datetime(2026, 11, 30, 6, 0, 3, micros)
+    django_form = connection.ops.adapt_datetimefield_value(at)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {vendor.sqlite_instant('%s')}, {vendor.sqlite_instant('%s')} >= %s",
+            [django_form, django_form, django_form],
+        )
+        store_form, due = cursor.fetchone()
+    assert due == 1
+    assert datetime.fromisoformat(store_form) == at
+    if micros:
+        assert store_form == django_form
