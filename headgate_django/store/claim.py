@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
+
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
-from headgate_django.store.fenced import LeaseRef, atomic_unless_alone
+from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import RowReader
 
@@ -89,31 +91,10 @@ def job_claim(
     ``queues=None`` serves every queue; ``kinds`` restricts the claim to kinds this worker
     can run, so a job nobody here knows stays untouched for a worker that knows it.
     """
-    if limit <= 0:
+    if limit <= 0 or (kinds is not None and not kinds):
         return []
     conn = v.connection_for(using)
     lease_id = new_lease_id(worker_id)
-    # The state is written into the text, not bound: a prepared statement's generic plan
-    # can only use the partial claim indexes (``WHERE state = 'available'``) when it sees
-    # the value; with a parameter it would sort every available row on each claim.
-    where = [f"state = '{State.AVAILABLE.value}'"]
-    params: list[Any] = []
-    if queues:
-        where.append(f"queue IN ({v.placeholders(len(queues))})")
-        params.extend(queues)
-    if kinds is not None:
-        if not kinds:
-            return []
-        where.append(f"kind IN ({v.placeholders(len(kinds))})")
-        params.extend(kinds)
-    # Read once per claim (a hashed subplan), not probed once per candidate row.
-    where.append("queue NOT IN (SELECT name FROM headgate_queue_state WHERE paused = %s)")
-    params.append(True)
-    candidates = (
-        f"SELECT id FROM headgate_job{v.claim_index_hint(conn, bool(queues))} "
-        f"WHERE {' AND '.join(where)} ORDER BY {_ORDER} LIMIT %s"
-    )
-    params.append(limit)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
     set_clause = (
         f"state = %s, lease_id = %s, fence = fence + 1, claimed_by = %s, "
@@ -121,36 +102,63 @@ def job_claim(
     )
     set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
     reader = RowReader.get(conn, COLUMNS)
-    # PostgreSQL: one UPDATE … RETURNING in autocommit, bound on the server (its text is the
-    # same for every claim of a worker, so it can be prepared); that is the claim's only
-    # round trip, which matters most on the latency path. RETURNING gives no order, so the
-    # rows go through a CTE that sorts them there. Elsewhere: the candidates, the update
-    # and a sorted read, in the claim's transaction.
     columns = ", ".join(COLUMNS)
-    with atomic_unless_alone(conn, using, alone=True), server_bound_cursor(conn) as cursor:
-        if conn.vendor == "postgresql":
+    if conn.vendor == "postgresql":
+        # One UPDATE … RETURNING in autocommit, bound on the server (its text is the same
+        # for every claim, so it can be prepared): the claim's only round trip, which
+        # matters most on the latency path. The candidates come from a function that reads
+        # the claim index in order whatever the statistics say (migration 0010), locked by
+        # it in this statement's transaction. RETURNING gives no order, so the rows go
+        # through a CTE that sorts them.
+        with server_bound_cursor(conn) as cursor:
             cursor.execute(
-                f"WITH claimed AS (UPDATE headgate_job SET {set_clause} WHERE id IN "
-                f"({candidates}{v.skip_locked(conn)}) RETURNING {columns}, priority, "
-                f"scheduled_at) SELECT {_PG_OUTER} FROM claimed ORDER BY {_ORDER}",
-                set_params + params,
+                f"WITH claimed AS (UPDATE headgate_job SET {set_clause} WHERE id = ANY(ARRAY("
+                "SELECT headgate_claim_candidates(%s, %s::varchar[], %s::varchar[]))) "
+                f"RETURNING {columns}, priority, scheduled_at) "
+                f"SELECT {_PG_OUTER} FROM claimed ORDER BY {_ORDER}",
+                [
+                    *set_params,
+                    limit,
+                    list(queues) if queues else None,
+                    list(kinds) if kinds is not None else None,
+                ],
             )
             rows = cursor.fetchall()
-        else:
-            cursor.execute(candidates + v.skip_locked(conn), params)
-            ids = [row[0] for row in cursor.fetchall()]
-            if not ids:
-                return []
-            id_list = v.placeholders(len(ids))
-            cursor.execute(
-                f"UPDATE headgate_job SET {set_clause} WHERE id IN ({id_list})",
-                set_params + ids,
-            )
-            cursor.execute(
-                f"SELECT {columns} FROM headgate_job WHERE id IN ({id_list}) ORDER BY {_ORDER}",
-                ids,
-            )
-            rows = cursor.fetchall()
+        return [_claimed(reader.read(row), lease_id) for row in rows]
+    # Elsewhere: the candidates, the update and a sorted read, in the claim's transaction.
+    # The state is written into the text, not bound: SQLite uses a partial index only when
+    # the query repeats its condition literally.
+    where = [f"state = '{State.AVAILABLE.value}'"]
+    params: list[Any] = []
+    if queues:
+        where.append(f"queue IN ({v.placeholders(len(queues))})")
+        params.extend(queues)
+    if kinds is not None:
+        where.append(f"kind IN ({v.placeholders(len(kinds))})")
+        params.extend(kinds)
+    # Read once per claim (a hashed subplan), not probed once per candidate row.
+    where.append("queue NOT IN (SELECT name FROM headgate_queue_state WHERE paused = %s)")
+    params.append(True)
+    candidates = (
+        f"SELECT id FROM headgate_job{v.claim_index_hint(conn, bool(queues))} "
+        f"WHERE {' AND '.join(where)} ORDER BY {_ORDER} LIMIT %s{v.skip_locked(conn)}"
+    )
+    params.append(limit)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(candidates, params)
+        ids = [row[0] for row in cursor.fetchall()]
+        if not ids:
+            return []
+        id_list = v.placeholders(len(ids))
+        cursor.execute(
+            f"UPDATE headgate_job SET {set_clause} WHERE id IN ({id_list})",
+            set_params + ids,
+        )
+        cursor.execute(
+            f"SELECT {columns} FROM headgate_job WHERE id IN ({id_list}) ORDER BY {_ORDER}",
+            ids,
+        )
+        rows = cursor.fetchall()
     return [_claimed(reader.read(row), lease_id) for row in rows]
 
 
