@@ -42,8 +42,8 @@ COLUMNS = (
 )
 # The claim's order, which is also the order a worker starts what it claimed.
 _ORDER = "priority DESC, scheduled_at, id"
-# PostgreSQL's claim reads its rows back through a CTE. Most jobs have no checkpoint: an
-# empty one comes back as NULL, which the worker need not parse.
+# PostgreSQL's claim reads its rows back from the claim function. Most jobs have no
+# checkpoint: an empty one comes back as NULL, which the worker need not parse.
 _PG_OUTER = ", ".join(
     "NULLIF(checkpoint, '{}'::jsonb) AS checkpoint" if c == "checkpoint" else c for c in COLUMNS
 )
@@ -96,31 +96,24 @@ def job_claim(
     conn = v.connection_for(using)
     lease_id = new_lease_id(worker_id)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
-    set_clause = (
-        f"state = %s, lease_id = %s, fence = fence + 1, claimed_by = %s, "
-        f"claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)}"
-    )
-    set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
     reader = RowReader.get(conn, COLUMNS)
-    columns = ", ".join(COLUMNS)
     if conn.vendor == "postgresql":
-        # One UPDATE … RETURNING in autocommit, bound on the server (its text is the same
-        # for every claim, so it can be prepared): the claim's only round trip, which
-        # matters most on the latency path. The candidates come from a function that reads
-        # the claim index in order whatever the statistics say (migration 0010), locked by
-        # it in this statement's transaction. RETURNING gives no order, so the rows go
-        # through a CTE that sorts them.
+        # One statement in autocommit, bound on the server (its text is the same for every
+        # claim, so it can be prepared): the claim's only round trip, which matters most on
+        # the latency path. The function (migration 0010) reads the claim index in order and
+        # updates by primary key whatever the planner's statistics say; it returns rows in
+        # no order, so they are sorted here.
         with server_bound_cursor(conn) as cursor:
             cursor.execute(
-                f"WITH claimed AS (UPDATE headgate_job SET {set_clause} WHERE id = ANY(ARRAY("
-                "SELECT headgate_claim_candidates(%s, %s::varchar[], %s::varchar[]))) "
-                f"RETURNING {columns}, priority, scheduled_at) "
-                f"SELECT {_PG_OUTER} FROM claimed ORDER BY {_ORDER}",
+                f"SELECT {_PG_OUTER} FROM headgate_claim(%s, %s::varchar[], %s::varchar[], "
+                f"%s, %s, %s) ORDER BY {_ORDER}",
                 [
-                    *set_params,
                     limit,
                     list(queues) if queues else None,
                     list(kinds) if kinds is not None else None,
+                    lease_id,
+                    worker_id[:255],
+                    ttl_ms,
                 ],
             )
             rows = cursor.fetchall()
@@ -144,6 +137,12 @@ def job_claim(
         f"WHERE {' AND '.join(where)} ORDER BY {_ORDER} LIMIT %s{v.skip_locked(conn)}"
     )
     params.append(limit)
+    set_clause = (
+        f"state = %s, lease_id = %s, fence = fence + 1, claimed_by = %s, "
+        f"claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)}"
+    )
+    set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
+    columns = ", ".join(COLUMNS)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(candidates, params)
         ids = [row[0] for row in cursor.fetchall()]
