@@ -8,6 +8,7 @@ fresh ``lease_id`` and bumps every job's ``fence``.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,12 +16,15 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import RowReader
+
+log = logging.getLogger("headgate_django.store")
 
 _LEASE_PREFIX = 64 - 13  # lease_id column width minus ":" and 12 random hex digits
 
@@ -40,6 +44,8 @@ COLUMNS = (
     "cp_cursor",
     "workflow_id",
 )
+#: Where a connection wrapper remembers whether its database has the claim function.
+_HAS_FUNCTION = "_headgate_claim_function"
 # The claim's order, which is also the order a worker starts what it claimed.
 _ORDER = "priority DESC, scheduled_at, id"
 # PostgreSQL's claim reads its rows back from the claim function. Most jobs have no
@@ -97,7 +103,7 @@ def job_claim(
     lease_id = new_lease_id(worker_id)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
     reader = RowReader.get(conn, COLUMNS)
-    if conn.vendor == "postgresql":
+    if conn.vendor == "postgresql" and _has_claim_function(conn):
         # One statement in autocommit, bound on the server (its text is the same for every
         # claim, so it can be prepared): the claim's only round trip, which matters most on
         # the latency path. The function (migration 0010) reads the claim index in order and
@@ -118,7 +124,8 @@ def job_claim(
             )
             rows = cursor.fetchall()
         return [_claimed(reader.read(row), lease_id) for row in rows]
-    # Elsewhere: the candidates, the update and a sorted read, in the claim's transaction.
+    # Elsewhere (and without the function): the candidates, the update and a sorted read,
+    # in the claim's transaction.
     # The state is written into the text, not bound: SQLite uses a partial index only when
     # the query repeats its condition literally.
     where = [f"state = '{State.AVAILABLE.value}'"]
@@ -159,6 +166,28 @@ def job_claim(
         )
         rows = cursor.fetchall()
     return [_claimed(reader.read(row), lease_id) for row in rows]
+
+
+def _has_claim_function(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the database has migration 0010's claim function, asked once per connection.
+
+    A database built from the models without running migrations (a test run with
+    ``--nomigrations``) lacks it; its claims take the portable statements instead, which
+    work everywhere but let the planner's statistics choose their plan.
+    """
+    conn.ensure_connection()
+    raw = conn.connection
+    known: tuple[Any, bool] | None = conn.__dict__.get(_HAS_FUNCTION)
+    if known is None or known[0] is not raw:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT to_regproc('headgate_claim') IS NOT NULL")
+            known = conn.__dict__[_HAS_FUNCTION] = (raw, bool(cursor.fetchone()[0]))
+        if not known[1]:
+            log.warning(
+                "PostgreSQL function headgate_claim() is missing (were migrations skipped?); "
+                "claims use portable SQL until `manage.py migrate` creates it"
+            )
+    return known[1]
 
 
 def _claimed(row: dict[str, Any], lease_id: str) -> ClaimedJob:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from headgate_django import Envelope, enqueue, store
 from headgate_django.store.fenced import Completion
@@ -144,6 +144,26 @@ def test_a_claim_reads_only_what_it_takes_whatever_the_planner_believes(queues):
         cursor.execute(read)
         after = cursor.fetchone()
     assert [a - b for a, b in zip(after, before, strict=True)] == [0, 10, 10]
+
+
+def test_a_database_built_without_migrations_still_claims(caplog):
+    """``--nomigrations`` test runs build tables from the models, without migration 0010's
+    function: claims then take the portable statements, in the same order, and say so."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the claim function is PostgreSQL's")
+    from headgate_django.store import claim
+
+    wrapper = connections["default"]  # not the ``connection`` proxy: the cache is on this
+    low = enqueue(Envelope(kind="test.noop", queue="q", priority=-1))[0]
+    high = enqueue(Envelope(kind="test.noop", queue="q", priority=5))[0]
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute("DROP FUNCTION headgate_claim")
+    wrapper.__dict__.pop(claim._HAS_FUNCTION, None)
+    try:
+        assert claim_ids(limit=10, queues=["q"]) == [high, low]
+        assert "headgate_claim() is missing" in caplog.text
+    finally:
+        wrapper.__dict__.pop(claim._HAS_FUNCTION, None)
 
 
 def test_job_available_sees_only_claimable_work_in_the_queues_asked():
