@@ -111,8 +111,8 @@ def job_claim(
         # no order, so they are sorted here.
         with server_bound_cursor(conn) as cursor:
             cursor.execute(
-                f"SELECT {_PG_OUTER} FROM headgate_claim(%s, %s::varchar[], %s::varchar[], "
-                f"%s, %s, %s) ORDER BY {_ORDER}",
+                f"SELECT {_PG_OUTER} FROM headgate_claim(%s::integer, %s::varchar[], "
+                f"%s::varchar[], %s::varchar, %s::varchar, %s::bigint) ORDER BY {_ORDER}",
                 [
                     limit,
                     list(queues) if queues else None,
