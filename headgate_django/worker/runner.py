@@ -238,6 +238,12 @@ class Worker:
                 idle = idle_min
                 for job in jobs:
                     self._hold(job)
+                if len(jobs) < limit and not self.burst:
+                    # Nothing else was claimable. Claiming again at once would find nothing,
+                    # and its Python would hold the GIL while the handler thread that was
+                    # just given a job wakes up: wait for a wake-up (an enqueue, a finished
+                    # job) or the shortest poll instead.
+                    self._wake.wait(idle)
                 continue
             if self.burst and self._burst_done():
                 return
