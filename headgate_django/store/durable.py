@@ -395,7 +395,7 @@ def execution_vacuum(
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(
             f"SELECT id FROM {EXEC_TABLE} WHERE state IN (%s, %s, %s) AND finished_at <= "
-            f"{v.plus_ms(conn)} ORDER BY finished_at LIMIT %s{v.skip_locked(conn)}",
+            f"{v.cutoff(conn, offset=True)} ORDER BY finished_at LIMIT %s{v.skip_locked(conn)}",
             [*sorted(jobs.TERMINAL), -(older_than // _MS), limit],
         )
         ids = [row[0] for row in cursor.fetchall()]
@@ -429,7 +429,7 @@ def execution_reconcile(
     with conn.cursor() as cursor:
         cursor.execute(
             f"SELECT e.id FROM {EXEC_TABLE} e WHERE e.state = %s AND e.updated_at <= "
-            f"{v.plus_ms(conn)} AND NOT EXISTS (SELECT 1 FROM headgate_job j WHERE "
+            f"{v.cutoff(conn, offset=True)} AND NOT EXISTS (SELECT 1 FROM headgate_job j WHERE "
             f"j.id = {_task_id_sql(conn)} AND j.state IN ({v.placeholders(len(live))})) "
             "ORDER BY e.updated_at LIMIT %s",
             ["running", -(stalled_for // _MS), *live, limit],

@@ -34,7 +34,7 @@ def job_promote_due(*, limit: int = 1000, using: str = "default") -> int:
         ids = _bounded_ids(
             cursor,
             conn,
-            f"state IN (%s, %s) AND scheduled_at <= {v.now(conn)}",
+            f"state IN (%s, %s) AND scheduled_at <= {v.cutoff(conn)}",
             [State.SCHEDULED.value, State.RETRYABLE.value],
             limit,
         )
@@ -68,7 +68,7 @@ def job_reclaim_expired(*, limit: int = 500, using: str = "default") -> ReclaimR
         cursor.execute(
             "SELECT id, crash_attempt, attempt, fingerprint, kind, payload, errors, checkpoint, "
             f"claimed_by, {v.now(conn)} FROM headgate_job "
-            f"WHERE state = %s AND lease_expires_at < {v.now(conn)} LIMIT %s{v.skip_locked(conn)}",
+            f"WHERE state = %s AND lease_expires_at < {v.cutoff(conn)} LIMIT %s{v.skip_locked(conn)}",
             [State.RUNNING.value, limit],
         )
         for (
@@ -144,7 +144,7 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(
             f"SELECT id, state FROM headgate_job WHERE state IN ({v.placeholders(len(states))}) "
-            f"AND expires_at <= {v.now(conn)} LIMIT %s{v.skip_locked(conn)}",
+            f"AND expires_at <= {v.cutoff(conn)} LIMIT %s{v.skip_locked(conn)}",
             [*states, limit],
         )
         rows = cursor.fetchall()

@@ -56,6 +56,22 @@ def plus_ms(conn: BaseDatabaseWrapper) -> str:
     return sqlite_instant("'now'", "printf('%%+.3f seconds', %s / 1000.0)")
 
 
+def cutoff(conn: BaseDatabaseWrapper, *, offset: bool = False) -> str:
+    """``now`` (with ``offset``: ``now + %s milliseconds``, one placeholder) for a scan that
+    compares an indexed column with the store clock, such as "every job due by now".
+
+    PostgreSQL's ``clock_timestamp()`` is volatile, so the planner cannot bound an index
+    with it and reads every row the rest of the condition leaves: each promotion read every
+    future-scheduled job, each eviction every retained one. ``statement_timestamp()`` is
+    the store clock when the statement began and constant through it, so it can. MySQL's and
+    SQLite's clocks are constant through a statement already.
+    """
+    if conn.vendor == "postgresql":
+        base = "statement_timestamp()"
+        return f"({base} + (%s * interval '1 millisecond'))" if offset else base
+    return plus_ms(conn) if offset else now(conn)
+
+
 def plus_duration_column(conn: BaseDatabaseWrapper, column: str) -> str:
     """``now + <column>`` for a DurationField column (interval on PostgreSQL, µs elsewhere)."""
     if conn.vendor == "postgresql":

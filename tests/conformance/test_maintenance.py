@@ -218,3 +218,38 @@ def test_after_an_outage_reclaim_waits_a_renewal_interval_for_live_workers():
     runner.tick()
     assert state_of(job_id) == "retryable"  # a lease nobody renews is reclaimed as before
     assert row(job_id)["crash_attempt"] == 1
+
+
+@pytest.mark.django_db(transaction=True)  # no rolled-back rows of other tests in the index
+@pytest.mark.parametrize("duty", ["promote", "evict"])
+def test_a_duty_reads_only_the_rows_that_are_due(duty):
+    """A backlog that is not due yet (jobs scheduled an hour ahead, results retained for a
+    day) must cost a duty's scan nothing: it compares the indexed instant with a clock the
+    planner can bound the index with. Sequential scans are off, so the scan goes through
+    the duty's index; read with a volatile clock it would read every entry."""
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's planner; the other clocks are constant through a statement")
+    with connection.cursor() as cursor:  # rows other tests rolled back keep index entries
+        cursor.execute("VACUUM headgate_job")
+    if duty == "promote":
+        enqueue([envelope(delay=timedelta(hours=1)) for _ in range(500)])
+        index, run = "headgate_job_due", store.job_promote_due
+    else:
+        enqueue([envelope(retention=timedelta(days=1)) for _ in range(500)])
+        done = store.job_claim(worker_id="w", limit=500, lease_ttl=timedelta(minutes=5))
+        store.job_complete_many([Completion(c.ref) for c in done])
+        index, run = "headgate_job_evict", store.job_evict_retained
+    read = (
+        "SELECT pg_stat_get_xact_tuples_returned('headgate_job'::regclass), "
+        f"pg_stat_get_xact_tuples_returned('{index}'::regclass)"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(read)
+        before = cursor.fetchone()
+        assert not run()
+        cursor.execute(read)
+        after = cursor.fetchone()
+    assert (after[0] - before[0], after[1] - before[1]) == (0, 0)
