@@ -70,7 +70,9 @@ def test_a_worker_rides_out_losing_every_session(start_worker: Any) -> None:
     counters = {r.pk: (r.attempt, r.crash_attempt, r.errors) for r in rows}
     assert {c[:2] for c in counters.values()} == {(0, 0)}, (counters, worker.output())
     runs = Execution.objects.filter(job_id__in=[*slow, probe]).values_list("job_id", flat=True)
-    assert sorted(runs) == sorted([*slow, probe])  # each ran once
+    # Each ran once. Seen once on MariaDB in CI: the probe ran twice, uncharged (the
+    # lost-connection rerun); the worker's log says which write failed.
+    assert sorted(runs) == sorted([*slow, probe]), worker.output()
     assert "retrying in" in worker.output()
     assert worker.terminate() == 0
 
