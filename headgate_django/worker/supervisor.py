@@ -23,7 +23,7 @@ from typing import NoReturn
 from django.db import connections
 
 from headgate_django.exceptions import ConfigurationError
-from headgate_django.worker.exit import exit_now
+from headgate_django.worker.exit import exit_code, exit_now
 
 log = logging.getLogger("headgate_django.worker")
 
@@ -97,7 +97,7 @@ def _child(serve: Serve, worker_id: str | None) -> NoReturn:
         serve(worker_id)
         code = 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        code = exit_code(exc)
     except BaseException:
         log.exception("worker process %d failed", os.getpid())
     finally:

@@ -4,6 +4,7 @@ jobs of kinds this worker does not know."""
 from __future__ import annotations
 
 import pytest
+from django.core.management import call_command
 
 from headgate_django import enqueue, store
 from headgate_django.envelope import Envelope, encode_call
@@ -18,10 +19,26 @@ def test_burst_drains_then_exits_zero(start_worker):
     ids = [tasks.echo.enqueue(value=i) for i in range(5)]
     worker = start_worker("--burst", "--concurrency", "2")
     assert worker.proc.wait(timeout=60) == 0, worker.output()
+    # The process leaves without the interpreter's teardown: its last log line is flushed.
+    assert " stopped: " in worker.output()
     for i, job_id in enumerate(ids):
         row = job(job_id)
         assert row.state == "completed"
         assert row.result == {"value": i, "attempt": 1}
+
+
+def test_a_refused_option_exits_one_with_the_reason(start_worker):
+    worker = start_worker("--burst", "--concurrency", "0")
+    assert worker.proc.wait(timeout=60) == 1
+    assert "--concurrency and --processes must be at least 1" in worker.output()
+
+
+def test_call_command_returns_to_its_caller():
+    """Only the command line leaves the process at the end; a caller of call_command (a
+    script, a test) gets control back after the burst."""
+    ids = [tasks.echo.enqueue(value=i) for i in range(3)]
+    call_command("runworkers", "--burst", "--concurrency", "2", "--no-duties")
+    assert all(job(job_id).state == "completed" for job_id in ids)
 
 
 def test_processes_start_children_that_all_serve_and_stop_together(start_worker):
