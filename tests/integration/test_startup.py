@@ -2,7 +2,8 @@
 
 Each ``runworkers`` process pays for every module Django's set-up imports, so libraries
 that only some paths use are imported on first use: celpy when the first CEL condition
-is compiled, Daphne (and Twisted) only by the sample project's ``runserver``.
+is compiled, Daphne (and Twisted) only by the sample project's ``runserver``, Django's
+Tasks framework and headgate's backend for it only when ``TASKS`` names the backend.
 """
 
 from __future__ import annotations
@@ -44,6 +45,39 @@ def test_worker_set_up_leaves_celpy_to_the_first_condition(worker_env, settings)
 
 def test_sample_project_worker_set_up_does_not_import_daphne(worker_env):
     assert imported(worker_env, "sampleproject.settings", "daphne", "twisted") == []
+
+
+def test_a_project_without_django_tasks_does_not_import_the_backend(worker_env):
+    # The sample project does not configure TASKS; Django still imports every app's
+    # ``tasks`` module, headgate_django.tasks included.
+    loaded = imported(
+        worker_env,
+        "sampleproject.settings",
+        "headgate_django.tasks",
+        "django_tasks",
+        "headgate_django.tasks_backend",
+    )
+    assert loaded == ["headgate_django.tasks"]
+
+
+def test_the_backend_loads_on_first_use(worker_env):
+    code = (
+        "import django; django.setup()\n"
+        "import sys, headgate_django.tasks as t\n"
+        "assert 'headgate_django.tasks_backend' not in sys.modules\n"
+        "from headgate_django.tasks_backend import HeadgateBackend\n"
+        "assert t.HeadgateBackend is HeadgateBackend\n"
+        "try:\n    t.Missing\nexcept AttributeError as exc:\n    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**worker_env, "DJANGO_SETTINGS_MODULE": "sampleproject.settings"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "has no attribute 'Missing'" in result.stdout
 
 
 def test_compiling_a_condition_imports_celpy(worker_env):
