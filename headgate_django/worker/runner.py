@@ -153,6 +153,7 @@ class Worker:
         self._adopted: dict[LeaseRef, JobContext] = {}
         self._lock = threading.Lock()
         self._busy = 0  # handler threads still inside a handler
+        self._claim_parked = False  # the claim loop found no room and waits for some
         self._wake = threading.Event()
         self._stopping = threading.Event()
         # Set when the drain begins: writes the database refuses are retried until then.
@@ -257,9 +258,31 @@ class Worker:
 
     def _claim_size(self) -> int:
         with self._lock:
-            # _held also keeps finished jobs until their ack lands; _busy are running.
-            active = self._busy + self._waiting
-            return self._sizer.size(active, self._waiting, acking=len(self._held) - active)
+            size = self._room()
+            # Set under the lock, so a handler that frees a slot after this sees it.
+            self._claim_parked = size <= 0
+            return size
+
+    def _room(self) -> int:
+        """What the claim sizer allows now; the caller holds ``_lock``."""
+        # _held also keeps finished jobs until their ack lands; _busy are running.
+        active = self._busy + self._waiting
+        return self._sizer.size(active, self._waiting, acking=len(self._held) - active)
+
+    def _slot_freed(self) -> None:
+        """A handler is done with its job: wake a claim loop that waits for room, once
+        there is enough.
+
+        Without this, a claim loop that found no room would wait for the next batched
+        ack to land (or a second) while the handlers, done with the buffer, sat idle.
+        """
+        with self._lock:
+            self._busy -= 1
+            wake = self._claim_parked and self._room() > 0
+            if wake:
+                self._claim_parked = False
+        if wake:
+            self._wake.set()
 
     def _claim(self, limit: int) -> list[ClaimedJob] | None:
         try:
@@ -307,8 +330,7 @@ class Worker:
                 log.exception("handler thread failed on job %s", entry.job.ref.job_id)
                 self._finish(entry)
             finally:
-                with self._lock:
-                    self._busy -= 1
+                self._slot_freed()
 
     def _begin(self, entry: _Held) -> bool:
         """Start the attempt's clock, unless the job was settled while it waited."""

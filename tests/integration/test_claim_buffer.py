@@ -76,3 +76,27 @@ def test_sigterm_hands_buffered_jobs_back_at_once_uncharged(start_worker):
         assert row.lease_id is None and row.errors == [] and runs(job_id) == []
     output = worker.output()
     assert output.index("released 3 buffered job(s)") < output.index("draining 1 in-flight")
+
+
+def test_a_claim_loop_waiting_for_room_is_woken_once_there_is_enough():
+    """A claim loop that found no room sleeps until a handler's finished job makes room,
+    not until that job's batched ack lands: the handlers would sit idle meanwhile."""
+    from headgate_django.worker.runner import Worker
+
+    worker = Worker(concurrency=10, burst=True, run_duties=False)
+    worker._sizer.observe(0.0001)  # short jobs: a buffer of one batch beyond the slots
+    worker._busy, worker._waiting = 10, worker._sizer.batch
+    assert worker._claim_size() == 0
+    freed = 0
+    while not worker._wake.is_set():
+        worker._waiting -= 1  # a handler takes the next buffered job
+        worker._busy += 1
+        worker._slot_freed()  # and finishes the one it had
+        freed += 1
+    # Woken at the low-water mark, when half a batch fits, not at the first free slot.
+    assert freed == worker._sizer.batch // 2
+    assert worker._claim_size() == freed
+
+    worker._wake.clear()
+    worker._slot_freed()  # the loop is not waiting for room: nothing to wake
+    assert not worker._wake.is_set()
