@@ -68,6 +68,9 @@ _STAT_OF_LABEL = {
     "claimed": "claimed",
     "completed": "completed",
     "retried": "retried",
+    "snoozed": "snoozed",
+    "skipped": "skipped",
+    "revoked": "skipped",
     "archived": "failed",
     "undecodable": "failed",
     "lost": "lost",
@@ -81,6 +84,8 @@ class Stats:
     claimed: int = 0
     completed: int = 0
     retried: int = 0
+    snoozed: int = 0  # waiting coordinators and durable tasks snooze too: their polls count here
+    skipped: int = 0  # Skip and Revoke: withdrawn by the handler, neither retried nor failed
     failed: int = 0
     lost: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -95,7 +100,8 @@ class Stats:
     def line(self, inflight: int) -> str:
         return (
             f"claimed={self.claimed} completed={self.completed} retried={self.retried} "
-            f"failed={self.failed} lost={self.lost} in_flight={inflight}"
+            f"snoozed={self.snoozed} skipped={self.skipped} failed={self.failed} "
+            f"lost={self.lost} in_flight={inflight}"
         )
 
 
@@ -109,7 +115,10 @@ class _Held:
     # Set when the handler starts: time spent waiting in the buffer is not run time.
     deadline: float | None = None
     settled: bool = False  # written (or timed out, or released): nothing more to write
-    acking: bool = False  # succeeded; its completion waits for the acker
+    # The handler returned and its outcome is being written: a success by the acker,
+    # anything else by the handler's thread. From then on no deadline, lost renewal or
+    # end of the drain window acts on the job: the outcome it has is the one written.
+    finishing: bool = False
 
 
 def default_worker_id() -> str:
@@ -362,12 +371,16 @@ class Worker:
         took = time.monotonic() - started
         with self._lock:
             self._sizer.observe(took)
+            # One writer per attempt, decided under the lock: a timeout or the drain's
+            # release marks the job settled, a returning handler marks it finishing; each
+            # leaves a job the other has marked alone.
+            timed_out = entry.settled
+            entry.finishing = not timed_out
         metrics.observe_attempt(entry.job.queue, entry.job.kind, execute.label(outcome), took)
-        if entry.settled:  # timed out or released while running
+        if timed_out:  # timed out or released while running
             self._finish(entry)
             return
         if isinstance(outcome, execute.Succeeded):
-            entry.acking = True
             self._acks.put((entry, completion(entry.job, outcome)))
             return
         try:
@@ -521,9 +534,9 @@ class Worker:
                 log.warning("lease on job %s was lost; telling the handler to stop", ref.job_id)
                 ctx.cancel()
         for entry in held:
-            # A completion the acker wrote while this renewal ran also reads as "lost";
-            # the acker itself reports one that did not land.
-            if entry.job.ref.job_id not in lost or entry.acking:
+            # An outcome written while this renewal ran also reads as "lost"; its writer
+            # (the acker or the handler's thread) reports one that did not land.
+            if entry.job.ref.job_id not in lost or entry.finishing:
                 continue
             entry.ctx.cancel()
             if self._drop_unstarted(entry):
@@ -550,8 +563,19 @@ class Worker:
             late = [
                 r
                 for r in self._held.values()
-                if r.deadline is not None and now > r.deadline and not r.settled
+                if r.deadline is not None
+                and now > r.deadline
+                and not r.settled
+                # A handler that returned in time is not late because its outcome is
+                # still being written: retrying it now would run a finished job again.
+                and not r.finishing
             ]
+            # Settled at once, under the lock, so a handler returning meanwhile leaves the
+            # outcome to this timeout. The job stays held until the handler returns: its
+            # thread is still busy, so counting it keeps the worker from claiming work it
+            # cannot start.
+            for entry in late:
+                entry.settled = True
         for entry in late:
             entry.ctx.cancel()
             timeout = entry.job.timeout
@@ -570,9 +594,6 @@ class Worker:
             except DatabaseError as exc:
                 log.error("could not record the timeout of job %s: %s", entry.job.ref.job_id, exc)
                 self._reset_connection()
-            # Settled, but the job stays held until the handler returns: its thread is still
-            # busy, so counting it keeps the worker from claiming work it cannot start.
-            entry.settled = True
 
     # -- shutdown ----------------------------------------------------------------------
     def _drain(self) -> None:
@@ -597,8 +618,9 @@ class Worker:
             self._wake.wait(0.05)
             self._wake.clear()
         with self._lock:
-            leftovers = [r for r in self._held.values() if not r.settled]
-            # The rest timed out and is settled; nothing waits for their handlers now.
+            # Still running. The rest timed out, or finished with an outcome that the acker
+            # or the handler's thread is still writing: releasing those would run them again.
+            leftovers = [r for r in self._held.values() if not r.settled and not r.finishing]
             for entry in list(self._held.values()):
                 entry.settled = True
                 self._held.pop(entry.job.ref, None)

@@ -27,6 +27,22 @@ def test_burst_drains_then_exits_zero(start_worker):
         assert row.result == {"value": i, "attempt": 1}
 
 
+def test_the_status_line_accounts_for_every_claim(start_worker):
+    """Snoozes (what a waiting coordinator does every poll), skips and revokes have their
+    own counters: claimed = completed + retried + snoozed + skipped + failed + lost +
+    in flight, so an operator never sees claims vanish."""
+    tasks.echo.enqueue(value=1)
+    tasks.snooze_once.enqueue()  # back in a minute: after this burst
+    tasks.skip.enqueue()
+    tasks.revoke.enqueue()
+    worker = start_worker("--burst", "--concurrency", "2")
+    assert worker.proc.wait(timeout=60) == 0, worker.output()
+    assert (
+        "stopped: claimed=4 completed=1 retried=0 snoozed=1 skipped=2 failed=0 lost=0 "
+        "in_flight=0" in worker.output()
+    ), worker.output()
+
+
 def test_a_refused_option_exits_one_with_the_reason(start_worker):
     worker = start_worker("--burst", "--concurrency", "0")
     assert worker.proc.wait(timeout=60) == 1
