@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
@@ -124,6 +125,8 @@ def run_attempt(
         args, kwargs = decode(definition, payload, schema_version)
     except (ValueError, UnicodeDecodeError) as exc:
         return Undecodable(reason=str(exc), traceback=traceback.format_exc())
+    conn = connections[ctx.using]
+    watch = _SessionWatch()
     try:
         if definition.is_async:
             if async_runner is None:
@@ -131,7 +134,8 @@ def run_attempt(
             else:
                 result = async_runner.run(definition.fn(ctx, *args, **kwargs))
         else:
-            result = definition.fn(ctx, *args, **kwargs)
+            with conn.execute_wrapper(watch):
+                result = definition.fn(ctx, *args, **kwargs)
     except Snooze as exc:
         return Snoozed(delay=exc.delay)
     except Skip as exc:
@@ -153,7 +157,7 @@ def run_attempt(
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(),
             exception=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            connection_lost=_connection_lost(exc, ctx.using),
+            connection_lost=not definition.is_async and _connection_lost(exc, conn, watch),
         )
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
@@ -171,17 +175,38 @@ def run_attempt(
     return Succeeded(result=result)
 
 
-def _connection_lost(exc: Exception, using: str) -> bool:
-    """Whether ``exc`` came from a connection that no longer answers.
+class _SessionWatch:
+    """Remembers the session a sync handler's failing query ran on (an execute wrapper).
 
-    Only connection-level errors qualify, and only when a ping on the handler thread's
-    connection then fails too: a lock timeout or a deadlock leaves the connection usable
-    and is the job's failure like any other. A thread that holds no connection (an async
-    handler's queries run on other threads) cannot tell, so its error counts as the job's.
+    By the time the handler's exception reaches the worker, Django may have replaced that
+    session: when the rollback at the end of a failed ``atomic()`` block fails too, as it
+    does once the session is gone, Django drops the connection and opens a new one.
+    """
+
+    def __init__(self) -> None:
+        self.failed_on: Any = None  # the driver connection of the last failing query
+
+    def __call__(self, execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        try:
+            return execute(sql, params, many, context)
+        except (OperationalError, InterfaceError):
+            self.failed_on = context["connection"].connection
+            raise
+
+
+def _connection_lost(exc: Exception, conn: BaseDatabaseWrapper, watch: _SessionWatch) -> bool:
+    """Whether ``exc``, raised by a sync handler, came from a session that no longer answers.
+
+    Only connection-level errors qualify, and only when the session is then gone: Django
+    replaced the one the failing query ran on, or the thread's connection fails a ping. A
+    lock timeout or a deadlock leaves the session usable and is the job's failure like
+    any other. (An async handler's queries run on another thread, whose connection this
+    one cannot see: its errors count as the job's.)
     """
     if not isinstance(exc, OperationalError | InterfaceError):
         return False
-    conn = connections[using]
+    if watch.failed_on is not None and watch.failed_on is not conn.connection:
+        return True
     return conn.connection is not None and not conn.is_usable()
 
 

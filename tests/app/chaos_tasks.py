@@ -10,6 +10,7 @@ fence, or a stale attempt landed a write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -94,10 +95,14 @@ def chaos_slow(ctx: Any, seconds: float) -> dict[str, int]:
 
 
 @task(kind="chaos.drops_session")
-def chaos_drops_session(ctx: Any) -> int:
+def chaos_drops_session(ctx: Any, in_transaction: bool = False) -> int:
     """Ends its own database session the first time it runs, then uses it: what a handler
-    meets when the server restarts or kills its session before the worker has noticed."""
-    from django.db import connection
+    meets when the server restarts or kills its session before the worker has noticed.
+
+    ``in_transaction``: the session dies inside ``transaction.atomic()``, whose rollback
+    then fails too, so Django drops the connection before the worker looks at it.
+    """
+    from django.db import connection, transaction
 
     runs = Execution.objects.filter(job_id=ctx.job_id).count()
     Execution.objects.create(
@@ -109,7 +114,8 @@ def chaos_drops_session(ctx: Any) -> int:
         pid=os.getpid(),
     )
     if runs == 0:
-        with connection.cursor() as cursor:
+        block = transaction.atomic() if in_transaction else contextlib.nullcontext()
+        with block, connection.cursor() as cursor:
             if connection.vendor == "postgresql":
                 cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
             else:

@@ -1,6 +1,5 @@
 """Which handler failures count as a lost connection (run again, uncharged) — only those
-whose connection no longer answers; ``tests/chaos/test_dropped_sessions.py`` kills real
-sessions."""
+whose session is gone; ``tests/chaos/test_dropped_sessions.py`` kills real sessions."""
 
 from __future__ import annotations
 
@@ -15,16 +14,24 @@ from headgate_django.worker import execute
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def lost(exc: Exception, failed_on: object = None) -> bool:
+    watch = execute._SessionWatch()
+    watch.failed_on = failed_on
+    return execute._connection_lost(exc, connection, watch)
+
+
 def test_an_error_on_a_working_connection_is_the_jobs_failure() -> None:
     connection.ensure_connection()
-    assert not execute._connection_lost(OperationalError("lock wait timeout"), "default")
-    assert not execute._connection_lost(IntegrityError("duplicate key"), "default")
-    assert not execute._connection_lost(ValueError("not a database error"), "default")
+    assert not lost(OperationalError("lock wait timeout"))
+    # The failing query ran on the session the thread still holds, and it answers.
+    assert not lost(OperationalError("lock wait timeout"), failed_on=connection.connection)
+    assert not lost(IntegrityError("duplicate key"))
+    assert not lost(ValueError("not a database error"))
 
 
 def test_a_thread_without_a_connection_cannot_tell_and_charges_the_job() -> None:
     connection.close()
-    assert not execute._connection_lost(OperationalError("server closed"), "default")
+    assert not lost(OperationalError("server closed"))
 
 
 def test_an_error_on_a_connection_that_no_longer_answers_is_a_lost_connection() -> None:
@@ -33,7 +40,33 @@ def test_an_error_on_a_connection_that_no_longer_answers_is_a_lost_connection() 
     connection.ensure_connection()
     connection.connection.close()  # what a killed session looks like from this side
     try:
-        assert execute._connection_lost(OperationalError("server closed"), "default")
+        assert lost(OperationalError("server closed"))
     finally:
         with contextlib.suppress(DatabaseError):  # MySQLdb refuses to close twice
             connection.close()
+
+
+def test_a_session_django_replaced_after_the_failing_query_is_lost() -> None:
+    """What ``atomic()`` leaves behind when its rollback fails on a dead session: Django
+    dropped the connection and opened a new one, which answers."""
+    connection.ensure_connection()
+    failed_on = connection.connection
+    connection.close()
+    connection.ensure_connection()
+    assert lost(OperationalError("server closed"), failed_on=failed_on)
+    assert not lost(IntegrityError("duplicate key"), failed_on=failed_on)
+
+
+def test_the_watch_records_the_session_of_a_failing_query() -> None:
+    watch = execute._SessionWatch()
+    with connection.execute_wrapper(watch), connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert watch.failed_on is None
+        with pytest.raises(DatabaseError):
+            cursor.execute("SELECT * FROM headgate_no_such_table")
+    # A missing table is a ProgrammingError (OperationalError on SQLite): only
+    # connection-level errors are recorded.
+    if connection.vendor == "sqlite":
+        assert watch.failed_on is connection.connection
+    else:
+        assert watch.failed_on is None
