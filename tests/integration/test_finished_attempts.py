@@ -23,14 +23,20 @@ from tests.integration.helpers import job
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _returned(envelope):
-    """A worker that has run ``envelope``'s job to its return, the success not yet acked."""
+def _started(envelope):
+    """A worker that has claimed ``envelope``'s job and started its attempt's clock."""
     [job_id] = enqueue(envelope)
     worker = Worker(concurrency=1, burst=True, run_duties=False)
     [claimed] = worker._claim(1)
     worker._hold(claimed)
     entry = worker._buffer.get()
     assert worker._begin(entry)
+    return worker, entry, job_id
+
+
+def _returned(envelope):
+    """A worker that has run ``envelope``'s job to its return, the success not yet acked."""
+    worker, entry, job_id = _started(envelope)
     worker._run_and_settle(entry)
     assert job(job_id).state == "running"  # the completion waits for the acker
     return worker, job_id
@@ -73,12 +79,7 @@ def test_a_handler_that_returns_after_its_timeout_was_recorded_leaves_the_timeou
     """The other order: the deadline is enforced first, so the late handler's success is
     dropped and the timeout stands (retried, one attempt charged)."""
     envelope = dataclasses.replace(tasks.echo.envelope(value=1), timeout=timedelta(seconds=1))
-    [job_id] = enqueue(envelope)
-    worker = Worker(concurrency=1, burst=True, run_duties=False)
-    [claimed] = worker._claim(1)
-    worker._hold(claimed)
-    entry = worker._buffer.get()
-    assert worker._begin(entry)
+    worker, entry, job_id = _started(envelope)
 
     worker._enforce_timeouts(time.monotonic() + 3600)  # the handler has not returned yet
     worker._run_and_settle(entry)  # now it does: its success is not written
