@@ -65,8 +65,10 @@ def test_the_backend_loads_on_first_use(worker_env):
         "import django; django.setup()\n"
         "import sys, headgate_django.tasks as t\n"
         "assert 'headgate_django.tasks_backend' not in sys.modules\n"
+        "backend = t.HeadgateBackend\n"
+        "assert 'headgate_django.tasks_backend' in sys.modules\n"
         "from headgate_django.tasks_backend import HeadgateBackend\n"
-        "assert t.HeadgateBackend is HeadgateBackend\n"
+        "assert backend is HeadgateBackend\n"
         "try:\n    t.Missing\nexcept AttributeError as exc:\n    print(exc)\n"
     )
     result = subprocess.run(
