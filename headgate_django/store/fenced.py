@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -31,17 +30,21 @@ _RUNNING = State.RUNNING.value
 _CLEAR_LEASE = "lease_id = NULL, lease_expires_at = NULL"
 
 
-@dataclass(frozen=True)
-class LeaseRef:
-    """Names one attempt: the job, the claim that leased it, and its fence."""
+class LeaseRef(NamedTuple):
+    """Names one attempt: the job, the claim that leased it, and its fence.
+
+    A worker makes one per job and keys its held jobs by it; as a named tuple it is made
+    and hashed in C.
+    """
 
     job_id: str
     lease_id: str
     fence: int
 
 
-@dataclass(frozen=True)
-class Completion:
+class Completion(NamedTuple):
+    """A success to record: one per finished job, batched by the worker's acker."""
+
     ref: LeaseRef
     result: Any = None
     delete: bool = False  # retention 0: the row goes away at ack

@@ -46,11 +46,16 @@ class RowReader:
             reader = cls._cache[key] = cls(conn, columns)
         return reader
 
-    def read(self, row: Sequence[Any]) -> dict[str, Any]:
+    def convert(self, row: Sequence[Any]) -> list[Any]:
+        """The row's values, converted, in the order of ``columns``."""
         values = list(row)
         for index, col, converters in self._plan:
             value = values[index]
             for converter in converters:
                 value = converter(value, col, self.conn)
             values[index] = value
-        return dict(zip(self.columns, values, strict=True))
+        return values
+
+    def read(self, row: Sequence[Any]) -> dict[str, Any]:
+        """The row as ``{column: converted value}``."""
+        return dict(zip(self.columns, self.convert(row), strict=True))

@@ -69,6 +69,7 @@ class LeaseLost:
 
 
 Outcome = Succeeded | Failed | Snoozed | Skipped | Revoked | Undecodable | LeaseLost
+_SUCCEEDED = Succeeded(result=None)  # what most attempts return: made once, it is immutable
 
 
 class AsyncRunner:
@@ -134,8 +135,13 @@ def run_attempt(
             else:
                 result = async_runner.run(definition.fn(ctx, *args, **kwargs))
         else:
-            with conn.execute_wrapper(watch):
+            # What ``conn.execute_wrapper(watch)`` does, without building a generator-based
+            # context manager for every attempt.
+            conn.execute_wrappers.append(watch)
+            try:
                 result = definition.fn(ctx, *args, **kwargs)
+            finally:
+                conn.execute_wrappers.pop()
     except Snooze as exc:
         return Snoozed(delay=exc.delay)
     except Skip as exc:
@@ -162,7 +168,7 @@ def run_attempt(
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
     if result is None:  # most handlers: nothing to encode or measure
-        return Succeeded(result=None)
+        return _SUCCEEDED
     try:
         encoded = json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -213,12 +219,15 @@ def _connection_lost(exc: Exception, conn: BaseDatabaseWrapper, watch: _SessionW
 def label(outcome: Outcome) -> str:
     """The outcome's name for metrics: succeeded, failed, snoozed, skipped, revoked,
     undecodable, lost."""
-    return {
-        Succeeded: "succeeded",
-        Failed: "failed",
-        Snoozed: "snoozed",
-        Skipped: "skipped",
-        Revoked: "revoked",
-        Undecodable: "undecodable",
-        LeaseLost: "lost",
-    }[type(outcome)]
+    return _LABELS[type(outcome)]
+
+
+_LABELS: dict[type, str] = {
+    Succeeded: "succeeded",
+    Failed: "failed",
+    Snoozed: "snoozed",
+    Skipped: "skipped",
+    Revoked: "revoked",
+    Undecodable: "undecodable",
+    LeaseLost: "lost",
+}

@@ -80,3 +80,36 @@ def test_registering_the_store_collector_reads_nothing(django_assert_num_queries
         registry.get_sample_value("headgate_queue_jobs", {"queue": "default", "state": "available"})
         == 1.0
     )
+
+
+def test_attempt_durations_are_a_cumulative_histogram():
+    """Each attempt lands in the first bucket whose bound it does not exceed (``le``), and
+    every bucket counts the attempts below it, as prometheus_client's Histogram does."""
+    from prometheus_client import CollectorRegistry
+
+    tally = m._AttemptTally()
+    registry = CollectorRegistry()
+    registry.register(tally)
+    for seconds in (0.001, 0.005, 0.02, 3.0, 20.0):
+        tally.observe("q", "k", "succeeded", seconds)
+    tally.observe("q", "k", "failed", 0.1)
+
+    def bucket(le):
+        return registry.get_sample_value(
+            "headgate_job_attempt_duration_seconds_bucket", {"queue": "q", "kind": "k", "le": le}
+        )
+
+    assert [bucket(le) for le in ("0.005", "0.01", "0.025", "0.1", "2.5", "5.0", "+Inf")] == [
+        2.0, 2.0, 3.0, 4.0, 4.0, 5.0, 6.0
+    ]  # fmt: skip
+    labels = {"queue": "q", "kind": "k"}
+    assert registry.get_sample_value("headgate_job_attempt_duration_seconds_count", labels) == 6
+    assert registry.get_sample_value(
+        "headgate_job_attempt_duration_seconds_sum", labels
+    ) == pytest.approx(23.126)
+    assert (
+        registry.get_sample_value(
+            "headgate_jobs_outcomes_total", {**labels, "outcome": "succeeded"}
+        )
+        == 5
+    )
