@@ -12,6 +12,7 @@ only forwards SIGTERM and SIGINT and exits with the worst child exit code.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -43,6 +44,11 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
             "start one runworkers per process instead of --processes"
         )
     connections.close_all()
+    # Everything set up so far (Django, the project, every module) lives as long as the
+    # children. Frozen, it is never walked by their collections: less work for them, and
+    # its memory pages stay shared with the parent instead of being copied when a
+    # collection touches them (as the gc module's documentation advises before a fork).
+    gc.freeze()
     # Whatever is still buffered would otherwise be written once by every child as well.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -88,6 +88,14 @@ def sleeper(ctx, seconds: float = 1.0, label: str = ""):
     return "slept"
 
 
+@task(kind="test.gc_frozen")
+def gc_frozen(ctx) -> int:
+    """How many objects the collector of the process running this leaves alone."""
+    import gc
+
+    return gc.get_freeze_count()
+
+
 @task(kind="test.crashy")
 def crashy(ctx, marker: str = ""):
     """Hangs until killed (tests SIGKILL the worker while this runs)."""

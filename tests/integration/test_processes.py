@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from headgate_django.models import Job
 from tests.app import tasks
 from tests.conftest import ROOT, wait_for
 from tests.integration.helpers import runs, state_is, wait_serving
@@ -36,6 +37,15 @@ def test_burst_children_share_the_drain_and_exit_zero(start_worker):
     assert len(pids) == 2
     assert parent.pid not in pids
     assert parent.output().count(" stopped: ") == 2
+
+
+def test_children_leave_what_the_parent_set_up_to_the_collector(start_worker):
+    """The parent freezes its objects before forking, so a child's garbage collections
+    skip them (and leave their memory pages shared)."""
+    job_id = tasks.gc_frozen.enqueue()
+    parent = start_worker("--burst", "--processes", "2", "--concurrency", "1")
+    assert parent.proc.wait(timeout=60) == 0, parent.output()
+    assert Job.objects.get(id=job_id).result > 10_000
 
 
 def test_sigterm_to_the_parent_drains_every_child_then_exits_zero(start_worker):
