@@ -2,11 +2,13 @@
 
 Counters and the attempt-duration histogram are updated by the worker process that runs
 the jobs; queue depth and oldest available age are read from the store when scraped, so
-every process reports the same truth. Attempt outcomes and durations, counted once per
-job, are tallied under one lock and turned into metric families at scrape time
-(:class:`_AttemptTally`): prometheus_client's labelled children took three locks and a
-dozen Python calls per job, a measurable share of a no-op job's cost in the worker. Expose them with :func:`metrics_view` in your URLs
+every process reports the same truth. Expose them with :func:`metrics_view` in your URLs
 (guard it like any internal endpoint) or ``runworkers --metrics-port``.
+
+Attempt outcomes and durations, counted once per job, are tallied under one lock and
+turned into metric families at scrape time (:class:`_AttemptTally`): prometheus_client's
+labelled children took three locks and a dozen Python calls per job, a measurable share
+of a no-op job's cost in the worker.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class _Metrics:
         c.REGISTRY.register(_StoreCollector())
 
 
-#: The duration buckets, prometheus_client's defaults (seconds; the last is +Inf).
+#: The duration buckets' upper bounds in seconds, prometheus_client's defaults; a +Inf
+#: bucket follows them.
 _BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
 
@@ -83,7 +86,7 @@ class _AttemptTally:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._outcomes: dict[tuple[str, str, str], int] = {}
-        # (queue, kind) → [per-bucket counts (the last is +Inf)..., sum of seconds]
+        # (queue, kind) → [count per bucket, +Inf's last; then the sum of the seconds]
         self._durations: dict[tuple[str, str], list[float]] = {}
 
     def observe(self, queue: str, kind: str, outcome: str, seconds: float) -> None:
