@@ -13,11 +13,15 @@ from headgate_django.store.fenced import Completion
 from headgate_django.worker import execute
 
 log = logging.getLogger("headgate_django.worker")
-_NONE = timedelta(0)  # retention 0: the row is deleted at completion
 
 
 def completion(job: ClaimedJob, outcome: execute.Succeeded) -> Completion:
-    return Completion(job.ref, outcome.result, job.retention <= _NONE, job.workflow_id)
+    return Completion(
+        job.ref,
+        outcome.result,
+        delete=job.retention <= timedelta(0),
+        workflow_id=job.workflow_id,
+    )
 
 
 def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default") -> str:
