@@ -91,15 +91,44 @@ def for_update(conn: BaseDatabaseWrapper) -> str:
 
 
 def claim_index_hint(conn: BaseDatabaseWrapper, by_queue: bool) -> str:
-    """MySQL/MariaDB: read claim candidates through the claim-ordered index (migration 0002).
+    """The claim-ordered index that claim candidates must be read through, where the
+    planner would not choose it: ``headgate_job_claim`` when the claim names its queues,
+    else ``headgate_job_claim_all``.
 
-    Left to itself the optimizer scans and sorts a small table instead, and with
-    ``FOR UPDATE SKIP LOCKED`` that locks every available row, so a concurrent claim finds
-    nothing. PostgreSQL and SQLite need no hint.
+    MySQL/MariaDB (the plain twins of migration 0002): left to itself the optimizer scans
+    and sorts a small table instead, and with ``FOR UPDATE SKIP LOCKED`` that locks every
+    available row, so a concurrent claim finds nothing. SQLite: without statistics it
+    reads every available row through the ``(state, queue)`` index and sorts them all for
+    each claim (6.8 ms for a claim of 100 at a 20,000-job backlog, against 0.07 ms through
+    the claim index). ``INDEXED BY`` fails the statement when the index is missing, so it
+    is named only once the database is known to have it. PostgreSQL's claim function
+    chooses its own plan.
     """
-    if conn.vendor != "mysql":
-        return ""
-    return f" FORCE INDEX (headgate_job_claim{'' if by_queue else '_all'}_my)"
+    name = "headgate_job_claim" if by_queue else "headgate_job_claim_all"
+    if conn.vendor == "mysql":
+        return f" FORCE INDEX ({name}_my)"
+    if conn.vendor == "sqlite" and _sqlite_index_exists(conn, name):
+        return f" INDEXED BY {name}"
+    return ""
+
+
+#: Where a connection wrapper remembers the SQLite indexes it found, per driver connection.
+_SQLITE_INDEXES = "_headgate_sqlite_indexes"
+
+
+def _sqlite_index_exists(conn: BaseDatabaseWrapper, name: str) -> bool:
+    """Whether the SQLite database has index ``name``, asked once per connection."""
+    conn.ensure_connection()
+    raw = conn.connection
+    known: tuple[Any, dict[str, bool]] | None = conn.__dict__.get(_SQLITE_INDEXES)
+    if known is None or known[0] is not raw:
+        known = conn.__dict__[_SQLITE_INDEXES] = (raw, {})
+    found = known[1].get(name)
+    if found is None:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %s", [name])
+            found = known[1][name] = cursor.fetchone() is not None
+    return found
 
 
 def has_returning(conn: BaseDatabaseWrapper) -> bool:

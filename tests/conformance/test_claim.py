@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from headgate_django import Envelope, enqueue, store
 from headgate_django.store.fenced import Completion
@@ -122,7 +123,7 @@ def test_a_claim_reads_only_what_it_takes_whatever_the_planner_believes(queues):
     scan. Here the first claim meets an empty table, and then the session turns index scans
     off, which steers the planner the same way, every time."""
     if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's planner; MySQL claims name their index, SQLite has one plan")
+        pytest.skip("PostgreSQL's planner; MySQL and SQLite claims name their index")
     with connection.cursor() as cursor:  # rows other tests rolled back keep index entries
         cursor.execute("VACUUM headgate_job")
     assert claim_ids(limit=10, queues=queues) == []
@@ -144,6 +145,45 @@ def test_a_claim_reads_only_what_it_takes_whatever_the_planner_believes(queues):
         cursor.execute(read)
         after = cursor.fetchone()
     assert [a - b for a, b in zip(after, before, strict=True)] == [0, 10, 10]
+
+
+@pytest.mark.parametrize("queues", [None, ["q"], ["q", "other"]])
+def test_sqlite_reads_claim_candidates_through_a_claim_index(queues):
+    """Without statistics SQLite's planner reads every available row through the
+    ``(state, queue)`` index and sorts them all for each claim; the claim names the index
+    that holds them in claim order."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's planner")
+    enqueue([Envelope(kind="test.noop", queue="q") for _ in range(20)])
+    with CaptureQueriesContext(connection) as captured:
+        assert len(claim_ids(limit=5, queues=queues)) == 5
+    candidates = next(q["sql"] for q in captured if q["sql"].startswith("SELECT id FROM"))
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + candidates)
+        plan = " ".join(str(step[-1]) for step in cursor.fetchall())
+    index = "headgate_job_claim " if queues else "headgate_job_claim_all"
+    assert f"USING INDEX {index}" in f"{plan} "
+    if queues != ["q", "other"]:  # two queues' candidates are merged by a sort
+        assert "TEMP B-TREE" not in plan
+
+
+def test_sqlite_claims_without_the_claim_index():
+    """``INDEXED BY`` fails a statement whose index is missing (a database not yet
+    migrated), so the claim names the index only where it exists."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's index hint")
+    from headgate_django.store import vendor
+
+    wrapper = connections["default"]  # not the ``connection`` proxy: the cache is on this
+    low = enqueue(Envelope(kind="test.noop", priority=-1))[0]
+    high = enqueue(Envelope(kind="test.noop", priority=5))[0]
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute("DROP INDEX headgate_job_claim_all")
+    wrapper.__dict__.pop(vendor._SQLITE_INDEXES, None)
+    try:
+        assert claim_ids(limit=10) == [high, low]
+    finally:
+        wrapper.__dict__.pop(vendor._SQLITE_INDEXES, None)
 
 
 def test_a_database_built_without_migrations_still_claims(caplog):
