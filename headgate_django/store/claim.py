@@ -47,11 +47,21 @@ COLUMNS = (
 _HAS_FUNCTION = "_headgate_claim_function"
 # The claim's order, which is also the order a worker starts what it claimed.
 _ORDER = "priority DESC, scheduled_at, id"
-# PostgreSQL's claim reads its rows back from the claim function. Most jobs have no
-# checkpoint: an empty one comes back as NULL, which the worker need not parse.
-_PG_OUTER = ", ".join(
-    "NULLIF(checkpoint, '{}'::jsonb) AS checkpoint" if c == "checkpoint" else c for c in COLUMNS
-)
+
+
+def _read_back(empty_checkpoint: str) -> str:
+    """The claimed columns as a claim reads them back. Most jobs have no checkpoint: an
+    empty one comes back as NULL, which the worker need not parse."""
+    return ", ".join(
+        f"NULLIF(checkpoint, {empty_checkpoint}) AS checkpoint" if c == "checkpoint" else c
+        for c in COLUMNS
+    )
+
+
+# PostgreSQL compares the jsonb value; SQLite the stored text, which Django writes as
+# ``{}``. Elsewhere the columns are read as they are.
+_PG_OUTER = _read_back("'{}'::jsonb")
+_SQLITE_OUTER = _read_back("'{}'")
 
 
 class ClaimedJob(NamedTuple):
@@ -152,7 +162,7 @@ def job_claim(
         f"claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)}"
     )
     set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
-    columns = ", ".join(COLUMNS)
+    columns = _SQLITE_OUTER if conn.vendor == "sqlite" else ", ".join(COLUMNS)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(candidates, params)
         ids = [row[0] for row in cursor.fetchall()]
