@@ -43,8 +43,6 @@ COLUMNS = (
     "cp_cursor",
     "workflow_id",
 )
-#: Where a connection wrapper remembers whether its database has the claim function.
-_HAS_FUNCTION = "_headgate_claim_function"
 # The claim's order, which is also the order a worker starts what it claimed.
 _ORDER = "priority DESC, scheduled_at, id"
 
@@ -182,25 +180,25 @@ def job_claim(
 
 
 def _has_claim_function(conn: BaseDatabaseWrapper) -> bool:
-    """Whether the database has migration 0010's claim function, asked once per connection.
+    """Whether the database has migration 0010's claim function, asked once per session.
 
     A database built from the models without running migrations (a test run with
     ``--nomigrations``) lacks it; its claims take the portable statements instead, which
     work everywhere but let the planner's statistics choose their plan.
     """
-    conn.ensure_connection()
-    raw = conn.connection
-    known: tuple[Any, bool] | None = conn.__dict__.get(_HAS_FUNCTION)
-    if known is None or known[0] is not raw:
+
+    def ask() -> bool:
         with conn.cursor() as cursor:
             cursor.execute("SELECT to_regproc('headgate_claim') IS NOT NULL")
-            known = conn.__dict__[_HAS_FUNCTION] = (raw, bool(cursor.fetchone()[0]))
-        if not known[1]:
+            found = bool(cursor.fetchone()[0])
+        if not found:
             log.warning(
                 "PostgreSQL function headgate_claim() is missing (were migrations skipped?); "
                 "claims use portable SQL until `manage.py migrate` creates it"
             )
-    return known[1]
+        return found
+
+    return v.per_session(conn, "claim function", ask)
 
 
 def _claimed(row: list[Any], lease_id: str) -> ClaimedJob:

@@ -8,12 +8,14 @@ because every query here goes through Django's cursor with a parameter list.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+T = TypeVar("T")
 
 
 def sqlite_instant(base: str = "'now'", *modifiers: str) -> str:
@@ -112,23 +114,36 @@ def claim_index_hint(conn: BaseDatabaseWrapper, by_queue: bool) -> str:
     return ""
 
 
-#: Where a connection wrapper remembers the SQLite indexes it found, per driver connection.
-_SQLITE_INDEXES = "_headgate_sqlite_indexes"
-
-
 def _sqlite_index_exists(conn: BaseDatabaseWrapper, name: str) -> bool:
-    """Whether the SQLite database has index ``name``, asked once per connection."""
-    conn.ensure_connection()
-    raw = conn.connection
-    known: tuple[Any, dict[str, bool]] | None = conn.__dict__.get(_SQLITE_INDEXES)
-    if known is None or known[0] is not raw:
-        known = conn.__dict__[_SQLITE_INDEXES] = (raw, {})
-    found = known[1].get(name)
-    if found is None:
+    """Whether the SQLite database has index ``name``, asked once per session."""
+
+    def ask() -> bool:
         with conn.cursor() as cursor:
             cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %s", [name])
-            found = known[1][name] = cursor.fetchone() is not None
-    return found
+            return cursor.fetchone() is not None
+
+    return per_session(conn, f"sqlite index {name}", ask)
+
+
+#: Where a connection wrapper keeps :func:`per_session` answers.
+SESSION_FACTS = "_headgate_session_facts"
+
+
+def per_session(conn: BaseDatabaseWrapper, fact: str, ask: Callable[[], T]) -> T:
+    """``ask()``, answered once for as long as ``conn`` keeps its database session.
+
+    For facts about the schema that a hot statement depends on (a function or an index
+    exists): a migration may change them, and a new session asks again.
+    """
+    conn.ensure_connection()
+    session = conn.connection
+    known: tuple[Any, dict[str, Any]] | None = conn.__dict__.get(SESSION_FACTS)
+    if known is None or known[0] is not session:
+        known = conn.__dict__[SESSION_FACTS] = (session, {})
+    if fact not in known[1]:
+        known[1][fact] = ask()
+    answer: T = known[1][fact]
+    return answer
 
 
 def has_returning(conn: BaseDatabaseWrapper) -> bool:

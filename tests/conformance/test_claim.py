@@ -179,11 +179,11 @@ def test_sqlite_claims_without_the_claim_index():
     high = enqueue(Envelope(kind="test.noop", priority=5))[0]
     with connection.cursor() as cursor:  # undone with the test's transaction
         cursor.execute("DROP INDEX headgate_job_claim_all")
-    wrapper.__dict__.pop(vendor._SQLITE_INDEXES, None)
+    wrapper.__dict__.pop(vendor.SESSION_FACTS, None)
     try:
         assert claim_ids(limit=10) == [high, low]
     finally:
-        wrapper.__dict__.pop(vendor._SQLITE_INDEXES, None)
+        wrapper.__dict__.pop(vendor.SESSION_FACTS, None)
 
 
 def test_a_database_built_without_migrations_still_claims(caplog):
@@ -191,19 +191,19 @@ def test_a_database_built_without_migrations_still_claims(caplog):
     function: claims then take the portable statements, in the same order, and say so."""
     if connection.vendor != "postgresql":
         pytest.skip("the claim function is PostgreSQL's")
-    from headgate_django.store import claim
+    from headgate_django.store import vendor
 
     wrapper = connections["default"]  # not the ``connection`` proxy: the cache is on this
     low = enqueue(Envelope(kind="test.noop", queue="q", priority=-1))[0]
     high = enqueue(Envelope(kind="test.noop", queue="q", priority=5))[0]
     with connection.cursor() as cursor:  # undone with the test's transaction
         cursor.execute("DROP FUNCTION headgate_claim")
-    wrapper.__dict__.pop(claim._HAS_FUNCTION, None)
+    wrapper.__dict__.pop(vendor.SESSION_FACTS, None)
     try:
         assert claim_ids(limit=10, queues=["q"]) == [high, low]
         assert "headgate_claim() is missing" in caplog.text
     finally:
-        wrapper.__dict__.pop(claim._HAS_FUNCTION, None)
+        wrapper.__dict__.pop(vendor.SESSION_FACTS, None)
 
 
 def test_job_available_sees_only_claimable_work_in_the_queues_asked():
