@@ -62,6 +62,19 @@ _PG_OUTER = _read_back("'{}'::jsonb")
 _SQLITE_OUTER = _read_back("'{}'")
 
 
+# Queue and kind lists go to the claim function as one space-separated string that the
+# server splits: psycopg dumps an array element by element in Python, which cost a claim
+# of one job about 50 µs with a worker's twenty kinds.
+_PG_NAMES = "string_to_array(%s::text, ' ')::varchar[]"
+
+
+def _names_param(names: Sequence[str] | None) -> str | None:
+    """``names`` as :data:`_PG_NAMES` takes them. No stored queue or kind contains a space
+    (``kernel.names``), so a name with one cannot match anything and is left out rather
+    than split into names it is not."""
+    return None if names is None else " ".join(n for n in names if " " not in n)
+
+
 class ClaimedJob(NamedTuple):
     """What a worker needs to run one attempt, and the lease that fences its writes.
 
@@ -122,12 +135,13 @@ def job_claim(
         # no order, so they are sorted here.
         with server_bound_cursor(conn) as cursor:
             cursor.execute(
-                f"SELECT {_PG_OUTER} FROM headgate_claim(%s::integer, %s::varchar[], "
-                f"%s::varchar[], %s::varchar, %s::varchar, %s::bigint) ORDER BY {_ORDER}",
+                f"SELECT {_PG_OUTER} FROM headgate_claim(%s::integer, "
+                f"{_PG_NAMES}, {_PG_NAMES}, %s::varchar, %s::varchar, %s::bigint) "
+                f"ORDER BY {_ORDER}",
                 [
                     limit,
-                    list(queues) if queues else None,
-                    list(kinds) if kinds is not None else None,
+                    _names_param(queues or None),
+                    _names_param(kinds),
                     lease_id,
                     worker_id[:255],
                     ttl_ms,

@@ -62,6 +62,15 @@ def test_limit_and_queues():
     assert claim_ids(queues=None) == [other]
 
 
+def test_a_name_no_job_can_have_matches_nothing():
+    """Queue and kind names cannot contain a space; asking for one claims nothing, not the
+    jobs of the names it would split into."""
+    mail = enqueue_job(queue="mail")
+    assert claim_ids(queues=["mail other"]) == []
+    assert claim_ids(kinds=["test.noop test.echo"]) == []
+    assert claim_ids(queues=["mail other", "mail"], kinds=["x y", "test.noop"]) == [mail]
+
+
 def test_one_lease_per_claim_and_one_fence_per_job():
     ids = enqueue([Envelope(kind="test.noop", queue="q")] * 3)
     store.job_retry(
