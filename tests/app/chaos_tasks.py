@@ -23,6 +23,12 @@ from tests.app.models import Execution
 #: The longest a handler works before it returns, in seconds: long enough that a kill
 #: often lands while handlers are running, short enough that the queue drains quickly.
 MAX_WORK = 0.2
+#: How long a handler may still be talking to the database after its progress write is
+#: visible to others. The write commits inside ``transaction.atomic()``, and on
+#: MySQL/MariaDB Django then turns the session's autocommit back on: one more round trip,
+#: which a session killed at that moment fails, failing the attempt. Tests that cut the
+#: database off under handlers "past their last query" wait this long after the write.
+AFTER_LAST_WRITE = 0.3
 
 
 def _record(ctx: Any, label: str) -> int:

@@ -48,7 +48,7 @@ def wait(predicate, timeout: float, what: str) -> float:  # type: ignore[no-unty
 
 def scenario(server, fleet: Fleet, down: float) -> list[tuple[str, bool, str]]:  # type: ignore[no-untyped-def]
     from headgate_django.models import Job
-    from tests.app.chaos_tasks import chaos_slow
+    from tests.app.chaos_tasks import AFTER_LAST_WRITE, chaos_slow
     from tests.app.models import Execution
     from tests.chaos import audit
 
@@ -61,6 +61,7 @@ def scenario(server, fleet: Fleet, down: float) -> list[tuple[str, bool, str]]: 
         60,
         "handlers",
     )
+    time.sleep(AFTER_LAST_WRITE)  # MySQL's autocommit switch after the write's commit
     stopping = time.monotonic()
     server.stop()
     time.sleep(down)
