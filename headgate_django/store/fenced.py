@@ -421,7 +421,7 @@ def job_mark_undecodable(
 def job_snooze(ref: LeaseRef, *, delay: timedelta, using: str = "default") -> None:
     """Run again after ``delay`` (store clock) without consuming an attempt."""
     conn = v.connection_for(using)
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    with atomic_unless_alone(conn, using, alone=True), conn.cursor() as cursor:
         held = _fenced_ids(
             cursor,
             conn,
@@ -438,8 +438,9 @@ def job_snooze(ref: LeaseRef, *, delay: timedelta, using: str = "default") -> No
 
 
 def _fenced_single(ref: LeaseRef, set_sql: str, params: list[Any], using: str) -> None:
+    """One fenced ``UPDATE`` of the held row; :class:`LeaseLostError` if it matched none."""
     conn = v.connection_for(using)
-    with transaction.atomic(using=using), conn.cursor() as cursor:
+    with atomic_unless_alone(conn, using, alone=True), conn.cursor() as cursor:
         cursor.execute(
             f"UPDATE headgate_job SET {set_sql} WHERE id = %s AND lease_id = %s AND fence = %s "
             "AND state = %s",
