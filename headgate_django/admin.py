@@ -90,7 +90,7 @@ class JobAdmin(ReadOnlyAdmin):
         return [(title, {"fields": fields}) for title, fields in sections]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        hidden = {"payload", "cp_cursor", "unique_live", "errors", "checkpoint", "result"}
+        hidden = {"payload", "cp_cursor", "errors", "checkpoint", "result"}
         fields = [f.name for f in Job._meta.fields if f.name not in hidden]
         extra = ["payload_view"] if revealed(request) else ["payload_hidden"]
         return [*fields, *self.readonly_fields, *extra]

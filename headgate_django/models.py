@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core import checks
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -19,11 +20,16 @@ from headgate_django.kernel.states import EVICTABLE_STATES, LIVE_STATES, WAITING
 # Warnings about partial indexes and constraints that our own migrations cover on MySQL.
 _COVERED_ON_MYSQL = frozenset({"models.W036", "models.W037"})
 STATE_CHOICES = [(s.value, s.value) for s in State if s is not State.DELETED]
-_LIVE = sorted(s.value for s in LIVE_STATES)
+#: The states in which a job holds its unique key, in the order every query spells them.
+LIVE_JOB_STATES = sorted(s.value for s in LIVE_STATES)
 
 
 def _default_retention() -> timedelta:
     return timedelta(days=7)
+
+
+def _counter(help_text: str) -> models.IntegerField:
+    return models.IntegerField(default=0, validators=[MinValueValidator(0)], help_text=help_text)
 
 
 class Job(models.Model):
@@ -33,13 +39,17 @@ class Job(models.Model):
     kind = models.CharField(max_length=128)
     queue = models.CharField(max_length=128, default="default")
     priority = models.IntegerField(default=0, help_text="Higher runs first within a queue.")
-    schema_version = models.PositiveIntegerField(default=1)
+    schema_version = models.IntegerField(default=1, validators=[MinValueValidator(1)])
     payload = models.BinaryField(default=b"")
     fingerprint = models.CharField(max_length=32)
     state = models.CharField(max_length=16, choices=STATE_CHOICES, default=State.AVAILABLE.value)
-    attempt = models.PositiveIntegerField(default=0, help_text="Failed attempts so far.")
-    crash_attempt = models.PositiveIntegerField(default=0, help_text="Lost leases so far.")
-    max_attempts = models.PositiveIntegerField(default=25)
+    # Plain integers with validators, not PositiveIntegerField: its CHECK constraints are
+    # re-read by PostgreSQL on every statement that writes a job, which cost a one-row
+    # enqueue about a tenth of its server time. Only the store writes these, and it never
+    # writes a negative value (enqueue validates, the state machine only adds).
+    attempt = _counter("Failed attempts so far.")
+    crash_attempt = _counter("Lost leases so far.")
+    max_attempts = models.IntegerField(default=25, validators=[MinValueValidator(1)])
     timeout = models.DurationField(null=True, blank=True, help_text="Per attempt.")
     scheduled_at = models.DateTimeField()
     lease_id = models.CharField(max_length=64, null=True, blank=True)
@@ -54,15 +64,6 @@ class Job(models.Model):
         null=True, blank=True, help_text="finalized_at + retention: when eviction may delete it."
     )
     unique_key = models.CharField(max_length=255, null=True, blank=True)
-    unique_live = models.GeneratedField(
-        expression=models.Case(
-            models.When(state__in=_LIVE, then=models.F("unique_key")),
-            default=models.Value(None),
-            output_field=models.CharField(max_length=255, null=True),
-        ),
-        output_field=models.CharField(max_length=255, null=True),
-        db_persist=True,
-    )
     errors = models.JSONField(default=list, blank=True, help_text="Newest 50 attempt errors.")
     checkpoint = models.JSONField(default=dict, blank=True)
     cp_cursor = models.BinaryField(null=True, blank=True, help_text="Position of the cursor step.")
@@ -78,13 +79,15 @@ class Job(models.Model):
             ("operate", "Can operate jobs, queues and workflows"),
         ]
         constraints = [
-            # Partial: most jobs have no unique key, and an index entry for their NULL would
-            # be written on every insert, claim and ack. Migration 0009 gives MySQL/MariaDB
-            # a plain unique index instead (it admits any number of NULLs).
+            # A unique key is held by live jobs only, and most jobs have none: a partial
+            # index that only those rows enter. MySQL/MariaDB have no partial indexes, so
+            # Django skips this constraint there, and migrations 0009 and 0011 keep a stored
+            # generated column that is the key while the job is live, under a plain unique
+            # index (which admits any number of NULLs). See store/unique_keys.py.
             models.UniqueConstraint(
-                fields=["unique_live"],
-                condition=Q(unique_live__isnull=False),
-                name="headgate_job_unique_live",
+                fields=["unique_key"],
+                condition=Q(unique_key__isnull=False, state__in=LIVE_JOB_STATES),
+                name="headgate_job_unique_key_live",
             ),
             models.CheckConstraint(
                 condition=(Q(state=State.RUNNING.value) & Q(lease_id__isnull=False))

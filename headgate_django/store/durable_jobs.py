@@ -34,8 +34,8 @@ from headgate_django.kernel.replay_events import (
     OPERATION_UNCERTAIN,
     OPERATION_UNCERTAIN_RESOLVED,
 )
-from headgate_django.kernel.states import LIVE_STATES, State
-from headgate_django.models import Execution, HistoryEvent, Job
+from headgate_django.kernel.states import State
+from headgate_django.models import LIVE_JOB_STATES, Execution, HistoryEvent, Job
 from headgate_django.store import hooks
 from headgate_django.store import vendor as v
 from headgate_django.store.claim import ClaimedJob, new_lease_id
@@ -61,7 +61,7 @@ OP_KIND = "headgate:durable-op"
 #: ``Job.workflow_id`` of an execution's jobs: prefixed so it never meets a DAG workflow id.
 GROUP_PREFIX = "durable:"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-LIVE_JOB_STATES = sorted(s.value for s in LIVE_STATES)
+
 _FINISHED = [
     State.COMPLETED.value,
     State.ARCHIVED.value,

@@ -30,6 +30,7 @@ from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
+from headgate_django.store.unique_keys import live_holders
 
 _INT32 = 2**31 - 1
 _COLUMNS = (
@@ -319,18 +320,14 @@ def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
                 if existing[r.id] != (r.env.kind, r.fingerprint, r.env.queue):
                     raise IdConflictError(f"id conflict: job {r.id}", id=r.id)
                 skip.add(r.id)
-        keyed = [r for r in rows if r.env.unique_key is not None and r.id not in skip]
-        if keyed:
-            cursor.execute(
-                "SELECT id, unique_live FROM headgate_job "
-                f"WHERE unique_live IN ({v.placeholders(len(keyed))})",
-                [r.env.unique_key for r in keyed],
-            )
-            for existing_id, key in cursor.fetchall():
-                raise DuplicateError(
-                    f"a live job ({existing_id}) already holds unique key {key!r}",
-                    existing_id=existing_id,
-                )
+        keyed = [r.env.unique_key for r in rows if r.env.unique_key and r.id not in skip]
+    holders = live_holders(conn, keyed)
+    if holders:
+        existing_id, key = holders[0]
+        raise DuplicateError(
+            f"a live job ({existing_id}) already holds unique key {key!r}",
+            existing_id=existing_id,
+        )
     return [r for r in rows if r.id not in skip]
 
 

@@ -24,6 +24,7 @@ from headgate_django.models import Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
 from headgate_django.store.fenced import after_finish
 from headgate_django.store.rows import prep
+from headgate_django.store.unique_keys import live_holders
 
 
 def _locked(job_id: str, using: str) -> Job:
@@ -42,16 +43,12 @@ def _set(job_id: str, using: str, sql: str, params: list[Any]) -> None:
 def _refuse_taken_keys(jobs: QuerySet[Job], using: str) -> None:
     """Finished jobs do not hold their unique key, so another job may have taken it since;
     bringing them back to life must say so instead of failing on the unique index."""
-    keys = jobs.exclude(unique_key=None).values_list("unique_key", flat=True)
-    holder = (
-        Job.objects.using(using)
-        .filter(unique_live__in=list(keys))
-        .values_list("pk", "unique_live")
-        .first()
-    )
-    if holder is not None:
+    keys = list(jobs.exclude(unique_key=None).values_list("unique_key", flat=True))
+    holders = live_holders(v.connection_for(using), keys)
+    if holders:
+        holder_id, key = holders[0]
         raise DuplicateError(
-            f"a live job ({holder[0]}) now holds unique key {holder[1]!r}", existing_id=holder[0]
+            f"a live job ({holder_id}) now holds unique key {key!r}", existing_id=holder_id
         )
 
 

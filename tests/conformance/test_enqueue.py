@@ -7,8 +7,9 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.test import override_settings
+from django.utils import timezone
 
 from headgate_django import Envelope, enqueue, store, task, testing
 from headgate_django.exceptions import (
@@ -20,7 +21,7 @@ from headgate_django.exceptions import (
     PayloadError,
     PayloadTooLargeError,
 )
-from headgate_django.models import Job
+from headgate_django.models import LIVE_JOB_STATES, Job
 from headgate_django.registry import find_task, registered_kinds
 from headgate_django.store.fenced import Completion
 from tests.app import tasks
@@ -240,6 +241,40 @@ def test_unique_key_twice_in_one_batch(no_new_rows):
     with pytest.raises(DuplicateError) as info:
         enqueue([envelope(id="a", unique_key="k"), envelope(id="b", unique_key="k")])
     assert info.value.existing_id == "a"
+
+
+def _raw_row(job_id: str, state: str, unique_key: str) -> None:
+    """A row written past the store, as a racing writer's would land."""
+    Job.objects.create(
+        id=job_id,
+        kind="test.noop",
+        fingerprint="f" * 32,
+        state=state,
+        lease_id="lease" if state == "running" else None,
+        scheduled_at=timezone.now(),
+        enqueued_at=timezone.now(),
+        unique_key=unique_key,
+    )
+
+
+@pytest.mark.parametrize("state", sorted(LIVE_JOB_STATES))
+def test_the_database_itself_refuses_a_second_live_holder(state):
+    """The classifying path reports a held key; the index is what stops a writer that
+    raced it, whatever the database."""
+    [holder] = enqueue(envelope(unique_key="k"))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        _raw_row("racer", state, "k")
+    assert list(Job.objects.values_list("id", flat=True)) == [holder]
+
+
+def test_finished_jobs_do_not_hold_their_key_in_the_database():
+    for n, state in enumerate(["completed", "archived", "cancelled", "completed"]):
+        _raw_row(f"done-{n}", state, "k")
+    [live] = enqueue(envelope(unique_key="k"))
+    assert Job.objects.filter(unique_key="k").count() == 5
+    with pytest.raises(DuplicateError) as info:
+        enqueue(envelope(unique_key="k"))
+    assert info.value.existing_id == live
 
 
 # -- transactions ----------------------------------------------------------------------
