@@ -87,20 +87,26 @@ class HeadgateSettings:
         return {**DEFAULTS, **user}
 
     def __getattr__(self, name: str) -> Any:
+        """Called only for a setting not read since the last reload: the value is then kept
+        as an instance attribute, so the hot paths (every enqueue and claim reads a few)
+        find it without coming here."""
         if name.startswith("_"):
             raise AttributeError(name)
         if self._cache is None:
             self._cache = self._load()
         try:
-            return self._cache[name]
+            value = self._cache[name]
         except KeyError:
             raise AttributeError(f"No HEADGATE setting {name!r}") from None
+        self.__dict__[name] = value
+        return value
 
     @property
     def renew_interval(self) -> timedelta:
         return self.RENEW_INTERVAL or self.LEASE_TTL / 3
 
     def reload(self) -> None:
+        self.__dict__.clear()
         self._cache = None
 
 

@@ -28,13 +28,10 @@ def enqueue(
     from headgate_django.store import job_insert_many
 
     items: Any = batch_or_envelopes
+    if isinstance(items, Envelope):  # first: the commonest call, and the cheapest test
+        return job_insert_many([items], using=using)
     if hasattr(items, "enqueue_with"):
         # A batch with rules of its own (a graft must find its workflow still running).
         return list(items.enqueue_with(using=using))
-    if isinstance(items, Envelope):
-        envelopes = [items]
-    elif isinstance(items, Batch):
-        envelopes = list(items.envelopes)
-    else:
-        envelopes = list(items)
+    envelopes = list(items.envelopes) if isinstance(items, Batch) else list(items)
     return job_insert_many(envelopes, using=using)

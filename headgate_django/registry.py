@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope, encode_call
 from headgate_django.exceptions import DefinitionError, UnknownTaskError
 from headgate_django.kernel.names import validate_kind, validate_queue
@@ -60,14 +61,10 @@ class TaskDef:
 
     def enqueue(self, *args: Any, **kwargs: Any) -> str:
         """Enqueue one job now (joining the caller's transaction) and return its id."""
-        from headgate_django.enqueue import enqueue
-
         return enqueue(self.envelope(*args, **kwargs))[0]
 
     def enqueue_at(self, when: datetime | timedelta, *args: Any, **kwargs: Any) -> str:
         """Enqueue to run at an instant, or after a delay measured on the store clock."""
-        from headgate_django.enqueue import enqueue
-
         env = self.envelope(*args, **kwargs)
         if isinstance(when, timedelta):
             env = replace(env, delay=when)

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
-from headgate_django.envelope import Envelope, new_ids
+from headgate_django.envelope import Envelope, new_id, new_ids
 from headgate_django.exceptions import (
     BatchError,
     DefinitionError,
@@ -94,11 +94,16 @@ _PG_SELECT = (
     "ELSE coalesce(run_at, clock_timestamp()) END, "
     "0, '', clock_timestamp(), retention, unique_key, '[]', '{}', workflow_id "
 )
+# One row: a quarantined fingerprint inserts nothing, and so does a taken id or live unique
+# key, which in autocommit fails the statement and inside a transaction is skipped by ``ON
+# CONFLICT DO NOTHING`` (a failed statement would abort the caller's transaction). Either
+# way the row count says so. Only the transaction needs ``ON CONFLICT``: its speculative
+# insertion costs the server a few percent of the statement.
 _PG_INSERT_ONE = (
     _PG_SELECT + "FROM (VALUES (" + _binds(_PG_SOURCE, "%s::{}") + f")) AS r({_names(_PG_SOURCE)}) "
-    "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint) "
-    "ON CONFLICT DO NOTHING RETURNING id"
+    "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint)"
 )
+_PG_INSERT_ONE_IN_TRANSACTION = _PG_INSERT_ONE + " ON CONFLICT DO NOTHING"
 # The quarantine probe covers the whole batch, so a quarantined row stops every row. The
 # arrays go in binary (``%b``): as text, psycopg quotes every element in Python, which cost
 # about as much as the server's work on a 1,000-row batch. No ON CONFLICT: a batch runs in
@@ -124,18 +129,26 @@ class _Row(NamedTuple):
     caller_id: bool
 
 
-def _validate(env: Envelope, names: set[tuple[str, str]], limit: int) -> None:
-    """Refuse an envelope that cannot be stored; ``names`` are (kind, queue) pairs already
-    found valid in this batch (a batch usually repeats a few), ``limit`` the payload cap."""
+# (kind, queue) pairs already found valid. Validity depends on the two strings alone, and a
+# project enqueues a few pairs over and over; bounded for one that makes queue names up.
+_VALID_NAMES: set[tuple[str, str]] = set()
+_VALID_NAMES_MAX = 4096
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _validate(env: Envelope, limit: int) -> None:
+    """Refuse an envelope that cannot be stored; ``limit`` is the payload cap."""
     if not isinstance(env, Envelope):
         raise DefinitionError(f"expected an Envelope, got {type(env).__name__}")
-    if (env.kind, env.queue) not in names:
+    names = (env.kind, env.queue)
+    if names not in _VALID_NAMES:
         validate_kind(env.kind)
         validate_queue(env.queue)
-        names.add((env.kind, env.queue))
+        if len(_VALID_NAMES) < _VALID_NAMES_MAX:
+            _VALID_NAMES.add(names)
     if env.id is not None:
         validate_job_id(env.id)
-    if not isinstance(env.payload, bytes | bytearray | memoryview):
+    if not isinstance(env.payload, _BYTES):
         raise DefinitionError(f"{env.kind}: payload must be bytes")
     if len(env.payload) > limit:
         raise PayloadTooLargeError(
@@ -164,15 +177,18 @@ def _validate(env: Envelope, names: set[tuple[str, str]], limit: int) -> None:
 
 
 def _plan(envelopes: Sequence[Envelope]) -> list[_Row]:
+    payload_limit = headgate_settings.MAX_PAYLOAD_BYTES
+    if len(envelopes) == 1:  # the commonest call: nothing in the batch to compare
+        env = envelopes[0]
+        _validate(env, payload_limit)
+        return [_Row(env, env.id or new_id(), env.fingerprint, env.id is not None)]
     limit = headgate_settings.MAX_BATCH
     if len(envelopes) > limit:
         raise BatchError(f"a batch holds at most {limit} jobs, got {len(envelopes)}")
     rows, seen_ids = [], set()
     seen_keys: dict[str, str] = {}  # unique key → id of the first job in the batch holding it
-    names: set[tuple[str, str]] = set()
-    payload_limit = headgate_settings.MAX_PAYLOAD_BYTES
     for env, fresh_id in zip(envelopes, new_ids(len(envelopes)), strict=True):
-        _validate(env, names, payload_limit)
+        _validate(env, payload_limit)
         job_id = env.id or fresh_id
         if job_id in seen_ids:
             raise IdConflictError(
@@ -226,17 +242,24 @@ def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") ->
 def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bool:
     """PostgreSQL: insert the batch in one constant-text statement unless anything opposes it.
 
-    Nothing is inserted when a fingerprint is quarantined (fewer ids come back) or an id or
-    live unique key is taken (a single row is skipped by ``ON CONFLICT DO NOTHING``; a batch
-    fails). Either way the statement is undone and the caller takes the classifying path,
+    Nothing is inserted when a fingerprint is quarantined (fewer rows than sent) or an id or
+    live unique key is taken (the statement fails, or inside a transaction a single row is
+    skipped). Either way nothing stays written and the caller takes the classifying path,
     which raises the precise error or skips an idempotent repeat. A single row cannot be
     inserted in part, so it needs no transaction of its own: in autocommit it is one round
     trip, and inside the caller's transaction it cannot abort it.
     """
     if len(rows) == 1:
-        with server_bound_cursor(conn) as cursor:
-            cursor.execute(_PG_INSERT_ONE, _pg_values(rows[0]))
-            return len(cursor.fetchall()) == 1
+        alone = conn.get_autocommit() and not conn.in_atomic_block
+        sql = _PG_INSERT_ONE if alone else _PG_INSERT_ONE_IN_TRANSACTION
+        try:
+            with server_bound_cursor(conn) as cursor:
+                cursor.execute(sql, _pg_values(rows[0]))
+                return cursor.rowcount == 1
+        except IntegrityError:
+            if alone:
+                return False
+            raise
     shapes: dict[tuple[Any, ...], int] = {}  # shape → its number, from 1 (ORDINALITY)
     own: list[tuple[Any, ...]] = []
     for row in rows:
