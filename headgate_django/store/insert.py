@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
@@ -39,15 +40,15 @@ _COLUMNS = (
     "retention, unique_key, errors, checkpoint, workflow_id"
 )
 
-# PostgreSQL's enqueue is one statement whose text depends only on whether it carries one
-# row (scalar parameters) or several (arrays), so it can be prepared. The state and schedule
-# follow the same rules as ``_insert``: pending; a positive delay on the store clock; an
-# absolute instant that may already be due; otherwise available now.
+# PostgreSQL's enqueue is one statement. The state and schedule follow the same rules as
+# ``_insert``: pending; a positive delay on the store clock; an absolute instant that may
+# already be due; otherwise available now.
 #
-# A row's own values, and the "shape" it shares with the other jobs of its kind in a batch.
-# A batch sends each distinct shape once, and per row an index into them: most batches hold
-# a few shapes, and psycopg dumps every array element in Python, so this halves the
-# client's work on a 1,000-job batch.
+# A row's own values, and the "shape" it shares with the other jobs of its kind. A batch
+# sends each distinct shape once, and per row an index into them: most batches hold a few
+# shapes, and psycopg dumps every array element in Python, so this halves the client's work
+# on a 1,000-job batch. A single row's statement carries its shape as constants (see
+# ``_pg_one_statements``).
 _PG_ROW = (
     ("id", "varchar"),
     ("payload", "bytea"),
@@ -67,7 +68,17 @@ _PG_SHAPE = (
     ("retention", "interval"),
     ("workflow_id", "varchar"),
 )
-_PG_SOURCE = _PG_ROW + _PG_SHAPE
+# A single row binds its own values and those of its shape that vary from call to call
+# (its timing and workflow); the rest of the shape is written into the statement.
+_PG_ONE_OWN = (
+    *_PG_ROW,
+    ("delay_ms", "bigint"),
+    ("run_at", "timestamptz"),
+    ("workflow_id", "varchar"),
+)
+_PG_ONE_SHAPE = tuple(column for column in _PG_SHAPE if column not in _PG_ONE_OWN)
+_one_own = itemgetter(*(i for i, column in enumerate(_PG_SHAPE) if column in _PG_ONE_OWN))
+_one_shape = itemgetter(*(i for i, column in enumerate(_PG_SHAPE) if column in _PG_ONE_SHAPE))
 
 
 def _names(source: tuple[tuple[str, str], ...]) -> str:
@@ -79,8 +90,8 @@ def _binds(source: tuple[tuple[str, str], ...], template: str) -> str:
     return ", ".join(template.format(sql_type) for _, sql_type in source)
 
 
-# Column names are unqualified: the source is one relation (one row) or a row and its
-# shape joined on the shape's number (a batch), and no name is in both.
+# Column names are unqualified: the source is a row and its shape (for a batch, joined on
+# the shape's number), and no name is in both.
 _PG_SELECT = (
     f"INSERT INTO headgate_job ({_COLUMNS}) "
     "SELECT id, kind, queue, priority, schema_version, payload, fingerprint, "
@@ -94,16 +105,6 @@ _PG_SELECT = (
     "ELSE coalesce(run_at, clock_timestamp()) END, "
     "0, '', clock_timestamp(), retention, unique_key, '[]', '{}', workflow_id "
 )
-# One row: a quarantined fingerprint inserts nothing, and so does a taken id or live unique
-# key, which in autocommit fails the statement and inside a transaction is skipped by ``ON
-# CONFLICT DO NOTHING`` (a failed statement would abort the caller's transaction). Either
-# way the row count says so. Only the transaction needs ``ON CONFLICT``: its speculative
-# insertion costs the server a few percent of the statement.
-_PG_INSERT_ONE = (
-    _PG_SELECT + "FROM (VALUES (" + _binds(_PG_SOURCE, "%s::{}") + f")) AS r({_names(_PG_SOURCE)}) "
-    "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint)"
-)
-_PG_INSERT_ONE_IN_TRANSACTION = _PG_INSERT_ONE + " ON CONFLICT DO NOTHING"
 # The quarantine probe covers the whole batch, so a quarantined row stops every row. The
 # arrays go in binary (``%b``): as text, psycopg quotes every element in Python, which cost
 # about as much as the server's work on a 1,000-row batch. No ON CONFLICT: a batch runs in
@@ -120,6 +121,50 @@ _PG_INSERT_MANY = (
     "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine WHERE fingerprint = ANY(%b::varchar[])) "
     "RETURNING id"
 )
+
+
+#: One-row statements by shape: a project enqueues a few shapes over and over, and each
+#: distinct text is a statement PostgreSQL parses and plans once per connection.
+_PG_ONE_SQL: dict[tuple[Any, ...], tuple[str, str]] = {}
+_PG_ONE_SQL_MAX = 512
+
+
+def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tuple[str, str]:
+    """The one-row insert for ``shape`` (the values of :data:`_PG_ONE_SHAPE`): on its own,
+    and for inside a transaction.
+
+    The shape is written in as constants, so a call binds seven values instead of fifteen:
+    psycopg dumps, and the server parses, each bound value on every call, while a constant
+    is parsed once, when the statement is prepared. The constants are psycopg's own quoting
+    of each value; ``%`` is doubled because the text still carries placeholders.
+
+    A quarantined fingerprint inserts nothing, and so does a taken id or live unique key,
+    which on its own fails the statement and inside a transaction is skipped by ``ON
+    CONFLICT DO NOTHING`` (a failed statement would abort the caller's transaction). Either
+    way the row count says so. Only the transaction needs ``ON CONFLICT``: its speculative
+    insertion costs the server a few percent of the statement.
+    """
+    statements = _PG_ONE_SQL.get(shape)
+    if statements is None:
+        from psycopg import sql  # an optional dependency: only PostgreSQL comes here
+
+        constants = ", ".join(
+            f"{sql.Literal(value).as_string(conn.connection).replace('%', '%%')}::{sql_type}"
+            for value, (_, sql_type) in zip(shape, _PG_ONE_SHAPE, strict=True)
+        )
+        alone = (
+            _PG_SELECT
+            + "FROM (VALUES ("
+            + _binds(_PG_ONE_OWN, "%s::{}")
+            + f")) AS r({_names(_PG_ONE_OWN)}) "
+            f"CROSS JOIN (VALUES ({constants})) AS s({_names(_PG_ONE_SHAPE)}) "
+            "WHERE NOT EXISTS "
+            "(SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint)"
+        )
+        statements = (alone, alone + " ON CONFLICT DO NOTHING")
+        if len(_PG_ONE_SQL) < _PG_ONE_SQL_MAX:
+            _PG_ONE_SQL[shape] = statements
+    return statements
 
 
 class _Row(NamedTuple):
@@ -250,11 +295,15 @@ def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -
     trip, and inside the caller's transaction it cannot abort it.
     """
     if len(rows) == 1:
+        row = rows[0]
+        shape = _pg_shape(row.env)
         alone = conn.get_autocommit() and not conn.in_atomic_block
-        sql = _PG_INSERT_ONE if alone else _PG_INSERT_ONE_IN_TRANSACTION
+        on_its_own, in_transaction = _pg_one_statements(conn, _one_shape(shape))
         try:
             with server_bound_cursor(conn) as cursor:
-                cursor.execute(sql, _pg_values(rows[0]))
+                cursor.execute(
+                    on_its_own if alone else in_transaction, (*_pg_own(row), *_one_own(shape))
+                )
                 return cursor.rowcount == 1
         except IntegrityError:
             if alone:
@@ -279,11 +328,6 @@ def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -
 
 class _Opposed(Exception):
     """Rolls back a batch that was inserted only in part."""
-
-
-def _pg_values(r: _Row) -> tuple[Any, ...]:
-    """One row's values in the order of :data:`_PG_SOURCE`."""
-    return _pg_own(r) + _pg_shape(r.env)
 
 
 def _pg_own(r: _Row) -> tuple[Any, ...]:

@@ -4,10 +4,12 @@ precise error, and a refused batch must leave none of its rows behind."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from headgate_django import enqueue, store
@@ -99,3 +101,57 @@ def test_a_batch_applies_each_rows_own_timing_on_the_store_clock():
     assert all(r.attempt == r.crash_attempt == r.fence == 0 for r in rows.values())
     assert all(r.errors == [] and r.checkpoint == {} for r in rows.values())
     assert datetime(2020, 1, 1, tzinfo=UTC) < now_job.enqueued_at
+
+
+SHAPES = {
+    "defaults": {},
+    "limits": {
+        "priority": -7,
+        "schema_version": 3,
+        "max_attempts": 2,
+        "timeout": timedelta(seconds=1.5),
+        "retention": timedelta(0),
+    },
+    "pending": {"pending": True, "priority": 2**31 - 1},
+    "delay": {"delay": timedelta(minutes=5)},
+    "at": {"scheduled_at": datetime(2031, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)},
+    "keyed workflow job": {"unique_key": "k:1%'s", "workflow_id": "wf-%s-'1'"},
+    "queue": {"queue": "odd_queue.name:with-dashes"},
+}
+_SAME_COLUMNS = [
+    "kind",
+    "queue",
+    "priority",
+    "schema_version",
+    "payload",
+    "fingerprint",
+    "state",
+    "attempt",
+    "crash_attempt",
+    "max_attempts",
+    "timeout",
+    "fence",
+    "claimed_by",
+    "retention",
+    "unique_key",
+    "errors",
+    "checkpoint",
+    "workflow_id",
+]
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["alone", "in-transaction"])
+@pytest.mark.parametrize("fields", SHAPES.values(), ids=SHAPES.keys())
+def test_one_job_is_stored_exactly_as_the_same_job_in_a_batch(fields, in_transaction):
+    """On PostgreSQL a single job has a statement of its own, with its shape written in as
+    constants; every column it stores must match the batch statement's."""
+    env = envelope(kind="test.echo", payload=b'{"args":[1],"kwargs":{}}', **fields)
+    with transaction.atomic() if in_transaction else contextlib.nullcontext():
+        [one] = enqueue(env)
+        [_, batched] = enqueue([envelope(), dataclasses.replace(env, unique_key=None)])
+    rows = {r["id"]: r for r in Job.objects.filter(pk__in=[one, batched]).values()}
+    got, want = rows[one], {**rows[batched], "unique_key": env.unique_key}
+    assert {c: got[c] for c in _SAME_COLUMNS} == {c: want[c] for c in _SAME_COLUMNS}
+    assert abs(got["scheduled_at"] - want["scheduled_at"]) < timedelta(seconds=5)
+    if env.scheduled_at is not None:
+        assert got["scheduled_at"] == env.scheduled_at
