@@ -43,7 +43,7 @@ def _set(job_id: str, using: str, sql: str, params: list[Any]) -> None:
 def _refuse_taken_keys(jobs: QuerySet[Job], using: str) -> None:
     """Finished jobs do not hold their unique key, so another job may have taken it since;
     bringing them back to life must say so instead of failing on the unique index."""
-    keys = list(jobs.exclude(unique_key=None).values_list("unique_key", flat=True))
+    keys = [k for k in jobs.values_list("unique_key", flat=True) if k is not None]
     holders = live_holders(v.connection_for(using), keys)
     if holders:
         holder_id, key = holders[0]
