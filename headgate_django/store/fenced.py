@@ -72,7 +72,14 @@ def atomic_unless_alone(
 _PG_REFS = (
     "unnest(%b::varchar[], %b::varchar[], %b::bigint[]{}) AS r(ref_id, ref_lease, ref_fence{})"
 )
-_PG_HELD = "id = r.ref_id AND lease_id = r.ref_lease AND fence = r.ref_fence AND state = %s"
+# No ``state = 'running'`` here: a matching ``lease_id`` already means the job is running,
+# because the table's CHECK constraint ``headgate_job_running_has_lease`` keeps ``lease_id``
+# set exactly while it runs. Spelled out, that condition let the planner read the partial
+# lease index (``WHERE state = 'running'``) instead of the primary key, and its statistics
+# are usually from a moment when nothing ran: an ack of 100 then joined every running job
+# with every lease (20,000 comparisons with 200 running), or hashed them all after planning
+# the statement afresh each time.
+_PG_HELD = "id = r.ref_id AND lease_id = r.ref_lease AND fence = r.ref_fence"
 
 
 def _pg_refs(refs: Sequence[LeaseRef]) -> list[list[Any]]:
@@ -100,7 +107,7 @@ def _fenced_ids(
         )
         cursor.execute(
             f"UPDATE headgate_job SET {set_sql} FROM {source} WHERE {_PG_HELD} RETURNING id",
-            [*set_params, *_pg_refs(refs), *([results] if results else []), _RUNNING],
+            [*set_params, *_pg_refs(refs), *([results] if results else [])],
         )
         return {row[0] for row in cursor.fetchall()}
     if v.has_returning(conn):
@@ -136,7 +143,7 @@ def _deleted_ids(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef
         cursor.execute(
             f"DELETE FROM headgate_job USING {_PG_REFS.format('', '')} WHERE {_PG_HELD} "
             "RETURNING id",
-            [*_pg_refs(refs), _RUNNING],
+            _pg_refs(refs),
         )
         return {row[0] for row in cursor.fetchall()}
     if v.has_returning(conn):
