@@ -68,6 +68,10 @@ def _counter(help_text):
     )
 
 
+def _at_least_one(default):
+    return models.IntegerField(default=default, validators=[MinValueValidator(1)])
+
+
 class Migration(migrations.Migration):
     dependencies = [("headgate_django", "0010_postgres_claim_function")]
 
@@ -75,9 +79,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="job",
             name="schema_version",
-            field=models.IntegerField(
-                default=1, validators=[MinValueValidator(1)]
-            ),
+            field=_at_least_one(1),
         ),
         migrations.AlterField(
             model_name="job",
@@ -92,9 +94,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="job",
             name="max_attempts",
-            field=models.IntegerField(
-                default=25, validators=[MinValueValidator(1)]
-            ),
+            field=_at_least_one(25),
         ),
         migrations.SeparateDatabaseAndState(
             state_operations=[

@@ -22,26 +22,17 @@ _NEW = models.Index(
 )
 
 
-def _old_parts(apps):
-    job = apps.get_model("headgate_django", "Job")
-    [old] = [index for index in job._meta.indexes if index.name == _OLD]
-    return job, old
+def _swap(forward):
+    def run(apps, schema_editor):
+        if schema_editor.connection.vendor == "mysql":
+            return
+        job = apps.get_model("headgate_django", "Job")
+        [old] = [index for index in job._meta.indexes if index.name == _OLD]
+        add, remove = (_NEW, old) if forward else (old, _NEW)
+        schema_editor.add_index(job, add)  # first, so the queries always have an index
+        schema_editor.remove_index(job, remove)
 
-
-def swap_forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "mysql":
-        return
-    job, old = _old_parts(apps)
-    schema_editor.add_index(job, _NEW)
-    schema_editor.remove_index(job, old)
-
-
-def swap_backward(apps, schema_editor):
-    if schema_editor.connection.vendor == "mysql":
-        return
-    job, old = _old_parts(apps)
-    schema_editor.add_index(job, old)
-    schema_editor.remove_index(job, _NEW)
+    return run
 
 
 class Migration(migrations.Migration):
@@ -54,7 +45,7 @@ class Migration(migrations.Migration):
                 migrations.AddIndex(model_name="job", index=_NEW),
             ],
             database_operations=[
-                migrations.RunPython(swap_forward, swap_backward, atomic=False),
+                migrations.RunPython(_swap(True), _swap(False), atomic=False),
             ],
         ),
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -20,6 +21,28 @@ def claim_ids(**kwargs) -> list[str]:
     kwargs.setdefault("lease_ttl", LONG)
     kwargs.setdefault("limit", 10)
     return [c.ref.job_id for c in store.job_claim(**kwargs)]
+
+
+def reads_during(
+    action: Callable[[], object], relations: list[str | list[str]], *, setting: str
+) -> list[int]:
+    """Rows or index entries ``action`` read from each of ``relations`` (a list of names is
+    summed), from this session's pending statistics, with a planner ``setting`` applied."""
+    read = "SELECT " + ", ".join(
+        " + ".join(
+            f"pg_stat_get_xact_tuples_returned('{name}'::regclass)"
+            for name in ([names] if isinstance(names, str) else names)
+        )
+        for names in relations
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL {setting}")
+        cursor.execute(read)
+        before = cursor.fetchone()
+        action()
+        cursor.execute(read)
+        after = cursor.fetchone()
+    return [a - b for a, b in zip(after, before, strict=True)]
 
 
 def test_higher_priority_first_then_oldest_schedule():
@@ -138,22 +161,14 @@ def test_a_claim_reads_only_what_it_takes_whatever_the_planner_believes(queues):
     assert claim_ids(limit=10, queues=queues) == []
     for _ in range(4):
         enqueue([Envelope(kind="test.noop", queue="q") for _ in range(500)])
-    # Rows read by sequential scans of the job table, entries read from its claim indexes
-    # and from its primary key: this session's pending counts, compared before and after.
-    read = (
-        "SELECT pg_stat_get_xact_tuples_returned('headgate_job'::regclass), "
-        "pg_stat_get_xact_tuples_returned('headgate_job_claim'::regclass) "
-        "+ pg_stat_get_xact_tuples_returned('headgate_job_claim_all'::regclass), "
-        "pg_stat_get_xact_tuples_returned('headgate_job_pkey'::regclass)"
+    claimed: list[str] = []
+    read = reads_during(
+        lambda: claimed.extend(claim_ids(limit=10, queues=queues)),
+        ["headgate_job", ["headgate_job_claim", "headgate_job_claim_all"], "headgate_job_pkey"],
+        setting="enable_indexscan = off",
     )
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_indexscan = off")
-        cursor.execute(read)
-        before = cursor.fetchone()
-        assert len(claim_ids(limit=10, queues=queues)) == 10
-        cursor.execute(read)
-        after = cursor.fetchone()
-    assert [a - b for a, b in zip(after, before, strict=True)] == [0, 10, 10]
+    assert len(claimed) == 10
+    assert read == [0, 10, 10]  # no table rows scanned; 10 claim-index and 10 key entries
 
 
 @pytest.mark.django_db(transaction=True)
@@ -175,20 +190,12 @@ def test_fenced_batch_writes_find_their_rows_by_primary_key_whatever_the_planner
         "release": lambda: store.job_release_many(refs),
         "renew": lambda: store.job_renew_leases(refs, lease_ttl=LONG),
     }[verb]
-    read = (
-        "SELECT pg_stat_get_xact_tuples_returned('headgate_job'::regclass), "
-        "pg_stat_get_xact_tuples_returned('headgate_job_lease'::regclass), "
-        "pg_stat_get_xact_tuples_returned('headgate_job_pkey'::regclass)"
+    # A table this small is cheapest to read whole; the point is which index.
+    seq, lease, pkey = reads_during(
+        write,
+        ["headgate_job", "headgate_job_lease", "headgate_job_pkey"],
+        setting="enable_seqscan = off",
     )
-    with transaction.atomic(), connection.cursor() as cursor:
-        # A table this small is cheapest to read whole; the point is which index.
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(read)
-        before = cursor.fetchone()
-        write()
-        cursor.execute(read)
-        after = cursor.fetchone()
-    seq, lease, pkey = (a - b for a, b in zip(after, before, strict=True))
     assert (seq, lease) == (0, 0) and pkey >= len(refs)
 
 
