@@ -64,10 +64,10 @@ class Job(models.Model):
     payload = models.BinaryField(default=b"")
     fingerprint = BytewiseCharField(max_length=32)
     state = models.CharField(max_length=16, choices=STATE_CHOICES, default=State.AVAILABLE.value)
-    # Plain integers with validators, not PositiveIntegerField: its CHECK constraints are
-    # re-read by PostgreSQL on every statement that writes a job, which cost a one-row
-    # enqueue about a tenth of its server time. Only the store writes these, and it never
-    # writes a negative value (enqueue validates, the state machine only adds).
+    # Plain integers with validators, not PositiveIntegerField: PostgreSQL rebuilds each of
+    # its CHECK constraints for every statement that writes a job, which a one-row enqueue
+    # pays on every call. Only the store writes these, and it never writes a negative value
+    # (enqueue validates, the state machine only adds).
     attempt = _counter("Failed attempts so far.")
     crash_attempt = _counter("Lost leases so far.")
     max_attempts = models.IntegerField(default=25, validators=[MinValueValidator(1)])
