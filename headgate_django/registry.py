@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from headgate_django.enqueue import enqueue
-from headgate_django.envelope import Envelope, encode_call
+from headgate_django.envelope import Envelope, encode_call, with_payload
 from headgate_django.exceptions import DefinitionError, UnknownTaskError
 from headgate_django.kernel.names import validate_kind, validate_queue
 
@@ -46,11 +46,11 @@ class TaskDef:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
-    def envelope(self, *args: Any, **kwargs: Any) -> Envelope:
-        """The job this call would be, not yet enqueued (what ``Workflow.add`` takes)."""
+    @cached_property
+    def _template(self) -> Envelope:
+        """This kind's envelope without arguments: each call's envelope is a copy of it."""
         return Envelope(
             kind=self.kind,
-            payload=encode_call(args, kwargs),
             queue=self.queue,
             priority=self.priority,
             schema_version=self.schema_version,
@@ -58,6 +58,10 @@ class TaskDef:
             retention=self.retention,
             timeout=self.timeout,
         )
+
+    def envelope(self, *args: Any, **kwargs: Any) -> Envelope:
+        """The job this call would be, not yet enqueued (what ``Workflow.add`` takes)."""
+        return with_payload(self._template, encode_call(args, kwargs))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> str:
         """Enqueue one job now (joining the caller's transaction) and return its id."""

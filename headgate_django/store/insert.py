@@ -297,18 +297,19 @@ def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -
     if len(rows) == 1:
         row = rows[0]
         shape = _pg_shape(row.env)
-        alone = conn.get_autocommit() and not conn.in_atomic_block
-        on_its_own, in_transaction = _pg_one_statements(conn, _one_shape(shape))
-        try:
-            with server_bound_cursor(conn) as cursor:
+        with server_bound_cursor(conn) as cursor:
+            # The cursor has opened the connection, so its autocommit flag is current.
+            alone = conn.autocommit and not conn.in_atomic_block
+            on_its_own, in_transaction = _pg_one_statements(conn, _one_shape(shape))
+            try:
                 cursor.execute(
                     on_its_own if alone else in_transaction, (*_pg_own(row), *_one_own(shape))
                 )
-                return cursor.rowcount == 1
-        except IntegrityError:
-            if alone:
-                return False
-            raise
+            except IntegrityError:
+                if alone:
+                    return False
+                raise
+            return cursor.rowcount == 1
     shapes: dict[tuple[Any, ...], int] = {}  # shape → its number, from 1 (ORDINALITY)
     own: list[tuple[Any, ...]] = []
     for row in rows:

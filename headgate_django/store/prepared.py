@@ -22,6 +22,9 @@ every call gets a fresh debug cursor, as Django's would.
 
 from __future__ import annotations
 
+from _thread import get_ident
+from asyncio import _get_running_loop
+from functools import cache
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -50,18 +53,16 @@ def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
     Use it as a context manager (``with server_bound_cursor(conn) as cursor:``): the
     cursor may be the connection's kept one, which stays open for the next caller.
     """
-    if conn.vendor != "postgresql":
-        return conn.cursor()
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    if not is_psycopg3:
+    kept: _KeptCursor | None = conn.__dict__.get(_KEPT)
+    if kept is not None and _reusable(kept, conn):
+        return kept
+    if conn.vendor != "postgresql" or not _is_psycopg3():
         return conn.cursor()
     conn.close_if_health_check_failed()
     conn.ensure_connection()
     conn.validate_thread_sharing()
     if conn.queries_logged:
         return conn.make_debug_cursor(_new(conn))
-    kept: _KeptCursor | None = conn.__dict__.get(_KEPT)
     # Nested, or a connection shared between threads (a live-server test): an ordinary
     # cursor, closed on exit, so two users never read each other's results.
     if (kept is not None and kept.in_use) or conn.allow_thread_sharing:
@@ -69,6 +70,36 @@ def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
     if kept is None or kept.cursor.connection is not conn.connection or kept.cursor.closed:
         kept = conn.__dict__[_KEPT] = _KeptCursor(_new(conn), conn)
     return kept
+
+
+def _reusable(kept: _KeptCursor, conn: BaseDatabaseWrapper) -> bool:
+    """Whether the kept cursor can be handed out without the checks ``conn.cursor()`` makes.
+
+    Those checks (health, connection, thread, event loop) cost about as much Python as the
+    rest of a single enqueue; each is answered here by state they would leave unchanged, and
+    anything else takes the full path. A running event loop goes there too, so that Django's
+    refusal of synchronous database calls from async code is raised as usual.
+    """
+    return (
+        not kept.in_use
+        and conn.connection is not None
+        and kept.cursor.connection is conn.connection
+        and not kept.cursor.closed
+        # Django's own state behind close_if_health_check_failed and validate_thread_sharing
+        # (the type stubs leave it out).
+        and not (conn.health_check_enabled and not conn.health_check_done)  # type: ignore[attr-defined]
+        and conn._thread_ident == get_ident()  # type: ignore[attr-defined]
+        and not conn.allow_thread_sharing
+        and _get_running_loop() is None
+        and not conn.queries_logged
+    )
+
+
+@cache
+def _is_psycopg3() -> bool:
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
 
 
 def _new(conn: BaseDatabaseWrapper) -> Any:

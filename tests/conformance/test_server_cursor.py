@@ -127,3 +127,52 @@ def test_a_connection_shared_between_threads_gets_a_cursor_per_use():
         connection.dec_thread_sharing()
     assert first is not second
     assert first.cursor.closed
+
+
+@pytest.mark.usefixtures("unprepared")
+def test_turning_the_query_log_on_reaches_a_connection_that_kept_a_cursor():
+    with server_bound_cursor(connection) as kept:
+        _select(kept, 1)
+    with CaptureQueriesContext(connection) as queries, server_bound_cursor(connection) as logged:
+        _select(logged, 2)
+    assert logged is not kept
+    # Bound on the server, the logged text keeps its placeholder.
+    assert [q["sql"] for q in queries.captured_queries] == ["SELECT $1::integer"]
+
+
+def test_async_code_is_refused_even_with_a_kept_cursor():
+    import asyncio
+
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    with server_bound_cursor(connection) as kept:
+        _select(kept, 1)
+
+    async def from_a_coroutine() -> None:
+        server_bound_cursor(connection)
+
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(from_a_coroutine())
+
+
+def test_a_due_health_check_replaces_a_dead_connection_and_its_cursor():
+    from django.db import connections
+
+    with server_bound_cursor(connection) as kept:
+        _select(kept, 1)
+    pid = connection.connection.info.backend_pid
+    # Another connection ends this one's server process, as a restart or a proxy would.
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+    connection.health_check_enabled, connection.health_check_done = True, False
+    try:
+        with server_bound_cursor(connection) as fresh:
+            assert _select(fresh, 6) == 6
+    finally:
+        connection.health_check_enabled = False
+    assert fresh is not kept
+    assert connection.connection.info.backend_pid != pid

@@ -36,18 +36,37 @@ def test_ids_sort_by_creation_time_and_do_not_repeat(monkeypatch: pytest.MonkeyP
     assert [_decode(i) >> 80 for i in ids] == [1_000_000, 1_000_001, 1_000_002, 2 * 10**12]
 
 
-@pytest.mark.parametrize("random_bits", [b"\x00" * 10, b"\xff" * 10, bytes(range(10))])
+def _random_part(random_bytes: bytes) -> int:
+    """The 80 bits an id's last sixteen characters hold: each byte's low five bits."""
+    value = 0
+    for byte in random_bytes:
+        value = value << 5 | byte & 31
+    return value
+
+
+@pytest.mark.parametrize(
+    "random_bytes", [b"\x00" * 16, b"\xff" * 16, bytes(range(16)), bytes(range(240, 256))]
+)
 def test_the_random_part_is_the_low_80_bits(
-    monkeypatch: pytest.MonkeyPatch, random_bits: bytes
+    monkeypatch: pytest.MonkeyPatch, random_bytes: bytes
 ) -> None:
-    monkeypatch.setattr(os, "urandom", lambda n: random_bits[:n])
-    assert _decode(new_id()) & (2**80 - 1) == int.from_bytes(random_bits, "big")
+    monkeypatch.setattr(os, "urandom", lambda n: random_bytes[:n])
+    assert _decode(new_id()) & (2**80 - 1) == _random_part(random_bytes)
 
 
-def test_a_batch_of_ids_is_the_same_encoding_one_block_at_a_time(
+def test_every_character_of_the_random_part_is_equally_likely() -> None:
+    """Each random byte maps to one of 32 characters, 8 bytes to each: no character is
+    favoured, so the 80 bits are as random as the bytes."""
+    from headgate_django.envelope import _RANDOM_CHAR
+
+    chars = bytes(range(256)).translate(_RANDOM_CHAR).decode()
+    assert {chars.count(c) for c in _CROCKFORD} == {8}
+
+
+def test_a_batch_of_ids_is_the_same_encoding_one_id_at_a_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    randoms = bytes(range(256))[:50]
+    randoms = bytes(range(256))[:80]
     monkeypatch.setattr(time, "time", lambda: 1_700_000_000.123)
     monkeypatch.setattr(os, "urandom", lambda n: randoms[:n])
     batch = new_ids(5)
@@ -55,4 +74,4 @@ def test_a_batch_of_ids_is_the_same_encoding_one_block_at_a_time(
     for n, ulid in enumerate(batch):
         value = _decode(ulid)
         assert value >> 80 == 1_700_000_000_123
-        assert value & (2**80 - 1) == int.from_bytes(randoms[10 * n : 10 * n + 10], "big")
+        assert value & (2**80 - 1) == _random_part(randoms[16 * n : 16 * n + 16])
