@@ -261,7 +261,7 @@ def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") ->
     if not rows:
         return []
     conn = v.connection_for(using)
-    if conn.vendor == "postgresql" and _insert_unopposed(conn, rows, using):
+    if _insert_unopposed(conn, rows, using):
         return [row.id for row in rows]
     with transaction.atomic(using=using):
         to_insert = _classify(conn, rows)
@@ -285,6 +285,37 @@ def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") ->
 
 
 def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bool:
+    """Insert the jobs in one statement unless anything opposes them; False if anything does.
+
+    PostgreSQL inserts any batch this way, SQLite a single job; everything else (and
+    whatever this refused) takes the classifying path.
+    """
+    if conn.vendor == "postgresql":
+        return _pg_unopposed(conn, rows, using)
+    if conn.vendor == "sqlite" and len(rows) == 1:
+        return _sqlite_one_unopposed(conn, rows[0])
+    return False
+
+
+def _sqlite_one_unopposed(conn: BaseDatabaseWrapper, row: _Row) -> bool:
+    """SQLite: one job, with the same contract as PostgreSQL's statement.
+
+    A quarantined fingerprint inserts nothing, and ``ON CONFLICT DO NOTHING`` skips a taken
+    id or live unique key, so the row count says whether the job went in; in autocommit
+    the statement is its own transaction. (SQLite reads ``INSERT … SELECT … ON CONFLICT``
+    only when the ``SELECT`` has a ``WHERE``, which the probe provides.)
+    """
+    (value,), params = _values(conn, [row])
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO headgate_job ({_COLUMNS}) SELECT {value[1:-1]} WHERE NOT EXISTS "
+            "(SELECT 1 FROM headgate_quarantine WHERE fingerprint = %s) ON CONFLICT DO NOTHING",
+            [*params, row.fingerprint],
+        )
+        return cursor.rowcount == 1
+
+
+def _pg_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bool:
     """PostgreSQL: insert the batch in one constant-text statement unless anything opposes it.
 
     Nothing is inserted when a fingerprint is quarantined (fewer rows than sent) or an id or
@@ -400,6 +431,14 @@ def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
 
 
 def _insert(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
+    values, params = _values(conn, rows)
+    with conn.cursor() as cursor:
+        cursor.execute(f"INSERT INTO headgate_job ({_COLUMNS}) VALUES {', '.join(values)}", params)
+
+
+def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], list[Any]]:
+    """A parenthesised row of :data:`_COLUMNS` per job (state and schedule on the store
+    clock), and the parameters of them all, in order."""
     s = headgate_settings
     now = v.now(conn)
     values: list[str] = []
@@ -442,5 +481,4 @@ def _insert(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
             empty_dict,
             env.workflow_id,
         ]
-    with conn.cursor() as cursor:
-        cursor.execute(f"INSERT INTO headgate_job ({_COLUMNS}) VALUES {', '.join(values)}", params)
+    return values, params
