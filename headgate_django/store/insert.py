@@ -287,31 +287,45 @@ def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") ->
 def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bool:
     """Insert the jobs in one statement unless anything opposes them; False if anything does.
 
-    PostgreSQL inserts any batch this way, SQLite a single job; everything else (and
-    whatever this refused) takes the classifying path.
+    PostgreSQL inserts any batch this way, SQLite and MySQL/MariaDB a single job (MySQL
+    only in autocommit); everything else, and whatever this refused, takes the classifying
+    path, which raises the precise error or skips an idempotent repeat.
     """
     if conn.vendor == "postgresql":
         return _pg_unopposed(conn, rows, using)
-    if conn.vendor == "sqlite" and len(rows) == 1:
-        return _sqlite_one_unopposed(conn, rows[0])
+    if conn.vendor in ("sqlite", "mysql") and len(rows) == 1:
+        return _one_unopposed(conn, rows[0])
     return False
 
 
-def _sqlite_one_unopposed(conn: BaseDatabaseWrapper, row: _Row) -> bool:
-    """SQLite: one job, with the same contract as PostgreSQL's statement.
+def _one_unopposed(conn: BaseDatabaseWrapper, row: _Row) -> bool:
+    """SQLite and MySQL/MariaDB: one job in one statement, with the contract of PostgreSQL's.
 
-    A quarantined fingerprint inserts nothing, and ``ON CONFLICT DO NOTHING`` skips a taken
-    id or live unique key, so the row count says whether the job went in; in autocommit
-    the statement is its own transaction. (SQLite reads ``INSERT … SELECT … ON CONFLICT``
-    only when the ``SELECT`` has a ``WHERE``, which the probe provides.)
+    A quarantined fingerprint inserts nothing (the probe is the ``SELECT``'s ``WHERE``), and
+    the row count says whether the job went in. SQLite skips a taken id or live unique key
+    with ``ON CONFLICT DO NOTHING`` (it reads ``INSERT … SELECT … ON CONFLICT`` only when
+    the ``SELECT`` has a ``WHERE``, which the probe provides). MySQL/MariaDB have no such
+    clause (``INSERT IGNORE`` would hide other errors too), so there a taken id or key fails
+    the statement: harmless in autocommit, where the statement is the whole transaction,
+    while inside the caller's transaction the classifying path runs instead.
     """
+    mysql = conn.vendor == "mysql"
+    if mysql and not (conn.get_autocommit() and not conn.in_atomic_block):
+        return False
     (value,), params = _values(conn, [row])
+    source = f"SELECT {value[1:-1]} FROM DUAL" if mysql else f"SELECT {value[1:-1]}"
     with conn.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO headgate_job ({_COLUMNS}) SELECT {value[1:-1]} WHERE NOT EXISTS "
-            "(SELECT 1 FROM headgate_quarantine WHERE fingerprint = %s) ON CONFLICT DO NOTHING",
-            [*params, row.fingerprint],
-        )
+        try:
+            cursor.execute(
+                f"INSERT INTO headgate_job ({_COLUMNS}) {source} WHERE NOT EXISTS "
+                "(SELECT 1 FROM headgate_quarantine WHERE fingerprint = %s)"
+                + ("" if mysql else " ON CONFLICT DO NOTHING"),
+                [*params, row.fingerprint],
+            )
+        except IntegrityError:
+            if mysql:
+                return False
+            raise
         return cursor.rowcount == 1
 
 

@@ -1,5 +1,5 @@
 """Enqueue outside any transaction. On PostgreSQL one statement inserts the whole batch (on
-SQLite, a single job) and the classifying path runs only when something opposes it; every refusal must still be the
+SQLite and MySQL/MariaDB, a single job) and the classifying path runs only when something opposes it; every refusal must still be the
 precise error, and a refused batch must leave none of its rows behind."""
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ _SAME_COLUMNS = [
 @pytest.mark.parametrize("fields", SHAPES.values(), ids=SHAPES.keys())
 def test_one_job_is_stored_exactly_as_the_same_job_in_a_batch(fields, in_transaction):
     """On PostgreSQL a single job has a statement of its own, with its shape written in as
-    constants, and on SQLite one that refuses and skips in a single statement; every column
-    it stores must match the batch statement's."""
+    constants, and on SQLite and MySQL/MariaDB one that refuses in a single statement;
+    every column it stores must match the batch statement's."""
     env = envelope(kind="test.echo", payload=b'{"args":[1],"kwargs":{}}', **fields)
     with transaction.atomic() if in_transaction else contextlib.nullcontext():
         [one] = enqueue(env)
