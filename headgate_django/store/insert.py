@@ -1,9 +1,12 @@
 """``job_insert_many``: enqueue a batch all-or-nothing, inside the caller's transaction.
 
-The batch is classified before anything is written (quarantined fingerprints, caller ids
-that already exist, live unique keys), so a refused batch leaves no trace. A concurrent
-writer racing us to the same id or key is caught by the database's unique constraints
-and classified the same way.
+Where the database allows, one statement inserts the jobs unless anything opposes them (a
+quarantined fingerprint, a caller id that already exists, a live unique key): PostgreSQL
+for any batch, SQLite and MySQL/MariaDB for a single job. Otherwise, and whenever that
+statement reports opposition, the batch is classified before anything is written, so a
+refused batch leaves no trace and the refusal is the precise error. A concurrent writer
+racing us to the same id or key is caught by the database's unique constraints and
+classified the same way.
 """
 
 from __future__ import annotations
