@@ -153,7 +153,7 @@ def with_payload(template: Envelope, payload: bytes) -> Envelope:
     """``dataclasses.replace(template, payload=payload)`` at a fraction of its cost.
 
     A frozen dataclass's generated ``__init__`` sets each of its fifteen fields through
-    ``object.__setattr__``, which made building the envelope the largest part of
+    ``object.__setattr__``, which made building the envelope one of the largest parts of
     ``task.enqueue()``'s own Python. ``Envelope`` has no ``__post_init__``, so copying the
     template's fields is the same object ``replace`` would build; ``meta`` is a fresh dict,
     so the copy shares nothing mutable with the template.

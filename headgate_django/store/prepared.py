@@ -75,9 +75,9 @@ def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
 def _reusable(kept: _KeptCursor, conn: BaseDatabaseWrapper) -> bool:
     """Whether the kept cursor can be handed out without the checks ``conn.cursor()`` makes.
 
-    Those checks (health, connection, thread, event loop) cost about as much Python as the
-    rest of a single enqueue; each is answered here by state they would leave unchanged, and
-    anything else takes the full path. A running event loop goes there too, so that Django's
+    Those checks (health, connection, thread, event loop) cost a single enqueue about a
+    seventh of its client-side instructions; each is answered here by the state it would
+    leave unchanged, and anything else takes the full path. A running event loop goes there too, so that Django's
     refusal of synchronous database calls from async code is raised as usual.
     """
     return (
