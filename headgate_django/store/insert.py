@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
@@ -71,17 +70,6 @@ _PG_SHAPE = (
     ("retention", "interval"),
     ("workflow_id", "varchar"),
 )
-# A single row binds its own values and those of its shape that vary from call to call
-# (its timing and workflow); the rest of the shape is written into the statement.
-_PG_ONE_OWN = (
-    *_PG_ROW,
-    ("delay_ms", "bigint"),
-    ("run_at", "timestamptz"),
-    ("workflow_id", "varchar"),
-)
-_PG_ONE_SHAPE = tuple(column for column in _PG_SHAPE if column not in _PG_ONE_OWN)
-_one_own = itemgetter(*(i for i, column in enumerate(_PG_SHAPE) if column in _PG_ONE_OWN))
-_one_shape = itemgetter(*(i for i, column in enumerate(_PG_SHAPE) if column in _PG_ONE_SHAPE))
 
 
 def _names(source: tuple[tuple[str, str], ...]) -> str:
@@ -92,6 +80,15 @@ def _binds(source: tuple[tuple[str, str], ...], template: str) -> str:
     """One placeholder per column of ``source``: ``template`` with the column's SQL type."""
     return ", ".join(template.format(sql_type) for _, sql_type in source)
 
+
+#: The channel workers ``LISTEN`` on; the payload is the queue of a job that became available.
+WAKE_CHANNEL = "headgate_wakeup"
+#: The ``RETURNING`` of every insert: a job that is available at once wakes idle workers.
+#: The statement notifies itself (at commit, de-duplicated per transaction): the per-row
+#: trigger that did it cost a single insert's backend more than a tenth of its instructions.
+#: Jobs that become available later are announced by the trigger on ``UPDATE OF state``
+#: (migrations 0003 and 0014).
+_PG_WAKE = f"CASE WHEN state = 'available' THEN pg_notify('{WAKE_CHANNEL}', queue) END"
 
 # Column names are unqualified: the source is a row and its shape (for a batch, joined on
 # the shape's number), and no name is in both.
@@ -122,9 +119,48 @@ _PG_INSERT_MANY = (
     + _binds(_PG_SHAPE, "%b::{}[]")
     + f") WITH ORDINALITY AS s({_names(_PG_SHAPE)}, shape) USING (shape) "
     "WHERE NOT EXISTS (SELECT 1 FROM headgate_quarantine WHERE fingerprint = ANY(%b::varchar[])) "
-    "RETURNING id"
+    f"RETURNING id, {_PG_WAKE}"
 )
 
+
+# A single job's state and schedule by its timing, on the store clock, as in ``_values``.
+_PG_ONE_TIMING = {
+    "now": (f"'{State.AVAILABLE.value}'", "clock_timestamp()"),
+    "pending": (f"'{State.PENDING.value}'", "clock_timestamp()"),
+    "delay": (
+        f"'{State.SCHEDULED.value}'",
+        "clock_timestamp() + %(delay_ms)s::bigint * interval '1 millisecond'",
+    ),
+    "at": (
+        f"CASE WHEN %(run_at)s::timestamptz > clock_timestamp() THEN '{State.SCHEDULED.value}' "
+        f"ELSE '{State.AVAILABLE.value}' END",
+        "%(run_at)s::timestamptz",
+    ),
+}
+# What a single job writes into each column besides its shape, state and schedule.
+_PG_ONE_VALUES = {
+    "id": "%(id)s::varchar",
+    "payload": "%(payload)s::bytea",
+    "fingerprint": "%(fingerprint)s::varchar",
+    "attempt": "0",
+    "crash_attempt": "0",
+    "fence": "0",
+    "claimed_by": "''",
+    "enqueued_at": "clock_timestamp()",
+    "unique_key": "%(unique_key)s::varchar",
+    "errors": "'[]'::jsonb",
+    "checkpoint": "'{}'::jsonb",
+    "workflow_id": "%(workflow_id)s::varchar",
+}
+_PG_ONE_SHAPE = (
+    ("kind", "varchar"),
+    ("queue", "varchar"),
+    ("priority", "integer"),
+    ("schema_version", "integer"),
+    ("max_attempts", "integer"),
+    ("timeout", "interval"),
+    ("retention", "interval"),
+)
 
 #: One-row statements by shape: a project enqueues a few shapes over and over, and each
 #: distinct text is a statement PostgreSQL parses and plans once per connection.
@@ -133,13 +169,15 @@ _PG_ONE_SQL_MAX = 512
 
 
 def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tuple[str, str]:
-    """The one-row insert for ``shape`` (the values of :data:`_PG_ONE_SHAPE`): on its own,
-    and for inside a transaction.
+    """The one-row insert for ``shape`` (:func:`_pg_one_shape`): on its own, and for inside
+    a transaction.
 
-    The shape is written in as constants, so a call binds seven values instead of fifteen:
-    psycopg dumps, and the server parses, each bound value on every call, while a constant
-    is parsed once, when the statement is prepared. The constants are psycopg's own quoting
-    of each value; ``%`` is doubled because the text still carries placeholders.
+    The shape and the timing rule are written in as constants: psycopg dumps, and the
+    server parses, each bound value on every call, while a constant is parsed once, when
+    the statement is prepared; and the server sets up every expression of the statement
+    again on each execution, so a job that runs now carries no ``CASE`` for a delay it
+    does not have. The constants are psycopg's own quoting of each value; ``%``
+    is doubled because the text still carries placeholders.
 
     A quarantined fingerprint inserts nothing, and so does a taken id or live unique key,
     which on its own fails the statement and inside a transaction is skipped by ``ON
@@ -151,23 +189,37 @@ def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tup
     if statements is None:
         from psycopg import sql  # an optional dependency: only PostgreSQL comes here
 
-        constants = ", ".join(
-            f"{sql.Literal(value).as_string(conn.connection).replace('%', '%%')}::{sql_type}"
-            for value, (_, sql_type) in zip(shape, _PG_ONE_SHAPE, strict=True)
-        )
+        *constants, timing = shape
+        values = dict(_PG_ONE_VALUES)
+        values["state"], values["scheduled_at"] = _PG_ONE_TIMING[timing]
+        for (name, sql_type), value in zip(_PG_ONE_SHAPE, constants, strict=True):
+            literal = sql.Literal(value).as_string(conn.connection).replace("%", "%%")
+            values[name] = f"{literal}::{sql_type}"
         alone = (
-            _PG_SELECT
-            + "FROM (VALUES ("
-            + _binds(_PG_ONE_OWN, "%s::{}")
-            + f")) AS r({_names(_PG_ONE_OWN)}) "
-            f"CROSS JOIN (VALUES ({constants})) AS s({_names(_PG_ONE_SHAPE)}) "
-            "WHERE NOT EXISTS "
-            "(SELECT 1 FROM headgate_quarantine q WHERE q.fingerprint = r.fingerprint)"
+            f"INSERT INTO headgate_job ({_COLUMNS}) SELECT "
+            + ", ".join(values[name] for name in _COLUMNS.split(", "))
+            + " WHERE NOT EXISTS "
+            "(SELECT 1 FROM headgate_quarantine WHERE fingerprint = %(fingerprint)s::varchar)"
         )
-        statements = (alone, alone + " ON CONFLICT DO NOTHING")
+        statements = (
+            f"{alone} RETURNING {_PG_WAKE}",
+            f"{alone} ON CONFLICT DO NOTHING RETURNING {_PG_WAKE}",
+        )
         if len(_PG_ONE_SQL) < _PG_ONE_SQL_MAX:
             _PG_ONE_SQL[shape] = statements
     return statements
+
+
+def _timing(env: Envelope) -> str:
+    """When the job runs: ``now``, ``pending`` (on promotion), after a ``delay`` or ``at``
+    an instant (which may already be due). A zero delay is now."""
+    if env.pending:
+        return "pending"
+    if env.delay is not None and env.delay > timedelta(0):
+        return "delay"
+    if env.scheduled_at is not None:
+        return "at"
+    return "now"
 
 
 class _Row(NamedTuple):
@@ -344,15 +396,25 @@ def _pg_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bo
     """
     if len(rows) == 1:
         row = rows[0]
-        shape = _pg_shape(row.env)
+        env = row.env
+        timing = _timing(env)
         with server_bound_cursor(conn) as cursor:
             # The cursor has opened the connection, so its autocommit flag is current.
             alone = conn.autocommit and not conn.in_atomic_block
-            on_its_own, in_transaction = _pg_one_statements(conn, _one_shape(shape))
+            on_its_own, in_transaction = _pg_one_statements(conn, _pg_one_shape(env, timing))
+            params: dict[str, Any] = {
+                "id": row.id,
+                "payload": bytes(env.payload),
+                "fingerprint": row.fingerprint,
+                "unique_key": env.unique_key,
+                "workflow_id": env.workflow_id,
+            }
+            if timing == "delay":
+                params["delay_ms"] = _delay_ms(env)
+            elif timing == "at":
+                params["run_at"] = env.scheduled_at
             try:
-                cursor.execute(
-                    on_its_own if alone else in_transaction, (*_pg_own(row), *_one_own(shape))
-                )
+                cursor.execute(on_its_own if alone else in_transaction, params)
             except IntegrityError:
                 if alone:
                     return False
@@ -387,24 +449,41 @@ def _pg_own(r: _Row) -> tuple[Any, ...]:
 def _pg_shape(env: Envelope) -> tuple[Any, ...]:
     """The values of :data:`_PG_SHAPE`."""
     s = headgate_settings
-    delay_ms = (
-        int(env.delay.total_seconds() * 1000)
-        if env.delay is not None and env.delay > timedelta(0)
-        else None
-    )
     return (
         env.kind,
         env.queue,
         env.priority,
         env.schema_version,
         env.pending,
-        delay_ms,
+        _delay_ms(env),
         None if env.pending else env.scheduled_at,
         env.max_attempts or s.MAX_ATTEMPTS,
         env.timeout,
         env.retention if env.retention is not None else s.RETENTION,
         env.workflow_id,
     )
+
+
+def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
+    """The values of :data:`_PG_ONE_SHAPE`, then the timing: a single job's statement key."""
+    s = headgate_settings
+    return (
+        env.kind,
+        env.queue,
+        env.priority,
+        env.schema_version,
+        env.max_attempts or s.MAX_ATTEMPTS,
+        env.timeout,
+        env.retention if env.retention is not None else s.RETENTION,
+        timing,
+    )
+
+
+def _delay_ms(env: Envelope) -> int | None:
+    """A positive delay in whole milliseconds; ``None`` for none (a zero delay is none)."""
+    if env.delay is not None and env.delay > timedelta(0):
+        return int(env.delay.total_seconds() * 1000)
+    return None
 
 
 def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
@@ -449,8 +528,11 @@ def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
 
 def _insert(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
     values, params = _values(conn, rows)
+    wake = f" RETURNING {_PG_WAKE}" if conn.vendor == "postgresql" else ""
     with conn.cursor() as cursor:
-        cursor.execute(f"INSERT INTO headgate_job ({_COLUMNS}) VALUES {', '.join(values)}", params)
+        cursor.execute(
+            f"INSERT INTO headgate_job ({_COLUMNS}) VALUES {', '.join(values)}{wake}", params
+        )
 
 
 def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], list[Any]]:
@@ -464,11 +546,12 @@ def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], lis
     empty_dict = prep(conn, "checkpoint", {})
     for r in rows:
         env = r.env
-        if env.pending:
+        timing = _timing(env)
+        if timing == "pending":
             state_sql, sched_sql, extra = "%s", now, [State.PENDING.value]
-        elif env.delay is not None and env.delay > timedelta(0):
+        elif timing == "delay":
             state_sql, sched_sql, extra = "%s", v.plus_ms(conn), [State.SCHEDULED.value]
-        elif env.scheduled_at is not None:
+        elif timing == "at":
             state_sql = f"CASE WHEN %s > {now} THEN %s ELSE %s END"
             sched_sql = "%s"
             at = prep(conn, "scheduled_at", env.scheduled_at)
@@ -486,10 +569,10 @@ def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], lis
             env.max_attempts or s.MAX_ATTEMPTS,
             prep(conn, "timeout", env.timeout),
         ]
-        if env.delay is not None and env.delay > timedelta(0):
-            params.append(int(env.delay.total_seconds() * 1000))
-        elif env.scheduled_at is not None and not env.pending:
-            params.append(prep(conn, "scheduled_at", env.scheduled_at))
+        if timing == "delay":
+            params.append(_delay_ms(env))
+        elif timing == "at":
+            params.append(at)
         retention = env.retention if env.retention is not None else s.RETENTION
         params += [
             prep(conn, "retention", retention),

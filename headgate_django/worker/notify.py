@@ -1,8 +1,9 @@
 """Wake-ups on enqueue, with polling as the fallback: the runner's idle wait ends early.
 
-PostgreSQL: a trigger (migration 0003) notifies channel ``headgate_wakeup`` with the queue
-name when a job becomes available; :class:`Listener` holds one dedicated connection and
-sets the runner's wake event. SQLite: :class:`SqliteWatcher` notices other connections'
+PostgreSQL: channel ``headgate_wakeup`` carries the queue name whenever a job becomes
+available (an insert notifies from its own statement, an update through the trigger of
+migrations 0003 and 0014); :class:`Listener` holds one dedicated connection and sets the
+runner's wake event. SQLite: :class:`SqliteWatcher` notices other connections'
 commits through ``PRAGMA data_version``. MySQL/MariaDB, or a failed wake source, simply
 leave the runner polling.
 """
@@ -20,9 +21,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
 from headgate_django.store import job_available
+from headgate_django.store.insert import WAKE_CHANNEL as CHANNEL
 
 log = logging.getLogger("headgate_django.notify")
-CHANNEL = "headgate_wakeup"
 #: Seconds without a new available job after which the SQLite watcher ticks more slowly.
 _QUIET_AFTER = 1.0
 
