@@ -11,6 +11,7 @@ import json
 import os
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,21 +53,40 @@ def _time_part() -> str:
     return text
 
 
-def new_id() -> str:
-    """A ULID: 48 bits of milliseconds then 80 random bits, so ids sort by creation.
+# Random parts made ahead, many per system call: a ``getrandom`` call per id cost as much as
+# the rest of making one. ``deque.popleft`` and ``extend`` are atomic, so threads share the
+# pool without a lock (two refilling at once just add two distinct batches). A forked child
+# must not hand out the parent's unused parts, so it starts with an empty pool.
+_RANDOM_PARTS: deque[str] = deque()
+_RANDOM_BATCH = 256
+os.register_at_fork(after_in_child=_RANDOM_PARTS.clear)
 
-    The random part is sixteen bytes from ``os.urandom`` mapped to characters in one C call
-    (``bytes.translate``); encoding 80 bits as an integer, five at a time, cost a single
-    enqueue more Python than validating its envelope.
-    """
-    return _time_part() + os.urandom(16).translate(_RANDOM_CHAR).decode()
+
+def _random_part() -> str:
+    try:
+        return _RANDOM_PARTS.popleft()
+    except IndexError:
+        _RANDOM_PARTS.extend(_random_parts(_RANDOM_BATCH))
+        return _RANDOM_PARTS.popleft()
+
+
+def _random_parts(n: int) -> list[str]:
+    """``n`` ULID random parts: sixteen bytes from ``os.urandom`` each, mapped to characters
+    in one C call (``bytes.translate``); encoding 80 bits as an integer, five at a time,
+    cost a single enqueue more Python than validating its envelope."""
+    randoms = os.urandom(16 * n).translate(_RANDOM_CHAR).decode()
+    return [randoms[i : i + 16] for i in range(0, 16 * n, 16)]
+
+
+def new_id() -> str:
+    """A ULID: 48 bits of milliseconds then 80 random bits, so ids sort by creation."""
+    return _time_part() + _random_part()
 
 
 def new_ids(n: int) -> list[str]:
     """``n`` ULIDs of the current millisecond, their random parts made in one pass."""
     prefix = _time_part()
-    randoms = os.urandom(16 * n).translate(_RANDOM_CHAR).decode()
-    return [prefix + randoms[i : i + 16] for i in range(0, 16 * n, 16)]
+    return [prefix + part for part in _random_parts(n)]
 
 
 def canonical_json(value: Any) -> bytes:

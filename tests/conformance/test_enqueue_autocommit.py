@@ -38,6 +38,17 @@ def test_a_quarantined_fingerprint_refuses_the_whole_batch(size):
     assert Job.objects.count() == 0
 
 
+def test_a_quarantined_job_refused_inside_a_transaction_leaves_the_transaction_usable():
+    bad = tasks.echo.envelope(value="poison")
+    _quarantine(bad)
+    with transaction.atomic():
+        [kept] = enqueue(envelope())
+        with pytest.raises(QuarantinedError):
+            enqueue(bad)
+        [also] = enqueue(envelope())
+    assert sorted(Job.objects.values_list("id", flat=True)) == sorted([kept, also])
+
+
 @pytest.mark.parametrize("size", [1, 3])
 def test_a_taken_id_with_other_content_refuses_the_whole_batch(size):
     enqueue(dataclasses.replace(tasks.echo.envelope(value=1), id="taken"))

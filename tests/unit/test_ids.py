@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from headgate_django import envelope
 from headgate_django.envelope import new_id, new_ids
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+@pytest.fixture
+def empty_pool() -> Iterator[None]:
+    """No random parts made ahead, before and after: a test that fakes ``os.urandom`` must
+    not leave its fake parts for the ids of later tests."""
+    envelope._RANDOM_PARTS.clear()
+    yield
+    envelope._RANDOM_PARTS.clear()
 
 
 def _decode(ulid: str) -> int:
@@ -48,9 +60,9 @@ def _random_part(random_bytes: bytes) -> int:
     "random_bytes", [b"\x00" * 16, b"\xff" * 16, bytes(range(16)), bytes(range(240, 256))]
 )
 def test_the_random_part_is_the_low_80_bits(
-    monkeypatch: pytest.MonkeyPatch, random_bytes: bytes
+    monkeypatch: pytest.MonkeyPatch, random_bytes: bytes, empty_pool: None
 ) -> None:
-    monkeypatch.setattr(os, "urandom", lambda n: random_bytes[:n])
+    monkeypatch.setattr(os, "urandom", lambda n: (random_bytes * (n // 16))[:n])
     assert _decode(new_id()) & (2**80 - 1) == _random_part(random_bytes)
 
 
@@ -64,7 +76,7 @@ def test_every_character_of_the_random_part_is_equally_likely() -> None:
 
 
 def test_a_batch_of_ids_is_the_same_encoding_one_id_at_a_time(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, empty_pool: None
 ) -> None:
     randoms = bytes(range(256))[:80]
     monkeypatch.setattr(time, "time", lambda: 1_700_000_000.123)
@@ -75,3 +87,39 @@ def test_a_batch_of_ids_is_the_same_encoding_one_id_at_a_time(
         value = _decode(ulid)
         assert value >> 80 == 1_700_000_000_123
         assert value & (2**80 - 1) == _random_part(randoms[16 * n : 16 * n + 16])
+
+
+def test_threads_making_ids_at_once_never_repeat_one() -> None:
+    made: list[list[str]] = [[] for _ in range(8)]
+
+    def make(out: list[str]) -> None:
+        out.extend(new_id() for _ in range(5_000))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [i for out in made for i in out]
+    assert len(set(everything)) == len(everything) == 40_000
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+# Python 3.12 warns about forking while other threads (the test runner's) exist; the child
+# here only makes an id and leaves.
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*fork:DeprecationWarning")
+def test_a_forked_child_does_not_hand_out_its_parents_random_parts() -> None:
+    """The parent has random parts made ahead; a child forked from it must make its own, or
+    the child's next id and the parent's would share their random part."""
+    new_id()  # fill the pool
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report one id's random part and leave at once
+        os.write(write, new_id()[10:].encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child_part = os.read(read, 16).decode()
+    os.close(read)
+    assert len(child_part) == 16
+    assert child_part != new_id()[10:]
