@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
@@ -152,6 +153,7 @@ _PG_ONE_VALUES = {
     "checkpoint": "'{}'::jsonb",
     "workflow_id": "%(workflow_id)s::varchar",
 }
+# The columns of :data:`_PG_SHAPE` a single job's statement writes as constants, in order.
 _PG_ONE_SHAPE = (
     ("kind", "varchar"),
     ("queue", "varchar"),
@@ -161,6 +163,7 @@ _PG_ONE_SHAPE = (
     ("timeout", "interval"),
     ("retention", "interval"),
 )
+_one_shape = itemgetter(*(_PG_SHAPE.index(column) for column in _PG_ONE_SHAPE))
 
 #: One-row statements by shape: a project enqueues a few shapes over and over, and each
 #: distinct text is a statement PostgreSQL parses and plans once per connection.
@@ -476,17 +479,7 @@ def _pg_shape(env: Envelope) -> tuple[Any, ...]:
 
 def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
     """The values of :data:`_PG_ONE_SHAPE`, then the timing: a single job's statement key."""
-    s = headgate_settings
-    return (
-        env.kind,
-        env.queue,
-        env.priority,
-        env.schema_version,
-        env.max_attempts or s.MAX_ATTEMPTS,
-        env.timeout,
-        env.retention if env.retention is not None else s.RETENTION,
-        timing,
-    )
+    return (*_one_shape(_pg_shape(env)), timing)
 
 
 def _delay_ms(env: Envelope) -> int | None:
