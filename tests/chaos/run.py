@@ -79,6 +79,7 @@ class Report:
     durable_workflows: int = 0
     enqueue_retries: int = 0
     executions: int = 0
+    reruns: list[str] = field(default_factory=list)  # jobs run again in place (logged)
     drain_seconds: float | None = 0.0  # None: jobs were still unfinished at the timeout
     died: list[str] = field(default_factory=list)  # workers that exited by themselves
     leases_held_at_kills: int = 0
@@ -107,6 +108,8 @@ class Report:
             f"  jobs            {self.jobs}",
             f"  workflows       {self.dag_workflows} DAG, {self.durable_workflows} durable",
             f"  executions      {self.executions} recorded by the handlers",
+            f"  reruns in place {len(self.reruns)} (a handler's session died under it; run "
+            "again under its lease)",
             f"  enqueue retries {self.enqueue_retries} (waves sent again after an outage)",
             f"  leases killed   {self.leases_held_at_kills}; paused {self.leases_held_at_pauses}",
             f"  crashes charged {self.crashes_charged} for kills; {self.crashes_charged_paused} "
@@ -228,6 +231,9 @@ def check(fleet: Fleet, load: Any, report: Report) -> None:
     from tests.chaos import invariants as inv
 
     transitions = audit.transitions()
+    report.reruns = sorted(
+        inv.reruns_logged(log.read_text(errors="replace") for log in fleet.logdir.glob("*.log"))
+    )
     crashes, report.crashes_charged, report.crashes_charged_paused = inv.crashes_match_faults(
         transitions,
         killed={k.worker_id for k in fleet.kills},
@@ -241,7 +247,7 @@ def check(fleet: Fleet, load: Any, report: Report) -> None:
     checks = [
         inv.jobs_terminal(load),
         inv.completed_once(transitions),
-        inv.no_stale_writes(transitions),
+        inv.no_stale_writes(transitions, report.reruns),
         inv.dags_succeeded(load, transitions),
         inv.durables_succeeded(load),
         crashes,

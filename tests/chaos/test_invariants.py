@@ -7,7 +7,13 @@ import json
 from typing import Any
 
 from tests.chaos.audit import Transition
-from tests.chaos.invariants import completed_once, crashes_match_faults, stale_writes
+from tests.chaos.invariants import (
+    completed_once,
+    crashes_match_faults,
+    double_runs,
+    reruns_logged,
+    stale_writes,
+)
 
 
 def t(job: str, new: str, *, fence: int = 1, crash: int = 0, by: str = "w1", detail: Any = None):  # type: ignore[no-untyped-def]
@@ -59,3 +65,24 @@ def test_crashes_must_be_the_faulted_workers_leases_and_all_the_killed_ones() ->
         [*trail, *paused], killed={"killed-1"}, held_at_kills=1, paused={"p-1"}, held_at_pauses=1
     )
     assert not check.ok and "2 crashes charged for 1 leases paused" in check.detail
+
+
+def test_a_fence_may_run_twice_only_in_one_process_that_logged_the_rerun() -> None:
+    log = (
+        "WARNING headgate_django.worker job a failed on a lost database connection; "
+        "running it again on a new one\nWARNING claim failed (server closed); backing off\n"
+    )
+    reruns = reruns_logged([log, "nothing here"])
+    assert reruns == {"a"}
+    once = [("a", 1, 10), ("b", 1, 10), ("b", 2, 11)]
+    assert double_runs(once, reruns) == []
+    # The logged rerun: the same process ran fence 1 of job a twice.
+    assert double_runs([*once, ("a", 1, 10)], reruns) == []
+    # The same, unlogged.
+    assert double_runs([*once, ("b", 2, 11)], reruns) == ["b ran 2 times under fence 2"]
+    # Two processes under one fence: two live holders, logged rerun or not.
+    assert double_runs([*once, ("a", 1, 12)], reruns) == ["a ran under fence 1 in 2 processes"]
+    # A rerun happens once per attempt.
+    assert double_runs([*once, ("a", 1, 10), ("a", 1, 10)], reruns) == [
+        "a ran 3 times under fence 1"
+    ]
