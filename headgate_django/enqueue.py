@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
 from headgate_django.envelope import Envelope
@@ -16,6 +17,16 @@ class Batch(Protocol):
     def envelopes(self) -> list[Envelope]: ...
 
 
+@cache
+def _job_insert_many() -> Callable[..., list[str]]:
+    """The store's insert, imported on first use: the store needs the app registry, which is
+    not ready while Django imports this package (an import statement per call cost a single
+    enqueue more than the lookup through this cache)."""
+    from headgate_django.store import job_insert_many
+
+    return job_insert_many
+
+
 def enqueue(
     batch_or_envelopes: Envelope | Batch | Iterable[Envelope], using: str = "default"
 ) -> list[str]:
@@ -25,8 +36,7 @@ def enqueue(
     exactly when the caller's own rows do: no job for a rolled-back order, and no order
     whose job was lost between two commits.
     """
-    from headgate_django.store import job_insert_many
-
+    job_insert_many = _job_insert_many()
     items: Any = batch_or_envelopes
     if isinstance(items, Envelope):  # first: the commonest call, and the cheapest test
         return job_insert_many([items], using=using)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from headgate_django.exceptions import PayloadError
+from headgate_django.exceptions import DefinitionError, PayloadError
+from headgate_django.kernel.names import validate_job_id, validate_kind, validate_queue
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -132,11 +133,23 @@ def decode_call(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
 _LENGTH = struct.Struct("<I").pack
 
 
+# Each kind's length-prefixed bytes, the start of its fingerprints' input.
+_KIND_PREFIX: dict[str, bytes] = {}
+_KIND_PREFIX_MAX = 4096
+
+
 def fingerprint(kind: str, payload: bytes) -> str:
-    """Headgate's fingerprint: the crash-quarantine unit (kind and payload, not the job)."""
-    k = kind.encode()
-    digest = hashlib.sha256(b"".join((_LENGTH(len(k)), k, _LENGTH(len(payload)), payload)))
-    return digest.hexdigest()[:32]
+    """Headgate's fingerprint: the crash-quarantine unit (kind and payload, not the job).
+
+    SHA-256 of the length-prefixed kind and payload, its first 16 bytes in hex.
+    """
+    prefix = _KIND_PREFIX.get(kind)
+    if prefix is None:
+        k = kind.encode()
+        prefix = _LENGTH(len(k)) + k
+        if len(_KIND_PREFIX) < _KIND_PREFIX_MAX:
+            _KIND_PREFIX[kind] = prefix
+    return hashlib.sha256(prefix + _LENGTH(len(payload)) + payload).digest()[:16].hex()
 
 
 @dataclass(frozen=True)
@@ -167,6 +180,55 @@ class Envelope:
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.kind, self.payload)
+
+
+_INT32 = 2**31 - 1
+#: Set in an envelope's ``__dict__`` once :func:`check_fields` has passed it. An envelope is
+#: frozen, so the verdict cannot go stale. :func:`with_payload` copies it from the template
+#: (every ``task.envelope()``), while ``dataclasses.replace`` builds a new envelope through
+#: ``__init__``, which is checked again.
+_FIELDS_CHECKED = "_headgate_fields_checked"
+# (kind, queue) pairs already found valid, for envelopes built one by one: validity depends
+# on the two strings alone. Bounded for a project that makes queue names up.
+_VALID_NAMES: set[tuple[str, str]] = set()
+_VALID_NAMES_MAX = 4096
+
+
+def check_fields(env: Envelope) -> None:
+    """Refuse an envelope whose fields, all but the payload, cannot be stored.
+
+    The payload's own rules (bytes, under the configured size) are the store's, checked on
+    every enqueue; these are checked once per envelope, which costs a task's enqueue nothing
+    after its template passed.
+    """
+    if _FIELDS_CHECKED in env.__dict__:
+        return
+    names = (env.kind, env.queue)
+    if names not in _VALID_NAMES:
+        validate_kind(env.kind)
+        validate_queue(env.queue)
+        if len(_VALID_NAMES) < _VALID_NAMES_MAX:
+            _VALID_NAMES.add(names)
+    if env.id is not None:
+        validate_job_id(env.id)
+    if not -_INT32 <= env.priority <= _INT32:
+        raise DefinitionError(f"{env.kind}: priority out of range")
+    if env.schema_version < 1:
+        raise DefinitionError(f"{env.kind}: schema_version must be at least 1")
+    if env.max_attempts is not None and env.max_attempts < 1:
+        raise DefinitionError(f"{env.kind}: max_attempts must be at least 1")
+    if env.retention is not None and env.retention < timedelta(0):
+        raise DefinitionError(f"{env.kind}: retention cannot be negative")
+    timing = [env.scheduled_at is not None, env.delay is not None, env.pending]
+    if sum(timing) > 1:
+        raise DefinitionError(f"{env.kind}: scheduled_at, delay and pending are exclusive")
+    if env.delay is not None and env.delay < timedelta(0):
+        raise DefinitionError(f"{env.kind}: delay cannot be negative")
+    if env.scheduled_at is not None and env.scheduled_at.tzinfo is None:
+        raise DefinitionError(f"{env.kind}: scheduled_at must be timezone-aware")
+    if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
+        raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
+    env.__dict__[_FIELDS_CHECKED] = True
 
 
 def with_payload(template: Envelope, payload: bytes) -> Envelope:

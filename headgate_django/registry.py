@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from headgate_django.enqueue import enqueue
-from headgate_django.envelope import Envelope, encode_call, with_payload
+from headgate_django.envelope import Envelope, check_fields, encode_call, with_payload
 from headgate_django.exceptions import DefinitionError, UnknownTaskError
 from headgate_django.kernel.names import validate_kind, validate_queue
 
@@ -48,8 +48,9 @@ class TaskDef:
 
     @cached_property
     def _template(self) -> Envelope:
-        """This kind's envelope without arguments: each call's envelope is a copy of it."""
-        return Envelope(
+        """This kind's envelope without arguments: each call's envelope is a copy of it, and
+        inherits the verdict of its field checks (made once, at registration)."""
+        template = Envelope(
             kind=self.kind,
             queue=self.queue,
             priority=self.priority,
@@ -58,6 +59,8 @@ class TaskDef:
             retention=self.retention,
             timeout=self.timeout,
         )
+        check_fields(template)
+        return template
 
     def envelope(self, *args: Any, **kwargs: Any) -> Envelope:
         """The job this call would be, not yet enqueued (what ``Workflow.add`` takes)."""
@@ -65,7 +68,7 @@ class TaskDef:
 
     def enqueue(self, *args: Any, **kwargs: Any) -> str:
         """Enqueue one job now (joining the caller's transaction) and return its id."""
-        return enqueue(self.envelope(*args, **kwargs))[0]
+        return enqueue(with_payload(self._template, encode_call(args, kwargs)))[0]
 
     def enqueue_at(self, when: datetime | timedelta, *args: Any, **kwargs: Any) -> str:
         """Enqueue to run at an instant, or after a delay measured on the store clock."""
@@ -88,6 +91,8 @@ def _validate(definition: TaskDef) -> None:
         raise DefinitionError(f"{definition.kind}: timeout must be positive")
     if definition.schema_version < 1:
         raise DefinitionError(f"{definition.kind}: schema_version must be at least 1")
+    # The rest of the envelope's rules (a priority out of range): its template checks them.
+    _ = definition._template
     params = list(inspect.signature(definition.fn).parameters.values())
     if not params or params[0].kind not in (
         params[0].POSITIONAL_ONLY,

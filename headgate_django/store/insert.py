@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
-from headgate_django.envelope import Envelope, new_id, new_ids
+from headgate_django.envelope import Envelope, check_fields, new_id, new_ids
 from headgate_django.exceptions import (
     BatchError,
     DefinitionError,
@@ -29,14 +28,12 @@ from headgate_django.exceptions import (
     PayloadTooLargeError,
     QuarantinedError,
 )
-from headgate_django.kernel.names import validate_job_id, validate_kind, validate_queue
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
 from headgate_django.store.unique_keys import live_holders
 
-_INT32 = 2**31 - 1
 _COLUMNS = (
     "id, kind, queue, priority, schema_version, payload, fingerprint, state, attempt, "
     "crash_attempt, max_attempts, timeout, scheduled_at, fence, claimed_by, enqueued_at, "
@@ -153,7 +150,8 @@ _PG_ONE_VALUES = {
     "checkpoint": "'{}'::jsonb",
     "workflow_id": "%(workflow_id)s::varchar",
 }
-# The columns of :data:`_PG_SHAPE` a single job's statement writes as constants, in order.
+# The columns of :data:`_PG_SHAPE` a single job's statement writes as constants, in the
+# order :func:`_pg_one_shape` gives their values.
 _PG_ONE_SHAPE = (
     ("kind", "varchar"),
     ("queue", "varchar"),
@@ -163,7 +161,6 @@ _PG_ONE_SHAPE = (
     ("timeout", "interval"),
     ("retention", "interval"),
 )
-_one_shape = itemgetter(*(_PG_SHAPE.index(column) for column in _PG_ONE_SHAPE))
 
 #: One-row statements by shape: a project enqueues a few shapes over and over, and each
 #: distinct text is a statement PostgreSQL parses and plans once per connection.
@@ -242,10 +239,6 @@ class _Row(NamedTuple):
     caller_id: bool
 
 
-# (kind, queue) pairs already found valid. Validity depends on the two strings alone, and a
-# project enqueues a few pairs over and over; bounded for one that makes queue names up.
-_VALID_NAMES: set[tuple[str, str]] = set()
-_VALID_NAMES_MAX = 4096
 _BYTES = (bytes, bytearray, memoryview)
 
 
@@ -253,14 +246,7 @@ def _validate(env: Envelope, limit: int) -> None:
     """Refuse an envelope that cannot be stored; ``limit`` is the payload cap."""
     if not isinstance(env, Envelope):
         raise DefinitionError(f"expected an Envelope, got {type(env).__name__}")
-    names = (env.kind, env.queue)
-    if names not in _VALID_NAMES:
-        validate_kind(env.kind)
-        validate_queue(env.queue)
-        if len(_VALID_NAMES) < _VALID_NAMES_MAX:
-            _VALID_NAMES.add(names)
-    if env.id is not None:
-        validate_job_id(env.id)
+    check_fields(env)
     if not isinstance(env.payload, _BYTES):
         raise DefinitionError(f"{env.kind}: payload must be bytes")
     if len(env.payload) > limit:
@@ -270,23 +256,6 @@ def _validate(env: Envelope, limit: int) -> None:
             size=len(env.payload),
             limit=limit,
         )
-    if not -_INT32 <= env.priority <= _INT32:
-        raise DefinitionError(f"{env.kind}: priority out of range")
-    if env.schema_version < 1:
-        raise DefinitionError(f"{env.kind}: schema_version must be at least 1")
-    if env.max_attempts is not None and env.max_attempts < 1:
-        raise DefinitionError(f"{env.kind}: max_attempts must be at least 1")
-    if env.retention is not None and env.retention < timedelta(0):
-        raise DefinitionError(f"{env.kind}: retention cannot be negative")
-    timing = [env.scheduled_at is not None, env.delay is not None, env.pending]
-    if sum(timing) > 1:
-        raise DefinitionError(f"{env.kind}: scheduled_at, delay and pending are exclusive")
-    if env.delay is not None and env.delay < timedelta(0):
-        raise DefinitionError(f"{env.kind}: delay cannot be negative")
-    if env.scheduled_at is not None and env.scheduled_at.tzinfo is None:
-        raise DefinitionError(f"{env.kind}: scheduled_at must be timezone-aware")
-    if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
-        raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
 
 
 def _plan(envelopes: Sequence[Envelope]) -> list[_Row]:
@@ -426,13 +395,14 @@ def _pg_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bo
                 params["delay_ms"] = _delay_ms(env)
             elif timing == "at":
                 params["run_at"] = env.scheduled_at
+            if not alone:
+                cursor.execute(in_transaction, params)
+                return cursor.rowcount == 1
             try:
-                cursor.execute(on_its_own if alone else in_transaction, params)
+                cursor.execute(on_its_own, params)
             except IntegrityError:
-                if alone:
-                    return False
-                raise
-            return cursor.rowcount == 1
+                return False
+            return True  # a plain INSERT … VALUES inserts its row or fails
     shapes: dict[tuple[Any, ...], int] = {}  # shape → its number, from 1 (ORDINALITY)
     own: list[tuple[Any, ...]] = []
     for row in rows:
@@ -459,9 +429,18 @@ def _pg_own(r: _Row) -> tuple[Any, ...]:
     return (r.id, bytes(r.env.payload), r.fingerprint, r.env.unique_key)
 
 
+def _limits(env: Envelope) -> tuple[int, timedelta]:
+    """The job's ``max_attempts`` and ``retention``, the settings' defaults filled in."""
+    s = headgate_settings
+    return (
+        env.max_attempts or s.MAX_ATTEMPTS,
+        env.retention if env.retention is not None else s.RETENTION,
+    )
+
+
 def _pg_shape(env: Envelope) -> tuple[Any, ...]:
     """The values of :data:`_PG_SHAPE`."""
-    s = headgate_settings
+    max_attempts, retention = _limits(env)
     return (
         env.kind,
         env.queue,
@@ -470,16 +449,26 @@ def _pg_shape(env: Envelope) -> tuple[Any, ...]:
         env.pending,
         _delay_ms(env),
         None if env.pending else env.scheduled_at,
-        env.max_attempts or s.MAX_ATTEMPTS,
+        max_attempts,
         env.timeout,
-        env.retention if env.retention is not None else s.RETENTION,
+        retention,
         env.workflow_id,
     )
 
 
 def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
     """The values of :data:`_PG_ONE_SHAPE`, then the timing: a single job's statement key."""
-    return (*_one_shape(_pg_shape(env)), timing)
+    max_attempts, retention = _limits(env)
+    return (
+        env.kind,
+        env.queue,
+        env.priority,
+        env.schema_version,
+        max_attempts,
+        env.timeout,
+        retention,
+        timing,
+    )
 
 
 def _delay_ms(env: Envelope) -> int | None:
@@ -541,7 +530,6 @@ def _insert(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
 def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], list[Any]]:
     """A parenthesised row of :data:`_COLUMNS` per job (state and schedule on the store
     clock), and the parameters of them all, in order."""
-    s = headgate_settings
     now = v.now(conn)
     values: list[str] = []
     params: list[Any] = []
@@ -568,15 +556,12 @@ def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], lis
         params += [r.id, env.kind, env.queue, env.priority, env.schema_version]
         params += [prep(conn, "payload", bytes(env.payload)), r.fingerprint]
         params += extra
-        params += [
-            env.max_attempts or s.MAX_ATTEMPTS,
-            prep(conn, "timeout", env.timeout),
-        ]
+        max_attempts, retention = _limits(env)
+        params += [max_attempts, prep(conn, "timeout", env.timeout)]
         if timing == "delay":
             params.append(_delay_ms(env))
         elif timing == "at":
             params.append(at)
-        retention = env.retention if env.retention is not None else s.RETENTION
         params += [
             prep(conn, "retention", retention),
             env.unique_key,

@@ -46,6 +46,16 @@ class _KeptCursor(CursorWrapper):
     def __exit__(self, *exc: object) -> None:
         self.in_use = False
 
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        """Django's ``execute`` where nothing wraps it: the same checks and error mapping,
+        without chaining the (absent) execute wrappers through two more Python frames."""
+        db = self.db
+        if db.execute_wrappers:
+            return super().execute(sql, params)
+        db.validate_no_broken_transaction()
+        with db.wrap_database_errors:
+            return self.cursor.execute(sql, params)
+
 
 def server_bound_cursor(conn: BaseDatabaseWrapper) -> CursorWrapper:
     """Like ``conn.cursor()``, but binding on the server when the connection is psycopg 3.
@@ -89,7 +99,9 @@ def _reusable(kept: _KeptCursor, conn: BaseDatabaseWrapper) -> bool:
         # (the type stubs leave it out).
         and not (conn.health_check_enabled and not conn.health_check_done)  # type: ignore[attr-defined]
         and conn._thread_ident == get_ident()  # type: ignore[attr-defined]
-        and not conn.allow_thread_sharing
+        # allow_thread_sharing without taking its lock: the count changes only when a test
+        # shares the connection, before it hands it to another thread.
+        and not conn._thread_sharing_count  # type: ignore[attr-defined]
         and _get_running_loop() is None
         and not conn.queries_logged
     )

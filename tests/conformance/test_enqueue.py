@@ -158,6 +158,35 @@ def test_other_bad_fields(fields, message, no_new_rows):
         enqueue([envelope(), envelope(**fields)])
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"queue": "bad queue"}, "queue"),
+        ({"priority": 2**31}, "priority"),
+        ({"id": "tab\there"}, "control"),
+        ({"delay": timedelta(seconds=-1)}, "delay"),
+    ],
+)
+def test_a_changed_copy_of_a_tasks_envelope_is_checked_again(fields, message, no_new_rows):
+    """A task's envelopes inherit the verdict on their template's fields; ``replace`` makes
+    a new envelope, which must not."""
+    good = tasks.echo.envelope(value=1)
+    with pytest.raises(DefinitionError, match=message):
+        enqueue(dataclasses.replace(good, **fields))
+    with pytest.raises(DefinitionError, match=message):
+        enqueue([tasks.echo.envelope(value=2), dataclasses.replace(good, **fields)])
+
+
+def test_a_priority_out_of_range_fails_at_decoration():
+    with pytest.raises(DefinitionError, match="priority"):
+
+        @task(kind="test.too-urgent", priority=2**31)
+        def handler(ctx):
+            return None
+
+    assert find_task("test.too-urgent") is None
+
+
 def test_not_an_envelope(no_new_rows):
     with pytest.raises(DefinitionError, match="Envelope"):
         enqueue([envelope(), {"kind": "test.noop"}])
