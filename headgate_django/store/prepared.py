@@ -27,6 +27,7 @@ from asyncio import _get_running_loop
 from functools import cache
 from typing import Any
 
+from django.apps import apps
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -48,9 +49,11 @@ class _KeptCursor(CursorWrapper):
 
     def execute(self, sql: Any, params: Any = None) -> Any:
         """Django's ``execute`` where nothing wraps it: the same checks and error mapping,
-        without chaining the (absent) execute wrappers through two more Python frames."""
+        without chaining the (absent) execute wrappers through two more Python frames.
+        Execute wrappers, and a query during app loading (which Django warns about), take
+        Django's own path."""
         db = self.db
-        if db.execute_wrappers:
+        if db.execute_wrappers or not apps.ready:
             return super().execute(sql, params)
         db.validate_no_broken_transaction()
         with db.wrap_database_errors:
