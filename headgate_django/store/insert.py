@@ -158,8 +158,8 @@ _PG_ONE_SHAPE = (
     ("priority", "integer"),
     ("schema_version", "integer"),
     ("max_attempts", "integer"),
-    ("timeout", "interval"),
     ("retention", "interval"),
+    ("timeout", "interval"),
 )
 
 #: One-row statements by shape: a project enqueues a few shapes over and over, and each
@@ -458,15 +458,13 @@ def _pg_shape(env: Envelope) -> tuple[Any, ...]:
 
 def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
     """The values of :data:`_PG_ONE_SHAPE`, then the timing: a single job's statement key."""
-    max_attempts, retention = _limits(env)
     return (
         env.kind,
         env.queue,
         env.priority,
         env.schema_version,
-        max_attempts,
+        *_limits(env),
         env.timeout,
-        retention,
         timing,
     )
 
