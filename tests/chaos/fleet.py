@@ -41,6 +41,7 @@ class Kill:
     worker_id: str
     pid: int
     at: float  # seconds since the run started
+    ports: frozenset[int]  # the local ports of its connections to the database server
 
 
 @dataclass
@@ -100,14 +101,20 @@ class Fleet:
         while len(self.live) < self.size:
             self.start()
 
-    def kill_random(self, at: float) -> Kill:
-        """SIGKILL one live worker chosen at random and wait until it is gone."""
+    def kill_random(self, at: float, server_port: int) -> Kill:
+        """SIGKILL one live worker chosen at random and wait until it is gone.
+
+        The worker is stopped first, so the connections it has to the server at
+        ``server_port`` can be listed while it can open no new one: the server keeps running
+        what it already received from them after the process is gone."""
         victim = self._random.choice(self.live)
+        victim.proc.send_signal(signal.SIGSTOP)
+        ports = client_ports(victim.proc.pid, server_port)
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(timeout=30)
         self.live.remove(victim)
         self.stopped.append(victim)
-        kill = Kill(victim.worker_id, victim.proc.pid, at)
+        kill = Kill(victim.worker_id, victim.proc.pid, at, ports)
         self.kills.append(kill)
         return kill
 
@@ -185,6 +192,30 @@ class Fleet:
                 worker.proc.wait()
         self.stopped += self.live
         self.live = []
+
+
+def client_ports(pid: int, server_port: int) -> frozenset[int]:
+    """The local ports of process ``pid``'s TCP connections to ``server_port`` (Linux: its
+    socket descriptors matched against the kernel's connection tables)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed while we looked
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == server_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return frozenset(ports)
 
 
 def _serving(worker: Worker) -> bool:

@@ -155,6 +155,36 @@ def leases_held(worker_id: str) -> int:
     return Job.objects.filter(state="running", claimed_by=worker_id).count()
 
 
+def sessions_from(ports: frozenset[int]) -> int:
+    """How many server sessions still come from these client ports."""
+    from django.db import connection
+
+    if not ports:
+        return 0
+    marks = ", ".join(["%s"] * len(ports))
+    if connection.vendor == "postgresql":
+        sql = f"SELECT count(*) FROM pg_stat_activity WHERE client_port IN ({marks})"
+    else:
+        sql = (
+            "SELECT count(*) FROM information_schema.PROCESSLIST "
+            f"WHERE CAST(SUBSTRING_INDEX(HOST, ':', -1) AS UNSIGNED) IN ({marks})"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, sorted(ports))
+        return int(cursor.fetchone()[0])
+
+
+def wait_sessions_end(ports: frozenset[int], timeout: float = 60.0) -> None:
+    """Wait until the server has finished with a killed worker's sessions: a statement it
+    had already received (a claim, a completion) still commits after the process is gone,
+    and the server drops the session only once it is done."""
+    deadline = time.monotonic() + timeout
+    while retrying(lambda: sessions_from(ports)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sessions from ports {sorted(ports)} outlived their process")
+        time.sleep(0.05)
+
+
 def unfinished() -> int:
     from headgate_django.kernel.states import TERMINAL_STATES
     from headgate_django.models import Job
@@ -178,7 +208,7 @@ def faults(
         if now >= next_fault:
             count += 1
             pause = args.pause_every and count % args.pause_every == 0
-            fault(args, fleet, report, now - began, pause=pause)
+            fault(args, fleet, report, now - began, pause=pause, server_port=server.port)
             next_fault += args.kill_every
         fleet.resume_due(time.monotonic())
         if restart_at is not None and now >= restart_at:
@@ -194,14 +224,26 @@ def faults(
 
 
 def fault(
-    args: argparse.Namespace, fleet: Fleet, report: Report, at: float, *, pause: bool
+    args: argparse.Namespace,
+    fleet: Fleet,
+    report: Report,
+    at: float,
+    *,
+    pause: bool,
+    server_port: int,
 ) -> None:
     """Pause or kill one worker, count the leases it held, and start a replacement."""
     paused = fleet.pause_random(args.lease_ttl + PAUSE_BEYOND_LEASE) if pause else None
-    victim = paused.worker.worker_id if paused else fleet.kill_random(at).worker_id
-    # The stopped process can commit nothing more; a moment lets the server finish whatever
-    # COMMIT it had already received from it.
-    time.sleep(0.3)
+    if paused:
+        victim = paused.worker.worker_id
+        # The stopped process sends nothing more; a moment lets the server finish what it
+        # had already received (a statement caught later lands when the worker resumes,
+        # which is why a pause's charges are only bounded by this count).
+        time.sleep(0.3)
+    else:
+        kill = fleet.kill_random(at, server_port)
+        victim = kill.worker_id
+        wait_sessions_end(kill.ports)
     held = retrying(lambda: leases_held(victim))
     if paused:
         report.pauses += 1
