@@ -1,7 +1,8 @@
 """An audit trail of ``headgate_job``, written by database triggers in the private database.
 
 Every state change, every progress write and every deleted row becomes one
-``chaos_transition`` row, committed (or rolled back) with the statement that caused it.
+``chaos_transition`` row, committed (or rolled back) with the statement that caused it,
+stamped with when that statement wrote it and which server session did.
 The invariants read the store's own history from it instead of trusting what the workers
 say they did: how often each job entered ``completed``, which fence a progress write
 carried against the row's fence at that moment, and whose lease each charged crash was.
@@ -9,7 +10,9 @@ carried against the row's fence at that moment, and whose lease each charged cra
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -20,7 +23,8 @@ _POSTGRES = [
         old_state varchar(16) NOT NULL, new_state varchar(16) NOT NULL,
         old_fence bigint NOT NULL, old_crash integer NOT NULL, new_crash integer NOT NULL,
         claimed_by varchar(255) NOT NULL, detail text,
-        at timestamptz NOT NULL DEFAULT clock_timestamp())""",
+        at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        conn integer NOT NULL DEFAULT pg_backend_pid())""",
     """CREATE FUNCTION chaos_audit() RETURNS trigger AS $$
     BEGIN
       IF TG_OP = 'DELETE' THEN
@@ -55,7 +59,8 @@ _MYSQL = [
         kind varchar(128) NOT NULL, old_state varchar(16) NOT NULL,
         new_state varchar(16) NOT NULL, old_fence bigint NOT NULL, old_crash integer NOT NULL,
         new_crash integer NOT NULL, claimed_by varchar(255) NOT NULL, detail longtext,
-        at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))""",
+        at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+        conn bigint NOT NULL DEFAULT (CONNECTION_ID()))""",
     f"""CREATE TRIGGER chaos_audit_update AFTER UPDATE ON headgate_job FOR EACH ROW
     BEGIN
       IF NOT (NEW.state <=> OLD.state) THEN
@@ -100,6 +105,23 @@ def install() -> None:
             cursor.execute(sql)
 
 
+def uninstall() -> None:
+    """Remove the trail from a database that outlives the run (a test's)."""
+    if connection.vendor == "postgresql":
+        statements = [
+            "DROP TRIGGER IF EXISTS chaos_audit ON headgate_job",
+            "DROP FUNCTION IF EXISTS chaos_audit()",
+        ]
+    else:
+        statements = [
+            "DROP TRIGGER IF EXISTS chaos_audit_update",
+            "DROP TRIGGER IF EXISTS chaos_audit_delete",
+        ]
+    with connection.cursor() as cursor:
+        for sql in [*statements, "DROP TABLE IF EXISTS chaos_transition"]:
+            cursor.execute(sql)
+
+
 def history(job_id: str) -> list[str]:
     """One job's audit trail as text lines, for the report of a failed run."""
     with connection.cursor() as cursor:
@@ -112,6 +134,21 @@ def history(job_id: str) -> list[str]:
             f"{at:%H:%M:%S.%f} {old}→{new} fence {fence} crashes {crash} by {by or '-'}"
             for at, old, new, fence, crash, by in cursor.fetchall()
         ]
+
+
+def leases_entered(sessions: Collection[int], before: datetime) -> int:
+    """How many rows these server sessions had moved into ``running`` before ``before``
+    (the server's clock), as far as this session can see now."""
+    if not sessions:
+        return 0
+    marks = ", ".join(["%s"] * len(sessions))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM chaos_transition WHERE new_state = 'running' "
+            f"AND conn IN ({marks}) AND at < %s",
+            [*sorted(sessions), before],
+        )
+        return int(cursor.fetchone()[0])
 
 
 def transitions() -> list[Transition]:

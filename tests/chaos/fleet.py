@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,14 @@ class Pause:
 
     worker: Worker
     resume_at: float  # time.monotonic()
+    ports: frozenset[int]  # the local ports of its connections to the database server
     resumed: bool = False
     retired: bool = False
+    # What the server showed once none of its sessions ran a statement: their ids, its
+    # clock, and how many rows they had moved to running by then, as visible at that time.
+    sessions: frozenset[int] = frozenset()
+    stopped_at: datetime | None = None
+    leases_entered: int = 0
 
 
 class Fleet:
@@ -118,16 +125,18 @@ class Fleet:
         self.kills.append(kill)
         return kill
 
-    def pause_random(self, seconds: float) -> Pause | None:
+    def pause_random(self, seconds: float, server_port: int) -> Pause | None:
         """SIGSTOP one serving worker for ``seconds`` (None if none serves yet); it no longer
-        counts as live."""
+        counts as live. Its connections to the server at ``server_port`` are listed."""
         serving = [w for w in self.live if _serving(w)]
         if not serving:
             return None
         victim = self._random.choice(serving)
         victim.proc.send_signal(signal.SIGSTOP)
         self.live.remove(victim)
-        pause = Pause(victim, time.monotonic() + seconds)
+        pause = Pause(
+            victim, time.monotonic() + seconds, client_ports(victim.proc.pid, server_port)
+        )
         self.pauses.append(pause)
         return pause
 

@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,6 +85,7 @@ class Report:
     died: list[str] = field(default_factory=list)  # workers that exited by themselves
     leases_held_at_kills: int = 0
     leases_held_at_pauses: int = 0
+    leases_landed_after_pauses: int = 0  # committed by a paused worker when it resumed
     crashes_charged: int = 0
     crashes_charged_paused: int = 0
     stale_attempts_stopped: int = 0
@@ -111,7 +113,8 @@ class Report:
             f"  reruns in place {len(self.reruns)} (a handler's session died under it; run "
             "again under its lease)",
             f"  enqueue retries {self.enqueue_retries} (waves sent again after an outage)",
-            f"  leases killed   {self.leases_held_at_kills}; paused {self.leases_held_at_pauses}",
+            f"  leases killed   {self.leases_held_at_kills}; paused {self.leases_held_at_pauses}"
+            f" (+{self.leases_landed_after_pauses} committed when a paused worker resumed)",
             f"  crashes charged {self.crashes_charged} for kills; {self.crashes_charged_paused} "
             "for pauses",
             f"  stale attempts  {self.stale_attempts_stopped} stopped or refused after a pause",
@@ -155,33 +158,44 @@ def leases_held(worker_id: str) -> int:
     return Job.objects.filter(state="running", claimed_by=worker_id).count()
 
 
-def sessions_from(ports: frozenset[int]) -> int:
-    """How many server sessions still come from these client ports."""
+def sessions_of(ports: frozenset[int]) -> dict[int, bool]:
+    """The server sessions that come from these client ports: each one's id (backend pid,
+    connection id) and whether it is running a statement."""
     from django.db import connection
 
     if not ports:
-        return 0
+        return {}
     marks = ", ".join(["%s"] * len(ports))
     if connection.vendor == "postgresql":
-        sql = f"SELECT count(*) FROM pg_stat_activity WHERE client_port IN ({marks})"
+        sql = f"SELECT pid, state = 'active' FROM pg_stat_activity WHERE client_port IN ({marks})"
     else:
         sql = (
-            "SELECT count(*) FROM information_schema.PROCESSLIST "
+            "SELECT ID, COMMAND = 'Query' FROM information_schema.PROCESSLIST "
             f"WHERE CAST(SUBSTRING_INDEX(HOST, ':', -1) AS UNSIGNED) IN ({marks})"
         )
     with connection.cursor() as cursor:
         cursor.execute(sql, sorted(ports))
-        return int(cursor.fetchone()[0])
+        return {int(session): bool(busy) for session, busy in cursor.fetchall()}
 
 
-def wait_sessions_end(ports: frozenset[int], timeout: float = 60.0) -> None:
-    """Wait until the server has finished with a killed worker's sessions: a statement it
-    had already received (a claim, a completion) still commits after the process is gone,
-    and the server drops the session only once it is done."""
-    deadline = time.monotonic() + timeout
-    while retrying(lambda: sessions_from(ports)):
+def server_now() -> datetime:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT clock_timestamp()" if connection.vendor == "postgresql" else "SELECT NOW(6)"
+        )
+        return cursor.fetchone()[0]  # type: ignore[no-any-return]
+
+
+def wait_sessions(ports: frozenset[int], done: Callable[[dict[int, bool]], bool]) -> None:
+    """Wait until the server's sessions from a stopped or killed worker satisfy ``done``: a
+    statement the server had already received (a claim, a completion) still runs, and
+    commits, after the process stopped sending."""
+    deadline = time.monotonic() + 60.0
+    while not done(retrying(lambda: sessions_of(ports))):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"sessions from ports {sorted(ports)} outlived their process")
+            raise RuntimeError(f"sessions from ports {sorted(ports)} are still busy after 60 s")
         time.sleep(0.05)
 
 
@@ -232,18 +246,28 @@ def fault(
     pause: bool,
     server_port: int,
 ) -> None:
-    """Pause or kill one worker, count the leases it held, and start a replacement."""
-    paused = fleet.pause_random(args.lease_ttl + PAUSE_BEYOND_LEASE) if pause else None
+    """Pause or kill one worker, count the leases it held, and start a replacement.
+
+    A killed worker's count is taken once the server has ended all its sessions: nothing it
+    sent can commit after that. A paused worker's sessions stay open, and one may be inside
+    a transaction that moved rows to ``running`` (a MariaDB claim, a durable pass leasing
+    an Operation) and commits only when the worker resumes. So its count is taken once none
+    of its sessions runs a statement, and the rows those sessions had moved to ``running``
+    by then are counted too, to be counted again after the drain (:func:`check`)."""
+    from tests.chaos import audit
+
+    paused = fleet.pause_random(args.lease_ttl + PAUSE_BEYOND_LEASE, server_port) if pause else None
     if paused:
         victim = paused.worker.worker_id
-        # The stopped process sends nothing more; a moment lets the server finish what it
-        # had already received (a statement caught later lands when the worker resumes,
-        # which is why a pause's charges are only bounded by this count).
-        time.sleep(0.3)
+        wait_sessions(paused.ports, lambda sessions: not any(sessions.values()))
+        sessions = frozenset(retrying(lambda: sessions_of(paused.ports)))
+        stopped_at = retrying(server_now)
+        paused.sessions, paused.stopped_at = sessions, stopped_at
+        paused.leases_entered = retrying(lambda: audit.leases_entered(sessions, stopped_at))
     else:
         kill = fleet.kill_random(at, server_port)
         victim = kill.worker_id
-        wait_sessions_end(kill.ports)
+        wait_sessions(kill.ports, lambda sessions: not sessions)
     held = retrying(lambda: leases_held(victim))
     if paused:
         report.pauses += 1
@@ -276,12 +300,19 @@ def check(fleet: Fleet, load: Any, report: Report) -> None:
     report.reruns = sorted(
         inv.reruns_logged(log.read_text(errors="replace") for log in fleet.logdir.glob("*.log"))
     )
+    # Rows a paused worker's open transactions had moved to running, committed when it
+    # resumed: its leases too, though no count at the pause could see them.
+    report.leases_landed_after_pauses = sum(
+        audit.leases_entered(p.sessions, p.stopped_at) - p.leases_entered
+        for p in fleet.pauses
+        if p.stopped_at is not None
+    )
     crashes, report.crashes_charged, report.crashes_charged_paused = inv.crashes_match_faults(
         transitions,
         killed={k.worker_id for k in fleet.kills},
         held_at_kills=report.leases_held_at_kills,
         paused={p.worker.worker_id for p in fleet.pauses},
-        held_at_pauses=report.leases_held_at_pauses,
+        held_at_pauses=report.leases_held_at_pauses + report.leases_landed_after_pauses,
     )
     quarantine, report.quarantined = inv.quarantine_expected()
     clean = [f"{w} exited {c}" for w, c in report.worker_exit_codes.items() if c != 0]

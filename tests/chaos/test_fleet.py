@@ -12,8 +12,11 @@ import sys
 import pytest
 from django.db import connection
 
+from headgate_django.models import Job
+from tests.app.chaos_tasks import chaos_job
+from tests.chaos import audit
 from tests.chaos.fleet import client_ports
-from tests.chaos.run import sessions_from
+from tests.chaos.run import server_now, sessions_of
 
 _CLIENT = """
 import socket, sys
@@ -48,13 +51,50 @@ def test_the_ports_of_a_processs_connections_to_one_server_are_listed() -> None:
 
 @pytest.mark.django_db
 def test_the_server_counts_the_sessions_from_listed_ports() -> None:
-    """What the chaos run waits on after a kill, asked about this process's own session."""
+    """What the chaos run waits on after a kill or a pause, asked about this process's own
+    session."""
     if connection.vendor == "sqlite":
         pytest.skip("a file database has no sessions")
     connection.ensure_connection()
     server_port = int(connection.settings_dict["PORT"] or 0)
     ports = client_ports(os.getpid(), server_port)
     assert ports, "this process has a connection to the test database server"
-    assert sessions_from(ports) >= 1
-    assert sessions_from(frozenset({1})) == 0
-    assert sessions_from(frozenset()) == 0
+    # This session is the one asking, so it is running a statement.
+    assert any(sessions_of(ports).values())
+    assert sessions_of(frozenset({1})) == {}
+    assert sessions_of(frozenset()) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_a_session_wrote_before_a_pause_and_committed_after_is_found() -> None:
+    """What the chaos run adds to a paused worker's count: a row its open transaction had
+    moved to running when it stopped, visible only once it resumed and committed."""
+    if connection.vendor == "sqlite":
+        pytest.skip("a file database has no sessions")
+    job_id = chaos_job.enqueue(n=1)
+    other = connection.copy()
+    audit.install()
+    try:
+        other.connect()
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_backend_pid()"
+                if other.vendor == "postgresql"
+                else "SELECT CONNECTION_ID()"
+            )
+            session = int(cursor.fetchone()[0])
+            cursor.execute(
+                "UPDATE headgate_job SET state = 'running', lease_id = 'paused:1', "
+                "claimed_by = 'paused' WHERE id = %s",
+                [job_id],
+            )
+        stopped_at = server_now()  # the worker is stopped here, its transaction open
+        assert audit.leases_entered({session}, stopped_at) == 0
+        other.commit()  # it resumes
+        assert audit.leases_entered({session}, stopped_at) == 1
+        assert audit.leases_entered({session + 1}, stopped_at) == 0
+        assert audit.leases_entered({session}, Job.objects.get(id=job_id).enqueued_at) == 0
+    finally:
+        other.close()
+        audit.uninstall()
