@@ -16,7 +16,6 @@ from typing import Any
 from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope, check_fields, encode_call, with_payload
 from headgate_django.exceptions import DefinitionError, UnknownTaskError
-from headgate_django.kernel.names import validate_kind, validate_queue
 
 #: ``upcaster(stored_version, args, kwargs) -> (args, kwargs)`` for the current version.
 Upcaster = Callable[[int, list[Any], dict[str, Any]], tuple[list[Any], dict[str, Any]]]
@@ -81,18 +80,10 @@ class TaskDef:
 
 
 def _validate(definition: TaskDef) -> None:
-    validate_kind(definition.kind)
-    validate_queue(definition.queue)
-    if definition.max_attempts is not None and definition.max_attempts < 1:
-        raise DefinitionError(f"{definition.kind}: max_attempts must be at least 1")
-    if definition.retention is not None and definition.retention < timedelta(0):
-        raise DefinitionError(f"{definition.kind}: retention cannot be negative")
+    # The envelope's own rules (names, limits, priority): the template checks them once.
+    _ = definition._template
     if definition.timeout is not None and definition.timeout <= timedelta(0):
         raise DefinitionError(f"{definition.kind}: timeout must be positive")
-    if definition.schema_version < 1:
-        raise DefinitionError(f"{definition.kind}: schema_version must be at least 1")
-    # The rest of the envelope's rules (a priority out of range): its template checks them.
-    _ = definition._template
     params = list(inspect.signature(definition.fn).parameters.values())
     if not params or params[0].kind not in (
         params[0].POSITIONAL_ONLY,

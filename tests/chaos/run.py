@@ -181,6 +181,8 @@ def sessions_of(ports: frozenset[int]) -> dict[int, bool]:
 
 
 def server_now() -> datetime:
+    """The server's clock as the audit trail stamps its rows (``NOW(6)`` is what MariaDB's
+    column default records, in the session's time zone, not the store clock's UTC)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
