@@ -81,11 +81,12 @@ def _binds(source: tuple[tuple[str, str], ...], template: str) -> str:
 
 #: The channel workers ``LISTEN`` on; the payload is the queue of a job that became available.
 WAKE_CHANNEL = "headgate_wakeup"
-#: The ``RETURNING`` of every insert: a job that is available at once wakes idle workers.
-#: The statement notifies itself (at commit, de-duplicated per transaction): the per-row
-#: trigger that did it cost a single insert's backend more than a tenth of its instructions.
-#: Jobs that become available later are announced by the trigger on ``UPDATE OF state``
-#: (migrations 0003 and 0014).
+#: The ``RETURNING`` of a batch's insert: a job that is available at once wakes idle
+#: workers. The statement notifies itself (at commit, de-duplicated per transaction): the
+#: per-row trigger that did it cost a single insert's backend more than a tenth of its
+#: instructions. A single job's statement notifies without ``RETURNING`` (see
+#: ``_pg_one_statements``). Jobs that become available later are announced by the trigger
+#: on ``UPDATE OF state`` (migrations 0003 and 0014).
 _PG_WAKE = f"CASE WHEN state = 'available' THEN pg_notify('{WAKE_CHANNEL}', queue) END"
 
 # Column names are unqualified: the source is a row and its shape (for a batch, joined on
@@ -121,18 +122,22 @@ _PG_INSERT_MANY = (
 )
 
 
-# A single job's state and schedule by its timing, on the store clock, as in ``_values``.
+# A single job's state, schedule and wake-up by its timing, on the store clock, as in
+# ``_values``. The wake-up is the value of ``claimed_by`` (see ``_pg_one_statements``):
+# ``{wake}`` stands for the notification, which only a job available at once sends.
 _PG_ONE_TIMING = {
-    "now": (f"'{State.AVAILABLE.value}'", "clock_timestamp()"),
-    "pending": (f"'{State.PENDING.value}'", "clock_timestamp()"),
+    "now": (f"'{State.AVAILABLE.value}'", "clock_timestamp()", "{wake}"),
+    "pending": (f"'{State.PENDING.value}'", "clock_timestamp()", "''"),
     "delay": (
         f"'{State.SCHEDULED.value}'",
         "clock_timestamp() + %(delay_ms)s::bigint * interval '1 millisecond'",
+        "''",
     ),
     "at": (
         f"CASE WHEN %(run_at)s::timestamptz > clock_timestamp() THEN '{State.SCHEDULED.value}' "
         f"ELSE '{State.AVAILABLE.value}' END",
         "%(run_at)s::timestamptz",
+        "CASE WHEN %(run_at)s::timestamptz > clock_timestamp() THEN '' ELSE {wake} END",
     ),
 }
 # What a single job writes into each column besides its shape, state and schedule.
@@ -143,7 +148,6 @@ _PG_ONE_VALUES = {
     "attempt": "0",
     "crash_attempt": "0",
     "fence": "0",
-    "claimed_by": "''",
     "enqueued_at": "clock_timestamp()",
     "unique_key": "%(unique_key)s::varchar",
     "errors": "'[]'::jsonb",
@@ -189,6 +193,14 @@ def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tup
     and a quarantined fingerprint on the column's ``NOT NULL``, because the probe writes
     ``NULL`` for it. Either failure sends the job down the classifying path, which names
     the opposition.
+
+    Neither statement has a ``RETURNING``: a job available at once sends its wake-up as the
+    value of ``claimed_by``. ``pg_notify`` returns ``void``, whose text is ``''``, the value
+    a new job's ``claimed_by`` has anyway, and PostgreSQL sends the notification at commit,
+    or never if the statement or the transaction fails. A returned row cost every single
+    enqueue about 17 µs (interleaved calls, per-call medians, docs/benchmarks.md). Inside a
+    transaction a row skipped for a taken id or key has notified all the same: an idle
+    worker wakes, finds nothing, and sleeps again.
     """
     statements = _PG_ONE_SQL.get(shape)
     if statements is None:
@@ -196,15 +208,18 @@ def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tup
 
         *constants, timing = shape
         values = dict(_PG_ONE_VALUES)
-        values["state"], values["scheduled_at"] = _PG_ONE_TIMING[timing]
+        state, scheduled_at, claimed_by = _PG_ONE_TIMING[timing]
+        values["state"], values["scheduled_at"] = state, scheduled_at
         for (name, sql_type), value in zip(_PG_ONE_SHAPE, constants, strict=True):
             literal = sql.Literal(value).as_string(conn.connection).replace("%", "%%")
             values[name] = f"{literal}::{sql_type}"
+        wake = f"pg_notify('{WAKE_CHANNEL}', {values['queue']})::text"
+        values["claimed_by"] = claimed_by.format(wake=wake)
         probe = "SELECT 1 FROM headgate_quarantine WHERE fingerprint = %(fingerprint)s::varchar"
         in_transaction = (
             f"INSERT INTO headgate_job ({_COLUMNS}) SELECT "
             + ", ".join(values[name] for name in _COLUMNS.split(", "))
-            + f" WHERE NOT EXISTS ({probe}) ON CONFLICT DO NOTHING RETURNING {_PG_WAKE}"
+            + f" WHERE NOT EXISTS ({probe}) ON CONFLICT DO NOTHING"
         )
         values["fingerprint"] = (
             f"CASE WHEN EXISTS ({probe}) THEN NULL ELSE {values['fingerprint']} END"
@@ -212,7 +227,7 @@ def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tup
         alone = (
             f"INSERT INTO headgate_job ({_COLUMNS}) VALUES ("
             + ", ".join(values[name] for name in _COLUMNS.split(", "))
-            + f") RETURNING {_PG_WAKE}"
+            + ")"
         )
         statements = (alone, in_transaction)
         if len(_PG_ONE_SQL) < _PG_ONE_SQL_MAX:
