@@ -55,11 +55,14 @@ def duty_record(name: str, *, holder: str, result: dict[str, Any], using: str = 
         )
 
 
-def duty_release(name: str, *, holder: str, using: str = "default") -> None:
+def duty_release(*names: str, holder: str, using: str = "default") -> None:
+    """Give up the named duties' leases where ``holder`` holds them; with no name, every
+    duty lease it holds (a stopping worker: one statement and one commit for all)."""
     conn = v.connection_for(using)
+    only = f" AND name IN ({v.placeholders(len(names))})" if names else ""
     with conn.cursor() as cursor:
         cursor.execute(
             "UPDATE headgate_duty SET holder = '', lease_expires_at = NULL "
-            "WHERE name = %s AND holder = %s",
-            [name, holder],
+            f"WHERE holder = %s{only}",
+            [holder, *names],
         )

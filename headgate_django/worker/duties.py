@@ -98,16 +98,21 @@ class DutyRunner:
         self._in_outage = False
         self._back_at = float("-inf")  # when the database last came back (monotonic)
 
-    def tick(self) -> None:
+    def tick(self, stopping: Callable[[], bool] = lambda: False) -> None:
+        """Run the duties that are due and held here, until ``stopping()`` says the worker
+        was asked to stop: a duty not yet begun then waits for the next pass or the next
+        holder, so that a shutdown does not wait for every duty of the pass in progress."""
         try:
-            self._tick()
+            self._tick(stopping)
         except (OperationalError, InterfaceError):
             self._in_outage = True  # a lost or refused connection, not a failing query
             raise
 
-    def _tick(self) -> None:
+    def _tick(self, stopping: Callable[[], bool]) -> None:
         now = time.monotonic()
         for duty in self.duties:
+            if stopping():
+                return
             if now - duty.last < duty.interval:
                 continue
             duty.last = now
@@ -124,8 +129,7 @@ class DutyRunner:
                 duty_record(duty.name, holder=self.holder, result=result)
 
     def release_all(self) -> None:
-        for duty in self.duties:
-            store.duty_release(duty.name, holder=self.holder)
+        store.duty_release(holder=self.holder)
 
     def next_due_in(self) -> float:
         now = time.monotonic()

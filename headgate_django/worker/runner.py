@@ -165,6 +165,10 @@ class Worker:
         self._claim_parked = False  # the claim loop found no room and waits for some
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        # Set by stop() only: a stop asked for (a signal) ends the duty pass in progress,
+        # while a burst that ran out of jobs lets it finish, so that even a run that found
+        # nothing to do does every duty's work once.
+        self._stop_asked = threading.Event()
         # Set when the drain begins: writes the database refuses are retried until then.
         self._drain_deadline: float | None = None
         # Bumped on every database error this worker sees; a handler thread that has not
@@ -189,6 +193,7 @@ class Worker:
 
     def stop(self) -> None:
         """Stop claiming; in-flight handlers get the drain window to finish."""
+        self._stop_asked.set()
         self._stopping.set()
         self._wake.set()
 
@@ -497,17 +502,17 @@ class Worker:
                 # leases must be renewed as soon as the database is back, before they lapse.
                 next_renew = now + (self.renew_every if renewed else RENEW_RETRY)
             if self._duties and not self._stopping.is_set():
-                self._safe(self._duties.tick)
+                self._safe(functools.partial(self._duties.tick, self._stop_asked.is_set))
             if now >= next_status:
                 log.info("status %s", status_line(self.stats.line(len(self._held))))
                 next_status = now + status_every
             if now >= next_unknown and not self._stopping.is_set():
                 self._safe(self._report_unknown_kinds)
                 next_unknown = now + UNKNOWN_KINDS_EVERY
-            if self._stopping.is_set():
-                time.sleep(0.05)  # draining: keep renewing until the held jobs are gone
-            else:
+            if not self._stopping.is_set():
                 self._stopping.wait(0.05)  # a stop with nothing held ends the loop at once
+            elif self._held:
+                time.sleep(0.05)  # draining: keep renewing until the held jobs are gone
         close_old_connections()
 
     def _report_unknown_kinds(self) -> None:

@@ -188,6 +188,39 @@ def test_duties_are_independent_and_release_frees_them():
     assert store.duty_acquire("promote", holder="b", ttl=timedelta(minutes=1))
 
 
+def test_releasing_without_names_frees_every_duty_of_that_holder_only():
+    """A stopping worker gives up all its duty leases in one statement."""
+    for name in ("promote", "reclaim"):
+        assert store.duty_acquire(name, holder="a", ttl=timedelta(minutes=1))
+    assert store.duty_acquire("evict", holder="b", ttl=timedelta(minutes=1))
+    store.duty_release(holder="a")
+    held = dict(DutyLease.objects.values_list("name", "holder"))
+    assert held == {"promote": "", "reclaim": "", "evict": "b"}
+    assert not store.duty_acquire("evict", holder="c", ttl=timedelta(minutes=1))
+    assert store.duty_acquire("promote", holder="c", ttl=timedelta(minutes=1))
+
+
+def test_a_stopping_worker_begins_no_further_duty_and_the_next_tick_runs_it():
+    ran: list[str] = []
+    stopping = {"now": False}
+
+    def first() -> dict:
+        ran.append("first")
+        stopping["now"] = True  # the worker is told to stop while this duty runs
+        return {}
+
+    def second() -> dict:
+        ran.append("second")
+        return {}
+
+    runner = DutyRunner("duty-holder", [Duty("first", 60.0, first), Duty("second", 60.0, second)])
+    runner.tick(lambda: stopping["now"])
+    assert ran == ["first"]
+    stopping["now"] = False
+    runner.tick(lambda: stopping["now"])  # "first" is not due again; "second" still is
+    assert ran == ["first", "second"]
+
+
 def test_after_an_outage_reclaim_waits_a_renewal_interval_for_live_workers():
     """A lease that lapsed while the database was down belongs to a worker that will renew
     it once the database is back; the reclaim duty gives it one renewal interval to."""
