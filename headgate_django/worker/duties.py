@@ -33,7 +33,9 @@ class Duty:
     name: str
     interval: float  # seconds
     run: Callable[[], dict[str, Any]]
-    last: float = 0.0
+    #: When it last ran (``time.monotonic()``); never, at first, so that it is due at once
+    #: even on a host whose monotonic clock, which starts near boot, is below its interval.
+    last: float = float("-inf")
     #: Seconds the duty waits once the database is back after an outage.
     after_outage: float = 0.0
 
@@ -130,7 +132,3 @@ class DutyRunner:
 
     def release_all(self) -> None:
         store.duty_release(holder=self.holder)
-
-    def next_due_in(self) -> float:
-        now = time.monotonic()
-        return max(0.0, min(d.last + d.interval - now for d in self.duties))

@@ -7,6 +7,9 @@ import signal
 
 import pytest
 
+from headgate_django.models import DutyLease
+from headgate_django.worker.duties import Duty, DutyRunner
+from headgate_django.worker.runner import Worker
 from tests.app import tasks
 from tests.app.models import Execution
 from tests.conftest import wait_for
@@ -50,3 +53,50 @@ def test_handler_outliving_the_drain_window_is_released_uncharged(start_worker):
     assert row.errors == []
     assert [e.label for e in runs(job_id)] == ["start:too-long"]
     assert "released 1 unfinished job(s)" in worker.output()
+
+
+def test_a_stop_asked_for_lets_the_running_duty_finish_and_begins_no_other():
+    ran: list[str] = []
+    worker = Worker(concurrency=1)
+
+    def first() -> dict:
+        ran.append("first")
+        worker.stop()  # SIGTERM arrives while this duty runs
+        return {}
+
+    def second() -> dict:
+        ran.append("second")
+        return {}
+
+    worker._duties = DutyRunner(
+        worker.worker_id, [Duty("t-first", 0.0, first), Duty("t-second", 0.0, second)]
+    )
+    worker.run()
+    assert ran == ["first"]
+    assert DutyLease.objects.filter(holder=worker.worker_id).count() == 0  # all released
+
+
+def test_a_burst_that_ran_out_of_jobs_finishes_its_pass_over_the_duties():
+    ran: list[str] = []
+    worker = Worker(burst=True, concurrency=1)
+    claim = worker._claim
+
+    def claim_once_the_pass_began(limit: int):  # the burst cannot end before the pass starts
+        wait_for(lambda: "first" in ran)
+        return claim(limit)
+
+    def first() -> dict:
+        ran.append("first")
+        wait_for(worker._stopping.is_set)  # the burst ends while this duty runs
+        return {}
+
+    def second() -> dict:
+        ran.append("second")
+        return {}
+
+    worker._claim = claim_once_the_pass_began  # type: ignore[method-assign]
+    worker._duties = DutyRunner(
+        worker.worker_id, [Duty("t-first", 0.0, first), Duty("t-second", 0.0, second)]
+    )
+    worker.run()
+    assert ran == ["first", "second"]
