@@ -40,6 +40,7 @@ from headgate_django.store.operator import (
     quarantine_release,
     queue_set_paused,
 )
+from headgate_django.store.schema import schema_problem
 from headgate_django.store.vendor import db_now
 
 __all__ = [
@@ -74,5 +75,6 @@ __all__ = [
     "job_snooze",
     "quarantine_release",
     "queue_set_paused",
+    "schema_problem",
     "unknown_kinds_waiting",
 ]

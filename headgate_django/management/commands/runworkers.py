@@ -9,9 +9,11 @@ from typing import Any
 
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from headgate_django.durable import handlers as durable_modes
 from headgate_django.exceptions import ConfigurationError
+from headgate_django.store.schema import schema_problem
 from headgate_django.worker.exit import exit_code, exit_now
 from headgate_django.worker.runner import Worker
 from headgate_django.worker.signals import relay_signals
@@ -75,6 +77,7 @@ class Command(BaseCommand):
             raise CommandError("--concurrency and --processes must be at least 1")
         if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
             raise CommandError("--lease-ttl must be positive")
+        self._check_schema()
         if options["metrics_port"] is not None:
             if options["processes"] > 1:
                 raise CommandError(
@@ -100,6 +103,18 @@ class Command(BaseCommand):
                 raise CommandError(f"--processes: {exc}") from exc
             sys.exit(code)
         self._serve(options, options["worker_id"])
+
+    def _check_schema(self) -> None:
+        """Refuse to start on a database without headgate's tables or its migrations.
+
+        A database that cannot be reached yet is left to the worker, which waits for it.
+        """
+        try:
+            problem = schema_problem()
+        except DatabaseError:
+            return
+        if problem:
+            raise CommandError(f"{problem}: run `manage.py migrate` first")
 
     def _serve(self, options: dict[str, Any], worker_id: str | None) -> None:
         """Run one worker until it stops: this process's, or a ``--processes`` child's."""

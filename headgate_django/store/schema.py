@@ -1,0 +1,55 @@
+"""Whether a database holds the tables and migrations this release of headgate needs.
+
+A worker pointed at a database that was never migrated, or last migrated by an older
+release, fails on its first statement; left to its retry loop it would log the same
+error every few seconds and never exit, even with ``--burst``. ``runworkers`` asks here
+first and refuses to start, saying what is missing.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+
+from django.apps import apps
+from django.db import connections
+from django.db.migrations.recorder import MigrationRecorder
+
+APP_LABEL = "headgate_django"
+
+
+def schema_problem(using: str = "default") -> str | None:
+    """What keeps headgate from working on database ``using``, in words; None if nothing.
+
+    Tables first: every headgate table must exist. Then migrations, for a database whose
+    history records any of headgate's: every migration this release ships must be
+    applied. A database with the tables and no record of headgate's migrations was built
+    from the models (a test run with ``--nomigrations``) and is taken as it is.
+    """
+    conn = connections[using]
+    with conn.cursor() as cursor:
+        existing = set(conn.introspection.table_names(cursor))
+    config = apps.get_app_config(APP_LABEL)
+    missing = sorted(
+        m._meta.db_table
+        for m in config.get_models()
+        if m._meta.managed and m._meta.db_table not in existing
+    )
+    if missing:
+        return f"database {using!r} has no table {', '.join(missing)}"
+    recorder = MigrationRecorder(conn)
+    if not recorder.has_table():
+        return None
+    applied = {name for app, name in recorder.applied_migrations() if app == APP_LABEL}
+    if not applied:
+        return None
+    pending = [name for name in shipped_migrations() if name not in applied]
+    if pending:
+        return f"database {using!r} lacks headgate migrations {', '.join(pending)}"
+    return None
+
+
+def shipped_migrations() -> list[str]:
+    """The names of the migrations in this release, in order."""
+    from headgate_django import migrations
+
+    return sorted(m.name for m in pkgutil.iter_modules(migrations.__path__) if m.name[0].isdigit())
