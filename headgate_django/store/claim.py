@@ -101,8 +101,12 @@ class ClaimedJob(NamedTuple):
 def new_lease_id(worker_id: str) -> str:
     """A fresh lease id. The random tail makes it unique; the worker prefix is only a hint
     for people, so it is cut to keep the id inside the 64-character column (host names run
-    long)."""
-    return f"{worker_id[:_LEASE_PREFIX]}:{uuid.uuid4().hex[:12]}"
+    long), and loses any control character (the fenced writes separate lease ids with one).
+    """
+    prefix = worker_id[:_LEASE_PREFIX]
+    if not prefix.isprintable():
+        prefix = "".join(c for c in prefix if c >= " ")
+    return f"{prefix}:{uuid.uuid4().hex[:12]}"
 
 
 def job_claim(

@@ -21,13 +21,17 @@ from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
 from tests.conformance.helpers import (
     LONG,
+    WORKER,
     claim,
     crash,
     enqueue_job,
+    envelope,
+    fresh_queue,
     job_in_state,
     near,
     row,
     state_of,
+    unique_payload,
 )
 
 pytestmark = pytest.mark.django_db
@@ -204,3 +208,36 @@ def test_operator_cancel_is_reported_by_renewal_and_flips_ctx_cancelled():
         ctx.set_progress(2, 3)
     assert ctx.cancelled is True
     assert row(job_id)["progress"] == {"current": 1, "total": 3, "message": ""}
+
+
+ODD_IDS = ["a b", "x,y", '{"q"}', "back\\slash", "ünï-ß", "NULL", "tab\u00a0nbsp", "(1,2)"]
+
+
+def test_batch_writes_match_ids_whatever_characters_they_hold():
+    """Ids go to the server joined by a separator no id may hold (``kernel.names`` refuses
+    control characters); spaces, commas, quotes, braces, backslashes and ``NULL`` are ids
+    like any other."""
+    queue = fresh_queue()
+    for job_id in ODD_IDS:
+        store.job_insert_many([envelope(id=job_id, queue=queue, payload=unique_payload())])
+    claimed = store.job_claim(worker_id=WORKER, limit=20, lease_ttl=LONG, queues=[queue])
+    refs = [c.ref for c in claimed]
+    assert sorted(r.job_id for r in refs) == sorted(ODD_IDS)
+    assert store.job_renew_leases(refs, lease_ttl=LONG) == set()
+    stale = refs[0]._replace(fence=refs[0].fence + 1)
+    done = store.job_complete_many(
+        [Completion(stale)] + [Completion(r, r.job_id) for r in refs[1:]]
+    )
+    assert done == {r.job_id for r in refs[1:]}
+    assert {r.job_id: state_of(r.job_id) for r in refs} == {
+        r.job_id: ("running" if r is refs[0] else "completed") for r in refs
+    }
+    assert all(row(r.job_id)["result"] == r.job_id for r in refs[1:])
+
+
+def test_a_worker_id_with_control_characters_leaves_them_out_of_its_leases():
+    job_id = enqueue_job()
+    queue = row(job_id)["queue"]
+    [claimed] = store.job_claim(worker_id="host\x1f\n:1", limit=1, lease_ttl=LONG, queues=[queue])
+    assert claimed.ref.lease_id.startswith("host:1:")
+    assert store.job_complete_many([Completion(claimed.ref)]) == {job_id}
