@@ -53,7 +53,10 @@ from headgate_django.worker.status import status_line
 
 log = logging.getLogger("headgate_django.worker")
 
-#: When the heartbeat first looks for waiting jobs of unregistered kinds, then how often.
+#: The heartbeat looks for waiting jobs of unregistered kinds once the worker has run out of
+#: jobs it can claim (a claim came back short), no sooner than this after start and then at
+#: most this often: counting them reads every available job, which a busy worker, and a
+#: drain, need not pay for.
 UNKNOWN_KINDS_FIRST = 1.0
 UNKNOWN_KINDS_EVERY = 60.0
 #: After a failed lease renewal, the next try comes this soon (seconds).
@@ -163,6 +166,7 @@ class Worker:
         self._lock = threading.Lock()
         self._busy = 0  # handler threads still inside a handler
         self._claim_parked = False  # the claim loop found no room and waits for some
+        self._ran_short = False  # a claim found fewer jobs than it asked for
         self._wake = threading.Event()
         self._stopping = threading.Event()
         # Set by stop() only: a stop asked for (a signal) ends the duty pass in progress,
@@ -249,6 +253,8 @@ class Worker:
                 idle = min(idle * 2, idle_max)
                 self._stopping.wait(idle)
                 continue
+            if len(jobs) < limit:
+                self._ran_short = True
             if jobs:
                 idle = idle_min
                 for job in jobs:
@@ -261,6 +267,7 @@ class Worker:
                     self._wake.wait(idle)
                 continue
             if self.burst and self._burst_done():
+                self._safe(self._report_unknown_kinds)  # what this run leaves behind
                 return
             if self._wake.wait(idle):
                 idle = idle_min
@@ -506,7 +513,8 @@ class Worker:
             if now >= next_status:
                 log.info("status %s", status_line(self.stats.line(len(self._held))))
                 next_status = now + status_every
-            if now >= next_unknown and not self._stopping.is_set():
+            if now >= next_unknown and self._ran_short and not self._stopping.is_set():
+                self._ran_short = False
                 self._safe(self._report_unknown_kinds)
                 next_unknown = now + UNKNOWN_KINDS_EVERY
             if not self._stopping.is_set():

@@ -116,6 +116,30 @@ def test_job_of_unknown_kind_is_left_alone_and_reported(start_worker):
     assert job(unknown).state == "available"
 
 
+def test_unknown_kinds_are_counted_once_the_worker_runs_short(start_worker):
+    """Counting them reads every available job, so a worker whose claims come back full
+    leaves it until it runs out of jobs it can claim (here, after the fourth sleeper)."""
+    enqueue(Envelope(kind="test.nobody-handles-this", payload=encode_call([], {})))
+    sleepers = [tasks.sleeper.enqueue(seconds=0.4, label=str(n)) for n in range(4)]
+    worker = start_worker("--concurrency", "1")
+    wait_for(lambda: any(r.label == "end:2" for r in runs(sleepers[2])))
+    # Over a second since the worker began, every claim so far full.
+    assert state_is(sleepers[3], "running", "completed")
+    assert "nobody-handles-this" not in worker.output()
+    wait_for(lambda: "nobody-handles-this" in worker.output())
+    assert state_is(sleepers[3], "completed")
+    assert worker.terminate() == 0
+
+
+def test_a_burst_reports_the_unknown_kinds_it_leaves(start_worker):
+    (unknown,) = enqueue(Envelope(kind="test.nobody-handles-this", payload=encode_call([], {})))
+    tasks.noop.enqueue()
+    worker = start_worker("--burst")
+    assert worker.proc.wait(timeout=60) == 0, worker.output()
+    assert "1 available job(s) of kind 'test.nobody-handles-this'" in worker.output()
+    assert job(unknown).state == "available"
+
+
 def test_completion_that_does_not_land_is_reported_and_the_worker_goes_on(start_worker):
     job_id = tasks.sleeper.enqueue(seconds=1.0, label="cancelled")
     worker = start_worker()
