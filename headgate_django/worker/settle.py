@@ -15,11 +15,14 @@ from headgate_django.worker import execute
 log = logging.getLogger("headgate_django.worker")
 
 
+_NO_RETENTION = timedelta(0)
+
+
 def completion(job: ClaimedJob, outcome: execute.Succeeded) -> Completion:
     return Completion(
         job.ref,
         outcome.result,
-        delete=job.retention <= timedelta(0),
+        delete=job.retention <= _NO_RETENTION,
         workflow_id=job.workflow_id,
     )
 
