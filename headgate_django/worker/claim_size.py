@@ -7,7 +7,8 @@ claimed in whole batches into a local buffer (leased, renewed, handed back on SI
 running jobs). Long or unknown jobs are not buffered: a job waiting in one worker's buffer
 behind a long handler could have run at once in another worker, and a killed worker's
 buffered jobs are charged a crash when their leases expire. The buffer therefore holds at
-most what the handlers get through in :data:`WINDOW`, judged by how long handlers have taken.
+most what the handlers get through in :data:`WINDOW`, judged by how long handlers have taken,
+and at most :data:`BUFFER_BATCHES` claim batches.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from __future__ import annotations
 #: A worker buffers no more jobs than its handlers are expected to start within this many
 #: seconds, so a buffered job waits about this long at most.
 WINDOW = 0.1
+#: The buffer's limit in claim batches. Two, so that with jobs shorter than a claim's round
+#: trip the claim for the next batch is under way while a whole batch still waits: with one,
+#: the handlers emptied the buffer before that claim came back, and sat idle (a no-op drain
+#: at ``--concurrency 10`` spent a fifth of its time so).
+BUFFER_BATCHES = 2
 #: Finished jobs awaiting their ack, in claim batches, beyond which a worker claims no more.
 ACK_BACKLOG = 2
 #: Weight of the newest handler duration in the running average.
@@ -41,7 +47,7 @@ class ClaimSizer:
         if self.mean_run is None:
             return 0
         expected = self.concurrency * WINDOW / max(self.mean_run, 1e-6)
-        return min(self.batch, int(expected))
+        return min(BUFFER_BATCHES * self.batch, int(expected))
 
     def size(self, held: int, waiting: int, acking: int = 0) -> int:
         """How many jobs to claim now (0: not yet).

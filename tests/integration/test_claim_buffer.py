@@ -81,11 +81,12 @@ def test_sigterm_hands_buffered_jobs_back_at_once_uncharged(start_worker):
 def test_a_claim_loop_waiting_for_room_is_woken_once_there_is_enough():
     """A claim loop that found no room sleeps until a handler's finished job makes room,
     not until that job's batched ack lands: the handlers would sit idle meanwhile."""
+    from headgate_django.worker.claim_size import BUFFER_BATCHES
     from headgate_django.worker.runner import Worker
 
     worker = Worker(concurrency=10, burst=True, run_duties=False)
-    worker._sizer.observe(0.0001)  # short jobs: a buffer of one batch beyond the slots
-    worker._busy, worker._waiting = 10, worker._sizer.batch
+    worker._sizer.observe(0.0001)  # short jobs: a full buffer beyond the slots
+    worker._busy, worker._waiting = 10, BUFFER_BATCHES * worker._sizer.batch
     assert worker._claim_size() == 0
     freed = 0
     while not worker._wake.is_set():

@@ -120,14 +120,16 @@ def test_unknown_kinds_are_counted_once_the_worker_runs_short(start_worker):
     """Counting them reads every available job, so a worker whose claims come back full
     leaves it until it runs out of jobs it can claim (here, after the fourth sleeper)."""
     enqueue(Envelope(kind="test.nobody-handles-this", payload=encode_call([], {})))
-    sleepers = [tasks.sleeper.enqueue(seconds=0.4, label=str(n)) for n in range(4)]
+    # Three sleepers take the worker past the first second; the fourth leaves time to look.
+    sleepers = [
+        tasks.sleeper.enqueue(seconds=s, label=str(n)) for n, s in enumerate([0.4] * 3 + [2])
+    ]
     worker = start_worker("--concurrency", "1")
-    wait_for(lambda: any(r.label == "end:2" for r in runs(sleepers[2])))
-    # Over a second since the worker began, every claim so far full.
-    assert state_is(sleepers[3], "running", "completed")
+    wait_for(lambda: runs(sleepers[3]))
+    # Over a second since the worker began (three sleepers done), every claim so far full.
     assert "nobody-handles-this" not in worker.output()
     wait_for(lambda: "nobody-handles-this" in worker.output())
-    assert state_is(sleepers[3], "completed")
+    wait_for(lambda: state_is(sleepers[3], "completed"))
     assert worker.terminate() == 0
 
 
