@@ -62,17 +62,17 @@ _PG_OUTER = _read_back("'{}'::jsonb")
 _SQLITE_OUTER = _read_back("'{}'")
 
 
-# Queue and kind lists go to the claim function as one space-separated string that the
-# server splits: psycopg dumps an array element by element in Python, which cost a claim
-# of one job about 50 µs with a worker's twenty kinds.
-_PG_NAMES = "string_to_array(%s::text, ' ')::varchar[]"
+# Queue and kind lists go to the claim function as one string each (``vendor.pg_list``).
+_PG_NAMES = v.pg_list("varchar")
 
 
 def _names_param(names: Sequence[str] | None) -> str | None:
-    """``names`` as :data:`_PG_NAMES` takes them. No stored queue or kind contains a space
-    (``kernel.names``), so a name with one cannot match anything and is left out rather
-    than split into names it is not."""
-    return None if names is None else " ".join(n for n in names if " " not in n)
+    """``names`` as :data:`_PG_NAMES` takes them. No stored queue or kind contains the
+    separator (``kernel.names``), so a name with it cannot match anything and is left out
+    rather than split into names it is not."""
+    if names is None:
+        return None
+    return v.pg_list_param(n for n in names if v.PG_LIST_SEP not in n)
 
 
 class ClaimedJob(NamedTuple):
@@ -101,7 +101,7 @@ class ClaimedJob(NamedTuple):
 def new_lease_id(worker_id: str) -> str:
     """A fresh lease id. The random tail makes it unique; the worker prefix is only a hint
     for people, so it is cut to keep the id inside the 64-character column (host names run
-    long), and loses any control character (the fenced writes separate lease ids with one).
+    long), and loses any control character (``vendor.PG_LIST_SEP`` is one).
     """
     prefix = worker_id[:_LEASE_PREFIX]
     if not prefix.isprintable():

@@ -181,6 +181,26 @@ def one_statement_is_atomic(conn: BaseDatabaseWrapper) -> bool:
     return conn.vendor == "postgresql"
 
 
+#: Separates the items of a list sent to PostgreSQL as one string (:func:`pg_list`): the unit
+#: separator, a control character that no job id, lease id, queue or kind may hold.
+PG_LIST_SEP = "\x1f"
+
+
+def pg_list(sql_type: str) -> str:
+    """One text parameter that PostgreSQL splits into a ``sql_type`` array.
+
+    psycopg dumps a list parameter element by element in Python: about 50 µs for a claim's
+    twenty kind names, about 3 µs per acked job for a fenced write's three lists. Joining
+    the items with :data:`PG_LIST_SEP` (:func:`pg_list_param`) is done in C.
+    """
+    return f"string_to_array(%s::text, chr(31))::{sql_type}[]"
+
+
+def pg_list_param(items: Iterable[str]) -> str:
+    """``items`` as the parameter :func:`pg_list` takes; none may contain the separator."""
+    return PG_LIST_SEP.join(items)
+
+
 def placeholders(n: int) -> str:
     return ", ".join(["%s"] * n)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
@@ -24,6 +24,7 @@ from headgate_django.control import RetryAfter, Revoke, Skip, Snooze
 from headgate_django.envelope import decode_call
 from headgate_django.exceptions import LeaseLostError
 from headgate_django.registry import TaskDef, find_task
+from headgate_django.store.vendor import connection_for
 
 
 @dataclass(frozen=True)
@@ -116,15 +117,8 @@ def decode(
 
 
 def run_attempt(
-    ctx: JobContext,
-    payload: bytes,
-    schema_version: int,
-    async_runner: AsyncRunner | None,
-    conn: BaseDatabaseWrapper | None = None,
+    ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None
 ) -> Outcome:
-    """Run one attempt. ``conn`` is ``connections[ctx.using]`` if the caller already holds it
-    for this thread (a worker's handler thread does): Django's lookup goes through asgiref's
-    ``Local``, 2-3 µs, more than the rest of a no-op attempt's bookkeeping here."""
     definition = find_task(ctx.kind)
     if definition is None:
         # The claim only takes known kinds; this means the registry changed under us.
@@ -133,8 +127,9 @@ def run_attempt(
         args, kwargs = decode(definition, payload, schema_version)
     except (ValueError, UnicodeDecodeError) as exc:
         return Undecodable(reason=str(exc), traceback=traceback.format_exc())
-    if conn is None:
-        conn = connections[ctx.using]
+    # Not ``connections[…]``: its lookup through asgiref's ``Local`` cost more than the rest
+    # of a no-op attempt's bookkeeping here.
+    conn = connection_for(ctx.using)
     watch = _SessionWatch()
     try:
         if definition.is_async:

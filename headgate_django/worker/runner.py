@@ -35,7 +35,6 @@ from django.db import (
     close_old_connections,
     connections,
 )
-from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django import metrics, store
 from headgate_django.conf import headgate_settings
@@ -423,11 +422,7 @@ class Worker:
     def _attempt(self, entry: _Held) -> execute.Outcome:
         try:
             return execute.run_attempt(
-                entry.ctx,
-                entry.job.payload,
-                entry.job.schema_version,
-                self._async,
-                self._thread_connection(),
+                entry.ctx, entry.job.payload, entry.job.schema_version, self._async
             )
         except Exception as exc:  # e.g. a user upcaster: record it, never strand the job
             return execute.Failed(
@@ -706,18 +701,6 @@ class Worker:
         self._db_errors += 1
         with contextlib.suppress(DatabaseError):
             connections[self.using].close()
-
-    def _thread_connection(self) -> BaseDatabaseWrapper:
-        """``connections[self.using]`` of the calling thread, looked up once per thread.
-
-        Django keeps one wrapper per thread and alias for the thread's life (closing it
-        does not replace it), so the handler's own queries run on this same object.
-        """
-        seen = self._thread_seen
-        conn: BaseDatabaseWrapper | None = getattr(seen, "conn", None)
-        if conn is None:
-            conn = seen.conn = connections[self.using]
-        return conn
 
     def _fresh_connection(self) -> None:
         """Drop this handler thread's connections if the worker saw a database error since
