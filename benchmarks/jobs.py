@@ -9,8 +9,8 @@ PostgreSQL database ``headgate_bench`` on 127.0.0.1:5432, dropped and recreated)
 it with ``manage.py migrate``, then measures (after compiling the checkout's packages to
 bytecode, as installing a wheel does):
 
-1. enqueue: one ``noop.enqueue()`` per transaction (autocommit), and ``enqueue()`` of a
-   list of 1,000 envelopes;
+1. enqueue: one ``noop.enqueue()`` per transaction (autocommit), in blocks of 50 calls
+   that alternate with the raw insert's, and ``enqueue()`` of a list of 1,000 envelopes;
 2. drain: N no-op jobs through one real ``manage.py runworkers --burst`` command, timed
    from start to exit, with ``--processes`` 1 and 2 (the product's way to run two worker
    processes: one set-up, then two forked children) and ``--concurrency`` 10 and 100;
@@ -59,6 +59,7 @@ PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
 PG_DB = "headgate_bench"
 PAYLOAD = b'{"args":[],"kwargs":{}}'  # what noop.envelope() stores
 BULK = 1000
+SINGLE_BLOCK = 50  # single enqueues per block; the two sides' blocks alternate
 CLAIM = 100
 CONCURRENCY = (10, 100)
 PROCESSES = (1, 2)
@@ -394,14 +395,12 @@ class Raw:
         return int(cur.fetchone()[0])
 
     def single(self, n: int) -> float:
-        self.reset()
+        """Seconds for ``n`` autocommit inserts (see :func:`single_runs`)."""
         sql, cur = raw_insert_sql(self.vendor), self.conn.cursor()
-        for _ in range(20):  # warm-up (prepared statements, caches)
-            cur.execute(sql, ["bench.noop", PAYLOAD])
         start = time.perf_counter()
         for _ in range(n):
             cur.execute(sql, ["bench.noop", PAYLOAD])
-        return n / (time.perf_counter() - start)
+        return time.perf_counter() - start
 
     def bulk(self, batches: int) -> float:
         self.reset()
@@ -547,13 +546,11 @@ class Headgate:
         return int(self.sql("SELECT count(*) FROM headgate_job WHERE state = %s", [state])[0][0])
 
     def single(self, n: int) -> float:
-        self.reset()
-        for _ in range(20):
-            self.noop.enqueue()
+        """Seconds for ``n`` single enqueues (see :func:`single_runs`)."""
         start = time.perf_counter()
         for _ in range(n):
             self.noop.enqueue()
-        return n / (time.perf_counter() - start)
+        return time.perf_counter() - start
 
     def bulk(self, batches: int) -> float:
         from headgate_django import enqueue
@@ -720,11 +717,34 @@ Record = Callable[[str, float], None]
 Step = Callable[[str], None]
 
 
+def single_runs(hg: Headgate, raw: Raw, n: int) -> tuple[float, float]:
+    """One repetition of single enqueues: ``n`` calls each side, in alternating blocks.
+
+    Each call waits for its own commit, and on these machines the time a commit takes moves
+    by a factor of two from one second to the next. Timed as one run of ``n`` calls after
+    the other, the two sides met different seconds (paired ratios from 0.4 to 1.2 within
+    one benchmark run); blocks of :data:`SINGLE_BLOCK` calls, in ABBA order, put both
+    sides under the same conditions. Returns the jobs/s of headgate and of raw.
+    """
+    hg.reset()
+    raw.reset()
+    for side in (hg, raw):  # warm-up: prepared statements, caches
+        side.single(20)
+    spent = [0.0, 0.0]
+    for block in range(max(1, n // SINGLE_BLOCK)):
+        order = (0, 1) if block % 4 in (0, 3) else (1, 0)
+        for index in order:
+            spent[index] += (hg, raw)[index].single(SINGLE_BLOCK)
+    calls = max(1, n // SINGLE_BLOCK) * SINGLE_BLOCK
+    return calls / spent[0], calls / spent[1]
+
+
 def enqueue_runs(hg: Headgate, raw: Raw, sizes: dict[str, int], record: Record, step: Step) -> None:
     step(f"enqueue: {sizes['reps']} x ({sizes['single']} single, {sizes['bulk']} x 1000 bulk)")
     for _ in range(sizes["reps"]):
-        record("single/headgate", hg.single(sizes["single"]))
-        record("single/raw", raw.single(sizes["single"]))
+        hg_rate, raw_rate = single_runs(hg, raw, sizes["single"])
+        record("single/headgate", hg_rate)
+        record("single/raw", raw_rate)
         record("bulk/headgate", hg.bulk(sizes["bulk"]))
         record("bulk/raw", raw.bulk(sizes["bulk"]))
 
