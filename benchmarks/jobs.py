@@ -730,12 +730,13 @@ def single_runs(hg: Headgate, raw: Raw, n: int) -> tuple[float, float]:
     raw.reset()
     for side in (hg, raw):  # warm-up: prepared statements, caches
         side.single(20)
+    blocks = max(1, n // SINGLE_BLOCK)
     spent = [0.0, 0.0]
-    for block in range(max(1, n // SINGLE_BLOCK)):
+    for block in range(blocks):
         order = (0, 1) if block % 4 in (0, 3) else (1, 0)
         for index in order:
             spent[index] += (hg, raw)[index].single(SINGLE_BLOCK)
-    calls = max(1, n // SINGLE_BLOCK) * SINGLE_BLOCK
+    calls = blocks * SINGLE_BLOCK
     return calls / spent[0], calls / spent[1]
 
 
