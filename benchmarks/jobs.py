@@ -11,6 +11,9 @@ bytecode, as installing a wheel does):
 
 1. enqueue: one ``noop.enqueue()`` per transaction (autocommit), in blocks of 50 calls
    that alternate with the raw insert's, and ``enqueue()`` of a list of 1,000 envelopes;
+   on PostgreSQL the single enqueue runs twice per repetition, once as the scheduler
+   places the processes and once with this process and its two database backends held on
+   separate cores (see :func:`cores_apart`);
 2. drain: N no-op jobs through one real ``manage.py runworkers --burst`` command, timed
    from start to exit, with ``--processes`` 1 and 2 (the product's way to run two worker
    processes: one set-up, then two forked children) and ``--concurrency`` 10 and 100;
@@ -394,6 +397,10 @@ class Raw:
         cur.execute(f"SELECT count(*) FROM bench_raw_job WHERE state = {ph}", [state])
         return int(cur.fetchone()[0])
 
+    def backend_pid(self) -> int:
+        """The PostgreSQL backend serving this connection."""
+        return int(self.conn.info.backend_pid)
+
     def single(self, n: int) -> float:
         """Seconds for ``n`` autocommit inserts (see :func:`single_runs`)."""
         sql, cur = raw_insert_sql(self.vendor), self.conn.cursor()
@@ -544,6 +551,11 @@ class Headgate:
 
     def count(self, state: str) -> int:
         return int(self.sql("SELECT count(*) FROM headgate_job WHERE state = %s", [state])[0][0])
+
+    def backend_pid(self) -> int:
+        """The PostgreSQL backend serving Django's connection (opened if it is not yet)."""
+        self.conn.ensure_connection()
+        return int(self.conn.connection.info.backend_pid)
 
     def single(self, n: int) -> float:
         """Seconds for ``n`` single enqueues (see :func:`single_runs`)."""
@@ -717,6 +729,48 @@ Record = Callable[[str, float], None]
 Step = Callable[[str], None]
 
 
+@contextlib.contextmanager
+def cores_apart(backends: list[int]) -> Iterator[str | None]:
+    """Hold this process on one core and the PostgreSQL backends serving it on the others.
+
+    A single enqueue is a ping-pong between this process and its backend, and on a 2-core
+    machine that also runs the database the scheduler often puts both on one core, where
+    the client's work between two round trips and the backend's work around its commit
+    queue behind each other instead of overlapping. A production database runs on a host
+    of its own, where they never compete. Both sides of the comparison get the same
+    placement. Yields ``None`` when the processes are placed, else why they could not be
+    (a single core, a backend that is not a local PostgreSQL process, no permission to set
+    another process's affinity); the previous affinities come back on exit.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        yield "one core"
+        return
+    for pid in backends:
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            title = b""
+        if b"postgres" not in title:
+            yield f"backend {pid} is not a PostgreSQL process on this machine"
+            return
+    saved = {pid: os.sched_getaffinity(pid) for pid in (0, *backends)}
+    try:
+        os.sched_setaffinity(0, {cpus[0]})
+        for pid in backends:
+            os.sched_setaffinity(pid, set(cpus[1:]))
+    except OSError as exc:
+        reason: str | None = f"affinity not settable ({exc.strerror})"
+    else:
+        reason = None
+    try:
+        yield reason
+    finally:
+        for pid, mask in saved.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pid, mask)
+
+
 def single_runs(hg: Headgate, raw: Raw, n: int) -> tuple[float, float]:
     """One repetition of single enqueues: ``n`` calls each side, in alternating blocks.
 
@@ -746,6 +800,14 @@ def enqueue_runs(hg: Headgate, raw: Raw, sizes: dict[str, int], record: Record, 
         hg_rate, raw_rate = single_runs(hg, raw, sizes["single"])
         record("single/headgate", hg_rate)
         record("single/raw", raw_rate)
+        if hg.vendor == "postgresql":
+            with cores_apart([hg.backend_pid(), raw.backend_pid()]) as refused:
+                if refused:
+                    step(f"single enqueue on separate cores left out: {refused}")
+                else:
+                    hg_rate, raw_rate = single_runs(hg, raw, sizes["single"])
+                    record("single_apart/headgate", hg_rate)
+                    record("single_apart/raw", raw_rate)
         record("bulk/headgate", hg.bulk(sizes["bulk"]))
         record("bulk/raw", raw.bulk(sizes["bulk"]))
 
@@ -902,6 +964,13 @@ def table(results: dict[str, Any]) -> str:
         )
 
     row("single enqueue, jobs/s", "single/headgate", "single/raw", "jobs/s", "single")
+    row(
+        "single enqueue, client and backend on separate cores, jobs/s",
+        "single_apart/headgate",
+        "single_apart/raw",
+        "jobs/s",
+        "single",
+    )
     row("bulk enqueue ×1000, jobs/s", "bulk/headgate", "bulk/raw", "jobs/s", "bulk")
     for procs in PROCESSES:
         for conc in CONCURRENCY:
@@ -980,6 +1049,13 @@ def table(results: dict[str, Any]) -> str:
             + f" (medians of {len(bursts[1])}). "
             if bursts
             else ". "
+        )
+        + (
+            "The single enqueue on separate cores holds this process on one core and its two "
+            "backends (headgate's and raw's) on the other, as a database on a host of its "
+            "own would be; the row above it leaves them where the scheduler puts them. "
+            if "single_apart/headgate" in runs
+            else ""
         )
         + f"1-minute load average {results['load'][0]:.1f} at the start of this database's "
         f"runs, {results['load'][1]:.1f} at the end ({os.cpu_count()} cores)"
