@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
@@ -294,8 +294,12 @@ def pg_commits(execute: Callable[[str], Any], vendor: str) -> int | None:
     )
 
 
+@overload
+def per_1k(seconds: float, n: int) -> float: ...
+@overload
+def per_1k(seconds: float | None, n: int) -> float | None: ...
 def per_1k(seconds: float | None, n: int) -> float | None:
-    """Seconds spent on ``n`` jobs → milliseconds per 1,000 jobs."""
+    """Seconds spent on ``n`` jobs → milliseconds per 1,000 jobs (``None`` when unknown)."""
     return None if seconds is None else seconds * 1e6 / n
 
 
