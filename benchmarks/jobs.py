@@ -740,8 +740,8 @@ def cores_apart(backends: list[int]) -> Iterator[str | None]:
     A single enqueue is a ping-pong between this process and its backend, and on a 2-core
     machine that also runs the database the scheduler often puts both on one core, where
     the client's work between two round trips and the backend's work around its commit
-    queue behind each other instead of overlapping. A production database runs on a host
-    of its own, where they never compete. Both sides of the comparison get the same
+    queue behind each other instead of overlapping. A production database usually runs on a
+    host of its own, where they never compete. Both sides of the comparison get the same
     placement. Yields ``None`` when the processes are placed, else why they could not be
     (a single core, a backend that is not a local PostgreSQL process, no permission to set
     another process's affinity); the previous affinities come back on exit.
