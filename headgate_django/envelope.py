@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from headgate_django.exceptions import DefinitionError, PayloadError
+from headgate_django.exceptions import (
+    DefinitionError,
+    PayloadNotJSONError,
+    ResultTooLargeError,
+)
 from headgate_django.kernel.names import validate_job_id, validate_kind, validate_queue
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -97,7 +101,28 @@ def canonical_json(value: Any) -> bytes:
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         ).encode()
     except (TypeError, ValueError) as exc:
-        raise PayloadError(f"payload is not JSON-serialisable: {exc}") from exc
+        raise PayloadNotJSONError(f"payload is not JSON-serialisable: {exc}") from exc
+
+
+def check_result(result: Any) -> int:
+    """The size of ``result`` as the store keeps it (UTF-8 JSON), refusing a value it cannot
+    keep: ``TypeError`` or ``ValueError`` when it is not JSON, :class:`ResultTooLargeError`
+    over ``HEADGATE["MAX_RESULT_BYTES"]``. One rule for the worker, which checks before it
+    reports success, and for the store's fenced writes."""
+    from headgate_django.conf import headgate_settings
+
+    try:
+        size = len(json.dumps(result, ensure_ascii=False, allow_nan=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"result is not JSON-serialisable: {exc}") from exc
+    limit = headgate_settings.MAX_RESULT_BYTES
+    if size > limit:
+        raise ResultTooLargeError(
+            f"result is {size} bytes, over the {limit}-byte limit (HEADGATE['MAX_RESULT_BYTES'])",
+            size=size,
+            limit=limit,
+        )
+    return size
 
 
 #: What :func:`encode_call` writes for a call without arguments.

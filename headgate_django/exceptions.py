@@ -64,11 +64,25 @@ class PayloadError(DefinitionError):
     default_code = "invalid_payload"
 
 
+class PayloadNotJSONError(PayloadError, TypeError):
+    """The payload is not JSON-serialisable.
+
+    A ``TypeError`` too, as ``json.dumps`` and Django's Tasks API raise for arguments they
+    cannot serialise: code written for any Tasks backend catches it.
+    """
+
+
 class PayloadTooLargeError(PayloadError):
     """The payload is larger than the configured limit."""
 
     status_code = 413
     default_code = "payload_too_large"
+
+
+class ResultTooLargeError(PayloadTooLargeError):
+    """The result is larger than the configured limit."""
+
+    default_code = "result_too_large"
 
 
 class BatchError(DefinitionError):

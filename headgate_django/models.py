@@ -92,6 +92,11 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     progress = models.JSONField(null=True, blank=True)
     workflow_id = models.CharField(max_length=255, null=True, blank=True)
+    task_options = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What a Django task's using() set that no other column keeps (run_after).",
+    )
 
     class Meta:
         db_table = "headgate_job"
