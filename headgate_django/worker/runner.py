@@ -43,7 +43,7 @@ from headgate_django.kernel.states import State
 from headgate_django.registry import registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
-from headgate_django.worker import execute
+from headgate_django.worker import execute, logs
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import wake_source
@@ -51,6 +51,7 @@ from headgate_django.worker.settle import completion, settle
 from headgate_django.worker.status import status_line
 
 log = logging.getLogger("headgate_django.worker")
+attempt_log = logging.getLogger(logs.ATTEMPTS_LOGGER)
 
 #: The heartbeat looks for waiting jobs of unregistered kinds once the worker has run out of
 #: jobs it can claim (a claim came back short), no sooner than this after start and then at
@@ -204,10 +205,11 @@ class Worker:
 
     def run(self) -> None:
         log.info(
-            "worker %s serving %s with concurrency %d",
+            "worker %s serving %s with concurrency %d; %s",
             self.worker_id,
             ", ".join(self.queues) if self.queues else "every queue",
             self.concurrency,
+            logs.start_details(using=self.using, duties=self._duties is not None),
         )
         acker = threading.Thread(target=self._ack_loop, name="headgate-ack", daemon=True)
         heart = threading.Thread(target=self._heartbeat_loop, name="headgate-heart", daemon=True)
@@ -448,6 +450,15 @@ class Worker:
             timed_out = entry.settled
             entry.finishing = not timed_out
         metrics.observe_attempt(entry.job.queue, entry.job.kind, execute.label(outcome), took)
+        if attempt_log.isEnabledFor(logging.DEBUG):
+            attempt_log.debug(
+                "job %s (%s) attempt %d %s in %.1f ms",
+                entry.job.ref.job_id,
+                entry.job.kind,
+                entry.ctx.attempt,
+                execute.label(outcome),
+                took * 1000,
+            )
         if timed_out:  # timed out or released while running
             self._finish(entry)
             return
