@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # The project is SQLite on every leg: run it once, on the SQLite leg.
+    pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="runs on the SQLite leg"),
+]
 
 SETTINGS = """
 INSTALLED_APPS += ["rest_framework", "django_filters", "channels", "headgate_django", "shop"]
