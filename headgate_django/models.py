@@ -436,6 +436,7 @@ class SignalInbox(models.Model):
     class Meta:
         db_table = "headgate_durable_signal"
         ordering = ["workflow_id", "seq"]
+        verbose_name_plural = "signal inboxes"
         constraints = [
             models.UniqueConstraint(
                 fields=["workflow", "name", "message_id"], name="headgate_durable_signal_msg"

@@ -155,3 +155,11 @@ def test_admin_index_links_the_console(viewer: Any, staff_without_perms: Any) ->
     assert reverse("admin:headgate_django_workflows") in html
     client.force_login(staff_without_perms)
     assert "Headgate console" not in client.get(reverse("admin:index")).content.decode()
+
+
+@pytest.mark.django_db
+def test_model_names_read_as_english_plurals(viewer: Any) -> None:
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(reverse("admin:app_list", args=["headgate_django"])).content.decode()
+    assert "Signal inboxes" in html and "inboxs" not in html.lower()
