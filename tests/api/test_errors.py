@@ -76,7 +76,7 @@ def test_404_unknown_object(operator: Api) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/v1/nope", "/api/v1/jobs/a/b/c", "/api/v1", "/api/v1/jobs/", "/api/v1/jobs/%01"]
+    "path", ["/api/v1/nope", "/api/v1/jobs/a/b/c", "/api/v1", "/api/v1/nope/", "/api/v1/jobs/%01"]
 )
 def test_404_unknown_route(anon: Api, path: str) -> None:
     envelope(anon.get(path), 404, "not_found")
