@@ -26,7 +26,9 @@ HIDDEN = "hidden — needs the “Can view job payloads” permission"
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     actions = None
+    # Counting every row of a large table for "N total", or per filter choice, reads them all.
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
 
     class Media:
