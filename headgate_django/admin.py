@@ -58,7 +58,9 @@ class JobAdmin(ReadOnlyAdmin):
     # newest first by primary key (ULIDs sort by creation), the only order an index serves
     # for every filter; no date hierarchy, which sorts every row.
     list_filter = ["state", ("queue", QueueFilter), ("kind", KindFilter)]
-    search_fields = ["=id", "^kind"]
+    # Case-sensitive, as ids and kinds are: "=id" and "^kind" compare UPPER() of the
+    # column, which no index serves.
+    search_fields = ["id__exact", "kind__startswith"]
     ordering = ["-id"]
     change_list_template = "headgate_django/admin/job_change_list.html"
     readonly_fields = ["workflow", "error_timeline", "checkpoint_view", "result_view"]
