@@ -127,9 +127,9 @@ def problems(sql: str) -> list[str]:
         on_jobs = node.get("Relation Name") == "headgate_job"
         if node["Node Type"] == "Seq Scan" and on_jobs and not bounded:
             found.append("Seq Scan on headgate_job")
-        if node["Node Type"] in ("Sort", "Incremental Sort") and _reads_job_table(node):
-            if node["Plan Rows"] > MAX_SORTED:
-                found.append(f"sort of {node['Plan Rows']} jobs")
+        sort = node["Node Type"] in ("Sort", "Incremental Sort")
+        if sort and node["Plan Rows"] > MAX_SORTED and _reads_job_table(node):
+            found.append(f"sort of {node['Plan Rows']} jobs")
     return found
 
 
