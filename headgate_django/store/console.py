@@ -118,7 +118,8 @@ def workflow_page(
     using: str = "default",
 ) -> list[dict[str, Any]]:
     """Coordinators ordered by workflow id, filtered; the cursor is the last workflow id."""
-    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND)
+    # Not NULL (a coordinator's never is): see store.workflows.workflow_coordinators.
+    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND, workflow_id__isnull=False)
     if state:
         qs = qs.filter(state=state)
     if queue:
@@ -143,7 +144,7 @@ def workflow_queues(*, using: str = "default") -> list[str]:
     rather than a ``DISTINCT`` over every workflow ever kept."""
     sample = (
         Job.objects.using(using)
-        .filter(kind=COORDINATOR_KIND)
+        .filter(kind=COORDINATOR_KIND, workflow_id__isnull=False)
         .order_by("workflow_id")
         .values_list("queue", flat=True)[:_QUEUE_SAMPLE]
     )

@@ -135,19 +135,22 @@ def _rates(conn: Any, now: datetime, queues: dict[str, QueueOverview]) -> None:
     queries = (
         (
             "arrivals_last_minute",
+            "",
             "id >= %s AND id < %s AND enqueued_at >= %s",
             [id_prefix(since_ms), id_prefix(until_ms), instant(minute_ago)],
         ),
         (
             "completions_last_minute",
+            v.mysql_index_hint(conn, "headgate_job_evict_my"),
             "state = %s AND expires_at >= %s AND finalized_at >= %s",
             [State.COMPLETED.value, instant(minute_ago + shortest), instant(minute_ago)],
         ),
     )
     with conn.cursor() as cursor:
-        for attribute, where, params in queries:
+        for attribute, hint, where, params in queries:
             cursor.execute(
-                f"SELECT queue, COUNT(*) FROM headgate_job WHERE {where} GROUP BY queue", params
+                f"SELECT queue, COUNT(*) FROM headgate_job{hint} WHERE {where} GROUP BY queue",
+                params,
             )
             for name, n in cursor.fetchall():
                 setattr(queues.setdefault(name, QueueOverview(name)), attribute, int(n))
