@@ -32,7 +32,7 @@ class KnownValuesFilter(AllValuesFieldListFilter):
         self.lookup_val_isnull = None
         self.empty_value_display = model_admin.get_empty_value_display()
         chosen = self.lookup_val or []
-        self.lookup_choices = sorted({*self.known(), *chosen})
+        self.lookup_choices = sorted({*self.known(), *chosen})  # type: ignore[assignment]
         FieldListFilter.__init__(self, field, request, params, model, model_admin, field_path)
 
 

@@ -35,7 +35,8 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return int(self.object_list.order_by()[: COUNT_CAP + 1].count())
+        rows: Any = self.object_list  # the changelist's queryset
+        return int(rows.order_by()[: COUNT_CAP + 1].count())
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

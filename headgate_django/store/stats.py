@@ -73,8 +73,8 @@ def queue_overview(using: str = "default", known_queues: Iterable[str] = ()) -> 
     """
     conn = v.connection_for(using)
     queues: dict[str, QueueOverview] = {name: QueueOverview(name) for name in known_queues}
-    for state in QueueState.objects.using(using).all():
-        queues.setdefault(state.name, QueueOverview(state.name)).paused = state.paused
+    for switch in QueueState.objects.using(using).all():
+        queues.setdefault(switch.name, QueueOverview(switch.name)).paused = switch.paused
     crowded = [s for s in STATES if not _group_by_queue(conn, s, queues)]
     for state in crowded:  # estimates, once every queue the other states name is known
         for q in queues.values():
