@@ -187,7 +187,7 @@ class _StoreCollector:
         )
         backlog = GaugeMetricFamily(
             "headgate_eviction_backlog",
-            "Jobs past their retention not yet evicted (estimated above 10,000)",
+            "Jobs past their retention not yet evicted (estimated above 1,000)",
         )
         return depth, oldest, backlog
 

@@ -14,10 +14,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 #: Counts up to this are exact; above it they are the planner's estimate.
-EXACT_UP_TO = 10_000
+EXACT_UP_TO = 1_000
 
 
 @dataclass(frozen=True)
@@ -29,15 +30,31 @@ class Count:
 
 
 def capped_count(
-    conn: BaseDatabaseWrapper, where: str, params: list[Any], *, cap: int = EXACT_UP_TO
+    conn: BaseDatabaseWrapper,
+    where: str,
+    params: list[Any],
+    *,
+    cap: int = EXACT_UP_TO,
+    mysql_index: str | None = None,
 ) -> Count:
-    """Rows of ``headgate_job`` matching ``where``: exact up to ``cap``, estimated above."""
-    with conn.cursor() as cursor:
-        if conn.vendor == "sqlite":
+    """Rows of ``headgate_job`` matching ``where``: exact up to ``cap``, estimated above.
+
+    The count reads an index, never the table: a planner whose statistics are stale (a
+    backlog just evicted, a state just drained) would otherwise expect the ``LIMIT`` to
+    stop a sequential scan early and read every row to find none. PostgreSQL is told so
+    for the statement (``enable_seqscan`` off, in its own transaction), MySQL/MariaDB
+    through ``mysql_index`` where its choice is not the obvious ``state`` index.
+    """
+    if conn.vendor == "sqlite":
+        with conn.cursor() as cursor:
             cursor.execute(f"SELECT COUNT(*) FROM headgate_job WHERE {where}", params)
             return Count(int(cursor.fetchone()[0]))
+    hint = f" FORCE INDEX ({mysql_index})" if conn.vendor == "mysql" and mysql_index else ""
+    with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+        if conn.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
-            f"SELECT COUNT(*) FROM (SELECT 1 FROM headgate_job WHERE {where} LIMIT %s) capped",
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM headgate_job{hint} WHERE {where} LIMIT %s) c",
             [*params, cap + 1],
         )
         exact = int(cursor.fetchone()[0])
@@ -58,24 +75,3 @@ def planner_rows(conn: BaseDatabaseWrapper, where: str, params: list[Any]) -> in
         cursor.execute(f"EXPLAIN {sql}", params)
         columns = [c[0] for c in cursor.description]
         return sum(int(dict(zip(columns, r, strict=True))["rows"] or 0) for r in cursor.fetchall())
-
-
-def table_rows(conn: BaseDatabaseWrapper, table: str = "headgate_job") -> Count:
-    """Rows in ``table``: the catalogue's figure on PostgreSQL and MariaDB (kept by
-    autovacuum / InnoDB statistics, so an estimate), an exact count on SQLite."""
-    with conn.cursor() as cursor:
-        if conn.vendor == "postgresql":
-            cursor.execute(
-                "SELECT GREATEST(reltuples, 0)::bigint FROM pg_class WHERE oid = %s::regclass",
-                [table],
-            )
-            return Count(int(cursor.fetchone()[0]), estimated=True)
-        if conn.vendor == "mysql":
-            cursor.execute(
-                "SELECT TABLE_ROWS FROM information_schema.TABLES "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
-                [table],
-            )
-            return Count(int(cursor.fetchone()[0] or 0), estimated=True)
-        cursor.execute(f"SELECT COUNT(*) FROM {table}")
-        return Count(int(cursor.fetchone()[0]))

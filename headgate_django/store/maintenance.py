@@ -221,7 +221,7 @@ def job_eviction_backlog(*, using: str = "default") -> Count:
     :data:`~headgate_django.store.estimates.EXACT_UP_TO`, estimated above)."""
     conn = v.connection_for(using)
     where, params = _evictable_where(conn)
-    return capped_count(conn, where, params)
+    return capped_count(conn, where, params, mysql_index="headgate_job_evict_my")
 
 
 def unknown_kinds_waiting(

@@ -195,7 +195,7 @@ class JobCountsSerializer(serializers.Serializer):
     estimated = serializers.ListField(
         child=serializers.CharField(),
         help_text="States whose count is the database's estimate: a state with more than "
-        "10,000 jobs is not counted row by row (PostgreSQL and MariaDB; SQLite counts exactly).",
+        "1,000 jobs is not counted row by row (PostgreSQL and MariaDB; SQLite counts exactly).",
     )
 
 

@@ -19,13 +19,13 @@ class QueueSerializer(serializers.Serializer):
     paused = serializers.BooleanField()
     estimated = serializers.ListField(
         child=serializers.CharField(),
-        help_text="States whose count is the database's estimate (more than 10,000 jobs).",
+        help_text="States whose count is the database's estimate (more than 1,000 jobs).",
     )
 
 
 class EvictionSerializer(serializers.Serializer):
     backlog = serializers.IntegerField(help_text="Jobs past their retention not yet evicted.")
-    backlog_estimated = serializers.BooleanField(help_text="True above 10,000: an estimate.")
+    backlog_estimated = serializers.BooleanField(help_text="True above 1,000: an estimate.")
     rows_per_second = serializers.FloatField(
         allow_null=True, help_text="Delete rate of the last eviction pass, or null."
     )
