@@ -46,16 +46,22 @@ def _time_part() -> str:
     ms = int(time.time() * 1000)
     last, text = _clock
     if ms != last:
-        p = _PAIRS
-        text = (
-            p[ms >> 40 & 1023]
-            + p[ms >> 30 & 1023]
-            + p[ms >> 20 & 1023]
-            + p[ms >> 10 & 1023]
-            + p[ms & 1023]
-        )
+        text = id_prefix(ms)
         _clock = (ms, text)
     return text
+
+
+def id_prefix(ms: int) -> str:
+    """The first ten characters of every ULID made in millisecond ``ms`` (of the epoch):
+    generated ids sort by creation, so ids made since an instant form one key range."""
+    p = _PAIRS
+    return (
+        p[ms >> 40 & 1023]
+        + p[ms >> 30 & 1023]
+        + p[ms >> 20 & 1023]
+        + p[ms >> 10 & 1023]
+        + p[ms & 1023]
+    )
 
 
 # Random parts made ahead, many per system call: a ``getrandom`` call per id cost as much as

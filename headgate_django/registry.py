@@ -154,3 +154,9 @@ def find_task(kind: str) -> TaskDef | None:
 
 def registered_kinds() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def registered_queues() -> list[str]:
+    """The default queues of the registered kinds: names the console knows without
+    reading the job table."""
+    return sorted({definition.queue for definition in _REGISTRY.values()})

@@ -297,7 +297,9 @@ def workflow_coordinators(
     *, after: str | None = None, limit: int = 50, using: str = "default"
 ) -> list[dict[str, Any]]:
     """A page of coordinators ordered by workflow id (cursor = the last workflow id)."""
-    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND)
+    # Not NULL, as a coordinator's never is: MySQL/MariaDB's workflow_id index holds every
+    # job, NULLs first, and the ordered scan would otherwise read past all plain jobs.
+    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND, workflow_id__isnull=False)
     if after is not None:
         qs = qs.filter(workflow_id__gt=after)
     rows = qs.order_by("workflow_id").values(

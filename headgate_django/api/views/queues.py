@@ -20,7 +20,8 @@ from headgate_django.api.schema import document
 from headgate_django.api.serializers.ops import QuarantineSerializer, QueueListSerializer
 from headgate_django.kernel.names import validate_queue
 from headgate_django.models import Quarantine, QueueState
-from headgate_django.store.stats import queue_overview
+from headgate_django.registry import registered_queues
+from headgate_django.store.stats import eviction_status, queue_overview
 
 RELEASED = OpenApiResponse(
     description="Released; `X-Released-Jobs` says how many quarantined jobs became available."
@@ -47,8 +48,11 @@ class QueueViewSet(HeadgateViewSet):
         responses=QueueListSerializer,
     )
     def list(self, request: Request) -> Response:
-        queues = [{**asdict(q), "total": q.total} for q in queue_overview()]
-        return Response({"queues": queues})
+        queues = [
+            {**asdict(q), "total": q.total}
+            for q in queue_overview(known_queues=registered_queues())
+        ]
+        return Response({"queues": queues, "eviction": asdict(eviction_status())})
 
     @document(summary="Pause a queue: claims skip it", request=None, responses={204: None})
     @action(detail=True, methods=["post"])

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('headgate_django', '0014_job_one_row_costs'),
+        ('headgate_django', '0015_job_large_tables'),
     ]
 
     operations = [
