@@ -149,7 +149,8 @@ def operation_restore(
             return "rerun"
         _insert(conn, _plan([internal(replace(envelope, pending=True))]))
         marked = {"durable": {"state": "uncertain", "reason": RESTORED_REASON}}
-        entry = error_entry(conn, locked.now, 1, "uncertain", RESTORED_REASON, None)
+        cursor.execute(f"SELECT {v.now(conn)}", [])  # error_entry reads the driver's value
+        entry = error_entry(conn, cursor.fetchone()[0], 1, "uncertain", RESTORED_REASON, None)
         cursor.execute(
             f"UPDATE headgate_job SET state = %s, checkpoint = %s, errors = %s, "
             f"finalized_at = {v.now(conn)}, expires_at = NULL WHERE id = %s",
