@@ -21,7 +21,13 @@ from headgate_django.exceptions import (
     PayloadNotJSONError,
     ResultTooLargeError,
 )
-from headgate_django.kernel.names import validate_job_id, validate_kind, validate_queue
+from headgate_django.kernel.names import (
+    internal_kind_error,
+    is_internal_kind,
+    validate_job_id,
+    validate_kind,
+    validate_queue,
+)
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -219,6 +225,10 @@ _INT32 = 2**31 - 1
 #: (every ``task.envelope()``), while ``dataclasses.replace`` builds a new envelope through
 #: ``__init__``, which is checked again.
 _FIELDS_CHECKED = "_headgate_fields_checked"
+#: Set in an envelope's ``__dict__`` by :func:`internal`: the library built it. Never a
+#: field, so neither ``dataclasses.replace`` nor a serializer can carry it over: a changed
+#: copy of an internal envelope must be marked again by the code that changed it.
+_INTERNAL = "_headgate_internal"
 # (kind, queue) pairs already found valid, for envelopes built one by one: validity depends
 # on the two strings alone. Bounded for a project that makes queue names up.
 _VALID_NAMES: set[tuple[str, str]] = set()
@@ -240,6 +250,11 @@ def check_fields(env: Envelope) -> None:
         validate_queue(env.queue)
         if len(_VALID_NAMES) < _VALID_NAMES_MAX:
             _VALID_NAMES.add(names)
+    # Outside the cache of valid names: a trusted internal envelope puts its names there too.
+    if is_internal_kind(env.kind) and _INTERNAL not in env.__dict__:
+        raise internal_kind_error(
+            env.kind, "its jobs are made only by workflows, grafts, retries and durable runs"
+        )
     if env.id is not None:
         validate_job_id(env.id)
     if not -_INT32 <= env.priority <= _INT32:
@@ -260,6 +275,17 @@ def check_fields(env: Envelope) -> None:
     if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
         raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
     env.__dict__[_FIELDS_CHECKED] = True
+
+
+def internal(env: Envelope) -> Envelope:
+    """Mark ``env``, of an internal kind, as built by the library itself, and return it.
+
+    For headgate-django's own builders only (workflow prepare, graft, failed-subgraph retry,
+    the durable runtime): every other envelope of a ``headgate:`` kind is refused by
+    :func:`check_fields`, which every enqueue runs.
+    """
+    env.__dict__[_INTERNAL] = True
+    return env
 
 
 def with_payload(template: Envelope, payload: bytes) -> Envelope:

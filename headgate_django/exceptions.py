@@ -58,6 +58,12 @@ class InvalidKindError(DefinitionError):
     default_code = "invalid_kind"
 
 
+class InternalKindError(DefinitionError):
+    """This job kind is internal to headgate-django: only the library's own builders make it."""
+
+    default_code = "internal_kind"
+
+
 class PayloadError(DefinitionError):
     """The payload cannot be stored."""
 

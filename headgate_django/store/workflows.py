@@ -16,6 +16,8 @@ from django.db import transaction
 
 from headgate_django.envelope import decode_call
 from headgate_django.kernel.names import COORDINATOR_KIND
+from headgate_django.kernel.names import GRAFT_KIND as GRAFT_KIND  # re-exported: the workflow
+from headgate_django.kernel.names import RETRY_KIND as RETRY_KIND  # layer imports them here
 from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
 from headgate_django.models import Job, WorkflowCheckpoint
@@ -337,10 +339,6 @@ def workflow_live_job_ids(workflow_id: str, *, using: str = "default") -> list[s
         .exclude(pk=coordinator_job_id(workflow_id))
         .values_list("id", flat=True)
     )
-
-
-GRAFT_KIND = "headgate:graft"
-RETRY_KIND = "headgate:workflow-retry"
 
 
 def graft_receipt_id(workflow_id: str, revision: int) -> str:

@@ -32,7 +32,7 @@ from headgate_django.kernel.workflow import (
     node_states,
 )
 from headgate_django.models import WorkflowCheckpoint
-from headgate_django.registry import task
+from headgate_django.registry import internal_task
 from headgate_django.store import db_now
 from headgate_django.store.workflows import (
     COORDINATOR_KIND,
@@ -82,7 +82,7 @@ def _validated(digest: str, graph: Any) -> GraphSpec:
     return spec
 
 
-@task(kind=COORDINATOR_KIND, queue="headgate-workflow")
+@internal_task(kind=COORDINATOR_KIND, queue="headgate-workflow")
 def coordinate(
     ctx: JobContext, graph: Any = None, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:

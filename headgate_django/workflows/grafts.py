@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
-from headgate_django.envelope import Envelope, encode_call
+from headgate_django.envelope import Envelope, encode_call, internal
 from headgate_django.exceptions import DefinitionError, GraphError, InvalidTransitionError
 from headgate_django.kernel.graph import NodeKind, NodeSpec
 from headgate_django.kernel.names import validate_queue
@@ -100,6 +100,7 @@ class WorkflowGraft:
             retention=headgate_settings.WORKFLOW_RETENTION,
             workflow_id=self.workflow_id,
         )
+        internal(receipt)  # the library's own receipt; a forged one is refused at enqueue
         tasks = [
             replace(
                 env,

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from headgate_django.envelope import Envelope, encode_call
+from headgate_django.envelope import Envelope, encode_call, internal
 from headgate_django.exceptions import (
     DefinitionError,
     InvalidTransitionError,
@@ -26,12 +26,8 @@ from headgate_django.exceptions import (
 from headgate_django.kernel.graph import NodeKind, NodeSpec, combine
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
-from headgate_django.store import (
-    job_insert_many,
-    job_operator_retry,
-    job_replace_payload,
-    quarantine_release,
-)
+from headgate_django.store import job_insert_many, job_replace_payload, quarantine_release
+from headgate_django.store.operator import workflow_coordinator_reopen
 from headgate_django.store.workflows import (
     RETRY_KIND,
     checkpoint_from_row,
@@ -131,20 +127,17 @@ def request_failed_subgraph_retry(
             )
         revision = expected_revision + 1
         receipt_id = retry_receipt_id(workflow_id, revision)
-        job_insert_many(
-            [
-                Envelope(
-                    kind=RETRY_KIND,
-                    id=receipt_id,
-                    queue=coordinator.queue,
-                    payload=encode_call((), {"workflow_id": workflow_id, "revision": revision}),
-                    pending=True,
-                    retention=coordinator.retention,
-                    workflow_id=workflow_id,
-                )
-            ]
+        receipt = Envelope(
+            kind=RETRY_KIND,
+            id=receipt_id,
+            queue=coordinator.queue,
+            payload=encode_call((), {"workflow_id": workflow_id, "revision": revision}),
+            pending=True,
+            retention=coordinator.retention,
+            workflow_id=workflow_id,
         )
-        job_operator_retry(coordinator.id)
+        job_insert_many([internal(receipt)])
+        workflow_coordinator_reopen(coordinator.id)
     return RetryReceipt(workflow_id, revision, checkpoint.generation + 1, receipt_id)
 
 

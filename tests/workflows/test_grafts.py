@@ -11,8 +11,8 @@ import pytest
 from django.db import connections
 
 from headgate_django import IdConflictError, NotFoundError, enqueue, testing
-from headgate_django.envelope import decode_call, encode_call
-from headgate_django.exceptions import GraphError, InvalidTransitionError
+from headgate_django.envelope import decode_call, encode_call, internal
+from headgate_django.exceptions import GraphError, InternalKindError, InvalidTransitionError
 from headgate_django.models import Graft, Job
 from headgate_django.store import workflows as workflow_store
 from headgate_django.workflows import (
@@ -192,11 +192,17 @@ def test_only_ordinary_tasks_can_be_grafted():
     with pytest.raises(GraphError):
         WorkflowGraft("onboarding:42", 1).add("approval", "approved", ["send-welcome"])
     assert not hasattr(WorkflowGraft, "add_signal")
-    # A receipt forged to carry a signal node is rejected by the coordinator.
+    # A receipt forged to carry a signal node cannot be enqueued by hand...
     graft = survey().prepare()
     _, kwargs = decode_call(graft.envelopes[0].payload)
     kwargs["nodes"][0].update(kind="signal", signal="approved", job_kind="headgate:signal")
-    enqueue([replace(graft.envelopes[0], payload=encode_call((), kwargs)), *graft.envelopes[1:]])
+    forged = replace(graft.envelopes[0], payload=encode_call((), kwargs))
+    with pytest.raises(InternalKindError):
+        enqueue([forged, *graft.envelopes[1:]])
+    assert job_state("onboarding:42:graft:2") is None
+    # ...and one written past the library (an older version, the database) is rejected by
+    # the coordinator.
+    enqueue([internal(forged), *graft.envelopes[1:]])
     release()
     audit = Graft.objects.get(receipt_job_id="onboarding:42:graft:2")
     assert audit.status == "rejected"
