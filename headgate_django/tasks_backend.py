@@ -51,6 +51,7 @@ from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
+from headgate_django.store.reads import job_get
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -107,7 +108,7 @@ class HeadgateBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        job = Job.objects.using(self.database).filter(pk=result_id).first()
+        job = job_get(result_id, using=self.database)
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         return self._result(job)
@@ -173,7 +174,9 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
 
     task: Task = import_string(ctx.kind)
     backend = cast(HeadgateBackend, task.get_backend())
-    job = Job.objects.using(backend.database).get(pk=ctx.job_id)
+    job = job_get(ctx.job_id, using=backend.database)
+    if job is None:
+        raise TaskResultDoesNotExist(ctx.job_id)
     result = backend._result(job)
     task_started.send(type(backend), task_result=result)
     try:

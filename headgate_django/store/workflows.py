@@ -349,6 +349,20 @@ def retry_receipt_id(workflow_id: str, revision: int) -> str:
     return f"{workflow_id}:retry:{revision}"
 
 
+def workflow_coordinator_lock(workflow_id: str, *, using: str = "default") -> Job | None:
+    """The workflow's coordinator row, locked ``FOR UPDATE`` until the caller's transaction
+    ends (Django refuses the lock outside ``transaction.atomic``), or None when there is no
+    such workflow. A coordinator attempt takes the same row lock before it writes
+    (``lock_held``), so while the caller holds it the workflow can neither finish nor
+    accept another graft: checks made under it stay true until the commit."""
+    return (
+        Job.objects.using(using)
+        .select_for_update()
+        .filter(pk=coordinator_job_id(workflow_id))
+        .first()
+    )
+
+
 def workflow_pending_receipt(job_id: str, *, using: str = "default") -> Job | None:
     """A receipt job waiting for the coordinator (a point read, never a scan)."""
     return Job.objects.using(using).filter(pk=job_id, state=State.PENDING.value).first()

@@ -16,7 +16,12 @@ from typing import Any
 from django.db import transaction
 
 from headgate_django.envelope import Envelope, encode_call
-from headgate_django.exceptions import DefinitionError, GraphError, InvalidTransitionError
+from headgate_django.exceptions import (
+    DefinitionError,
+    GraphError,
+    InvalidTransitionError,
+    NotFoundError,
+)
 from headgate_django.kernel.graph import NodeKind, NodeSpec
 from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.states import State
@@ -24,9 +29,15 @@ from headgate_django.models import Job
 from headgate_django.store import job_insert_many
 from headgate_django.store.workflows import (
     GRAFT_KIND,
-    coordinator_job_id,
     graft_receipt_id,
+    workflow_coordinator_lock,
     workflow_wake,
+)
+
+#: Coordinator states of a workflow that has not finished, so a graft can still join it.
+_LIVE = frozenset(
+    s.value
+    for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE)
 )
 
 
@@ -126,26 +137,13 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
     Returns the receipt job id.
     """
     with transaction.atomic(using=using):
-        state = (
-            Job.objects.using(using)
-            .select_for_update()
-            .filter(pk=coordinator_job_id(graft.workflow_id))
-            .values_list("state", flat=True)
-            .first()
-        )
-        if state is None:
-            from headgate_django.exceptions import NotFoundError
-
+        coordinator = workflow_coordinator_lock(graft.workflow_id, using=using)
+        if coordinator is None:
             raise NotFoundError(f"workflow {graft.workflow_id!r} does not exist")
-        if state not in {
-            State.PENDING,
-            State.SCHEDULED,
-            State.AVAILABLE,
-            State.RUNNING,
-            State.RETRYABLE,
-        }:
+        if coordinator.state not in _LIVE:
             raise InvalidTransitionError(
-                f"workflow {graft.workflow_id!r} has finished ({state}); a graft cannot revive it"
+                f"workflow {graft.workflow_id!r} has finished ({coordinator.state}); "
+                "a graft cannot revive it"
             )
         job_insert_many(graft.envelopes, using=using)
         workflow_wake(graft.workflow_id, using=using)
