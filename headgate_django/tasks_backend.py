@@ -21,7 +21,6 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 from django.utils.module_loading import import_string
 
 try:  # Django 6.x
@@ -55,7 +54,8 @@ from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
-from headgate_django.store.django_tasks import job_set_task_options
+from headgate_django.store.django_tasks import job_insert_with_task_options
+from headgate_django.store.reads import job_get
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -124,16 +124,14 @@ class HeadgateBackend(BaseTaskBackend):
         if task.run_after is None:
             job_id = enqueue(envelope, using=self.database)[0]
         else:
-            with transaction.atomic(using=self.database):
-                job_id = enqueue(envelope, using=self.database)[0]
-                options = {"run_after": task.run_after.isoformat()}
-                job_set_task_options(job_id, options, using=self.database)
+            options = {"run_after": task.run_after.isoformat()}
+            job_id = job_insert_with_task_options(envelope, options, using=self.database)
         result = self.get_result(job_id)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        job = Job.objects.using(self.database).filter(pk=result_id).first()
+        job = job_get(result_id, using=self.database)
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         return self._result(job)
@@ -216,7 +214,9 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     from asgiref.sync import async_to_sync
 
     backend = _backend_for(import_string(ctx.kind), ctx.using)
-    job = Job.objects.using(ctx.using).get(pk=ctx.job_id)
+    job = job_get(ctx.job_id, using=ctx.using)
+    if job is None:
+        raise TaskResultDoesNotExist(ctx.job_id)
     result = backend._result(job)
     task = result.task
     task_started.send(type(backend), task_result=result)

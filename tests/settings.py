@@ -40,7 +40,6 @@ ROOT_URLCONF = "tests.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [Path(__file__).resolve().parent.parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from headgate_django.exceptions import NotFoundError
+from django.db import transaction
+
+from headgate_django.envelope import Envelope
 from headgate_django.models import Job
+from headgate_django.store.insert import job_insert_many
 
 
-def job_set_task_options(job_id: str, options: dict[str, Any], *, using: str = "default") -> None:
-    """Record what a Django task's ``using()`` set for the job just enqueued (``run_after``),
-    so its ``TaskResult.task`` reads back as it was enqueued. Called in the enqueue's own
-    transaction, so the job never exists without them."""
-    if not Job.objects.using(using).filter(pk=job_id).update(task_options=options):
-        raise NotFoundError(f"job {job_id} not found", id=job_id)
+def job_insert_with_task_options(
+    envelope: Envelope, options: dict[str, Any], *, using: str = "default"
+) -> str:
+    """Insert one Django task's job with what its ``using()`` set that no column keeps
+    (``run_after``), so its ``TaskResult.task`` reads back as it was enqueued; one
+    transaction (the caller's, when there is one), so the job never exists without them."""
+    with transaction.atomic(using=using):
+        [job_id] = job_insert_many([envelope], using=using)
+        Job.objects.using(using).filter(pk=job_id).update(task_options=options)
+    return job_id

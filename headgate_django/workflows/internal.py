@@ -9,8 +9,8 @@ from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
 from headgate_django.kernel.states import State
-from headgate_django.models import Job
 from headgate_django.registry import internal_task
+from headgate_django.store.reads import job_state
 from headgate_django.store.workflows import GRAFT_KIND, RETRY_KIND, coordinator_job_id
 from headgate_django.workflows.builder import CHILD_KIND, CONDITION_KIND, SIGNAL_KIND, TIMER_KIND
 
@@ -57,9 +57,7 @@ def child_link(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any)
 
     graph = load_graph_of(workflow_id)
     child_id = graph.node(node).child_workflow_id or ""
-    state = (
-        Job.objects.filter(pk=coordinator_job_id(child_id)).values_list("state", flat=True).first()
-    )
+    state = job_state(coordinator_job_id(child_id))
     if state == State.COMPLETED:
         return {"child_workflow_id": child_id, "outcome": "succeeded"}
     if state is None or State(state) in _FAILED:

@@ -18,7 +18,7 @@ from headgate_django.workflows import (
     inspect_workflow,
 )
 from tests.app import tasks
-from tests.workflows.helpers import coordinator, event_names, job_state, run
+from tests.workflows.helpers import coordinator, job_state, run
 
 TEN = "[0,1,2,3,4,5,6,7,8,9]"
 
@@ -66,27 +66,26 @@ def gated() -> Workflow:
 
 
 @pytest.mark.django_db
-def test_a_graft_that_would_put_a_condition_over_budget_is_rejected():
+def test_a_graft_that_would_put_a_condition_over_budget_is_refused_at_submission():
     enqueue(gated().prepare())
     run()
     assert job_state("gated:gate") == "completed"
     graft = WorkflowGraft("gated", 1)
     for i in range(80):
         graft.add(f"extra-{i}", tasks.record_run.envelope(label="extra"), ["start"])
-    enqueue(graft.prepare())
-    emit_signal_with("gated", SignalEmission("done", "done"))
-    run()
-
-    audit = Graft.objects.get(receipt_job_id="gated:graft:2")
-    assert audit.status == "rejected"
-    assert "too expensive" in audit.reason and "in a workflow of 83 nodes" in audit.reason
-    assert f"budget of {MAX_EVALUATION_STEPS:,}" in audit.reason
+    with pytest.raises(ConditionError) as info:
+        enqueue(graft.prepare())
+    reason = str(info.value)
+    assert "too expensive" in reason and "in a workflow of 83 nodes" in reason
+    assert f"budget of {MAX_EVALUATION_STEPS:,}" in reason
+    assert not Graft.objects.exists()
     assert not Job.objects.filter(id__startswith="gated:extra-").exists()
     assert job_state("gated:graft:2") is None
+    emit_signal_with("gated", SignalEmission("done", "done"))
+    run()
     snapshot = inspect_workflow("gated")
     assert snapshot.revision == 1
     assert [n.name for n in snapshot.nodes] == ["start", "gate", "hold"]
-    assert "workflow_graft_accepted" not in event_names("gated")
     assert coordinator("gated").state == "completed"
 
 
