@@ -1,7 +1,9 @@
 """Read-only admin pages for every headgate model, and the console pages hung off them.
 
 Nothing here adds, changes or deletes a row (see :mod:`headgate_django.console.readonly`
-for why). Payloads stay hidden unless the user holds ``headgate_django.view_job_payload``.
+for why). User data (payloads, results, checkpoints, signal payloads) is shown only to
+holders of ``headgate_django.view_job_payload`` (:mod:`headgate_django.visibility`): each
+admin names its displays of it in ``private``.
 The console pages (queues, workflows, live graphs, durable timelines) are mounted through
 ``JobAdmin`` and ``ExecutionAdmin`` so they work on whichever admin site registers them.
 Durable and API models are registered in :mod:`headgate_django.console.admin_durable`.
@@ -19,12 +21,10 @@ from django.utils.safestring import SafeString
 from headgate_django.console import admin_durable  # noqa: F401  (registers its admins)
 from headgate_django.console.filters import KindFilter, QueueFilter
 from headgate_django.console.readonly import (
-    HIDDEN,
     ReadOnlyAdmin,
     job_link,
     pretty_bytes,
     pretty_json,
-    revealed,
     workflow_link,
 )
 from headgate_django.models import (
@@ -63,8 +63,15 @@ class JobAdmin(ReadOnlyAdmin):
     search_fields = ["id__exact", "kind__startswith"]
     ordering = ["-id"]
     change_list_template = "headgate_django/admin/job_change_list.html"
-    readonly_fields = ["workflow", "error_timeline", "checkpoint_view", "result_view"]
-    _fieldsets = [
+    readonly_fields = [
+        "workflow",
+        "error_timeline",
+        "checkpoint_view",
+        "result_view",
+        "payload_view",
+    ]
+    private = ("checkpoint_view", "result_view", "payload_view")
+    _fieldsets: list[tuple[str, list[Any]]] = [
         ("Job", ["id", "kind", "queue", "priority", "schema_version", "fingerprint", "workflow"]),
         ("Uniqueness", ["unique_key"]),
         (
@@ -75,7 +82,9 @@ class JobAdmin(ReadOnlyAdmin):
         ("Lease", ["lease_id", "fence", "lease_expires_at", "claimed_by"]),
         ("Attempts", ["error_timeline"]),
         ("Checkpoint, result and progress", ["checkpoint_view", "result_view", "progress"]),
+        ("Payload", ["payload_view"]),
     ]
+    fieldsets = [(title, {"fields": fields}) for title, fields in _fieldsets]
 
     def __init__(self, model: Any, admin_site: admin.AdminSite) -> None:
         super().__init__(model, admin_site)
@@ -90,24 +99,9 @@ class JobAdmin(ReadOnlyAdmin):
         heavy = ("payload", "cp_cursor", "result", "errors", "checkpoint", "progress")
         return super().get_queryset(request).defer(*heavy)
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        payload = ["payload_view"] if revealed(request) else ["payload_hidden"]
-        sections = [*self._fieldsets, ("Payload", payload)]
-        return [(title, {"fields": fields}) for title, fields in sections]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        hidden = {"payload", "cp_cursor", "errors", "checkpoint", "result"}
-        fields = [f.name for f in Job._meta.fields if f.name not in hidden]
-        extra = ["payload_view"] if revealed(request) else ["payload_hidden"]
-        return [*fields, *self.readonly_fields, *extra]
-
     @admin.display(description="payload")
     def payload_view(self, obj: Job) -> SafeString | str:
         return pretty_bytes(obj.payload)
-
-    @admin.display(description="payload")
-    def payload_hidden(self, obj: Job) -> str:
-        return HIDDEN
 
     @admin.display(description="checkpoint")
     def checkpoint_view(self, obj: Job) -> SafeString | str:
@@ -155,14 +149,8 @@ class JobAdmin(ReadOnlyAdmin):
 class QuarantineAdmin(ReadOnlyAdmin):
     list_display = ["fingerprint", "kind", "crash_count", "quarantined_at", "sample_job"]
     search_fields = ["=fingerprint", "^kind"]
-    readonly_fields = ["sample_job"]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = [f.name for f in Quarantine._meta.fields if f.name != "sample_payload"]
-        return [*fields, "sample_job", "sample_payload_view" if revealed(request) else "hidden"]
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.get_readonly_fields(request, obj)
+    readonly_fields = ["sample_job", "sample_payload_view"]
+    private = ("sample_payload_view",)
 
     @admin.display(description="sample job")
     def sample_job(self, obj: Quarantine) -> Any:
@@ -171,10 +159,6 @@ class QuarantineAdmin(ReadOnlyAdmin):
     @admin.display(description="sample payload")
     def sample_payload_view(self, obj: Quarantine) -> Any:
         return pretty_bytes(obj.sample_payload)
-
-    @admin.display(description="sample payload")
-    def hidden(self, obj: Quarantine) -> str:
-        return HIDDEN
 
 
 @admin.register(DutyLease)
@@ -259,7 +243,7 @@ class SignalEmissionAdmin(ReadOnlyAdmin):
     list_display = ["id", "graph", "signal", "idempotency_key", "emitted_at"]
     search_fields = ["^workflow_id", "=idempotency_key"]
     readonly_fields = ["graph", "payload_view", "source_view"]
-    exclude = ["payload", "source"]
+    private = ("payload_view", "source_view")
 
     @admin.display(description="workflow", ordering="workflow_id")
     def graph(self, obj: SignalEmission) -> Any:

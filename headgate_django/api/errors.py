@@ -64,7 +64,8 @@ class ReadOnlyMode(ApiError):
 
 
 class PayloadPermissionRequired(ApiError):
-    """Revealing payloads needs the headgate_django.view_job_payload permission."""
+    """Reading user data (payloads, results, checkpoints, history) needs the
+    headgate_django.view_job_payload permission."""
 
     status_code = 403
     default_code = "payload_permission_required"

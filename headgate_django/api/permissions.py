@@ -4,7 +4,10 @@
 - a read (GET/HEAD) needs the view permission of the resource's model;
 - a mutation needs its change permission, or the dedicated ``headgate_django.operate``
   (one grant for an operator role, instead of change on every model);
-- revealing job payloads needs ``headgate_django.view_job_payload`` on top of the read;
+- user data (payloads, results, checkpoints, signal payloads, durable values) needs
+  ``headgate_django.view_job_payload`` on top of the read, by the one rule of
+  :mod:`headgate_django.visibility` that the console follows too: a route that is nothing
+  but user data refuses (403), other answers null those fields and say ``redacted``;
 - with ``HEADGATE["API_READ_ONLY"]`` every mutation is refused (403 ``read_only``) for
   everybody, superusers included, so a read-only deployment cannot be talked out of it.
 """
@@ -19,9 +22,9 @@ from rest_framework.request import Request
 
 from headgate_django.api.errors import PayloadPermissionRequired, ReadOnlyMode
 from headgate_django.conf import headgate_settings
+from headgate_django.visibility import may_see_payloads
 
 OPERATE = "headgate_django.operate"
-VIEW_PAYLOAD = "headgate_django.view_job_payload"
 
 
 def model_permission(model: type[Model], action: str) -> str:
@@ -51,5 +54,6 @@ class HeadgateModelPermission(IsAuthenticated):
 
 
 def require_payload_permission(request: Request) -> None:
-    if not request.user.has_perm(VIEW_PAYLOAD):
+    """For routes whose whole answer is user data: 403 without the reveal permission."""
+    if not may_see_payloads(request.user):
         raise PayloadPermissionRequired()

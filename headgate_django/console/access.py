@@ -2,8 +2,9 @@
 
 The console is staff only, like the admin it lives in, and each page also needs the
 admin's view permission on the model it shows, so a staff member who cannot open the
-job changelist cannot read the same rows through a graph either. Payload-like data
-(job payloads, durable inputs and results) needs the explicit reveal permission.
+job changelist cannot read the same rows through a graph either. User data (payloads,
+results, signal payloads, durable values) follows the rule of
+:mod:`headgate_django.visibility`, the same as the API's.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Any
 
 VIEW_JOBS = "headgate_django.view_job"
 VIEW_EXECUTIONS = "headgate_django.view_execution"
-VIEW_SIGNALS = "headgate_django.view_signalemission"
-REVEAL_PAYLOADS = "headgate_django.view_job_payload"
 
 
 def is_console_user(user: Any, permission: str = VIEW_JOBS) -> bool:
@@ -25,11 +24,3 @@ def is_console_user(user: Any, permission: str = VIEW_JOBS) -> bool:
         and user.is_staff
         and user.has_perm(permission)
     )
-
-
-def may_see_signals(user: Any) -> bool:
-    return bool(user.has_perm(VIEW_SIGNALS))
-
-
-def may_see_payloads(user: Any) -> bool:
-    return bool(user.has_perm(REVEAL_PAYLOADS))

@@ -1,5 +1,5 @@
 """Read-only admins of the durable runtime (executions, history, signal inbox) and of the
-API's idempotency records. Inputs, results and payloads need the reveal permission."""
+API's idempotency records. Inputs, results and payloads are user data (``private``)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from headgate_django.console import links
-from headgate_django.console.readonly import (
-    HIDDEN,
-    ReadOnlyAdmin,
-    link,
-    pretty_bytes,
-    pretty_json,
-    revealed,
-)
+from headgate_django.console.readonly import ReadOnlyAdmin, link, pretty_bytes, pretty_json
 from headgate_django.models import Execution, HistoryEvent, IdempotencyRecord, SignalInbox
 
 
@@ -26,32 +19,14 @@ def _execution_link(execution_id: str, site_name: str) -> Any:
     return link(links.execution_url(execution_id, site_name), execution_id)
 
 
-class _PrivateFieldsAdmin(ReadOnlyAdmin):
-    """Shows ``private`` fields pretty-printed with the reveal permission, else a notice."""
-
-    private: tuple[str, ...] = ()
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        fields = [f.name for f in self.model._meta.fields if f.name not in self.private]
-        shown = [f"{name}_view" for name in self.private] if revealed(request) else ["hidden"]
-        return [*fields, *self.readonly_fields, *shown]
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.get_readonly_fields(request, obj)
-
-    @admin.display(description="payload and results")
-    def hidden(self, obj: Any) -> str:
-        return HIDDEN
-
-
 @admin.register(Execution)
-class ExecutionAdmin(_PrivateFieldsAdmin):
+class ExecutionAdmin(ReadOnlyAdmin):
     list_display = ["id", "name", "version", "state", "task_queue", "created_at", "timeline"]
     # Newest first through (created_at, id); name and queue by search, not DISTINCT choices.
     list_filter = ["state"]
     search_fields = ["=id", "^name", "=business_idempotency_key"]
-    readonly_fields = ["timeline", "history_link"]
-    private = ("input", "result", "meta")
+    readonly_fields = ["timeline", "history_link", "input_view", "result_view", "meta_view"]
+    private = ("input_view", "result_view", "meta_view")
 
     @admin.display(description="live timeline")
     def timeline(self, obj: Execution) -> Any:
@@ -84,11 +59,11 @@ class ExecutionAdmin(_PrivateFieldsAdmin):
 
 
 @admin.register(HistoryEvent)
-class HistoryEventAdmin(_PrivateFieldsAdmin):
+class HistoryEventAdmin(ReadOnlyAdmin):
     list_display = ["execution_page", "seq", "type", "at"]
     search_fields = ["=execution__id"]
-    readonly_fields = ["execution_page"]
-    private = ("payload",)
+    readonly_fields = ["execution_page", "payload_view"]
+    private = ("payload_view",)
 
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).defer("payload")
@@ -103,12 +78,12 @@ class HistoryEventAdmin(_PrivateFieldsAdmin):
 
 
 @admin.register(SignalInbox)
-class SignalInboxAdmin(_PrivateFieldsAdmin):
+class SignalInboxAdmin(ReadOnlyAdmin):
     list_display = ["execution_page", "name", "message_id", "seq", "received_at"]
     ordering = ["-id"]
     search_fields = ["=workflow__id", "=message_id"]
-    readonly_fields = ["execution_page"]
-    private = ("payload",)
+    readonly_fields = ["execution_page", "payload_view"]
+    private = ("payload_view",)
 
     @admin.display(description="execution", ordering="workflow_id")
     def execution_page(self, obj: SignalInbox) -> Any:
@@ -120,13 +95,14 @@ class SignalInboxAdmin(_PrivateFieldsAdmin):
 
 
 @admin.register(IdempotencyRecord)
-class IdempotencyRecordAdmin(_PrivateFieldsAdmin):
+class IdempotencyRecordAdmin(ReadOnlyAdmin):
     """Stored API responses: they may hold job payloads, so bodies need the permission."""
 
     list_display = ["key", "user", "method", "path", "status_code", "created_at", "expires_at"]
     search_fields = ["=key", "=user"]
     ordering = ["-id"]
-    private = ("response_body",)
+    readonly_fields = ["response_body_view"]
+    private = ("response_body_view",)
 
     @admin.display(description="response body")
     def response_body_view(self, obj: IdempotencyRecord) -> Any:

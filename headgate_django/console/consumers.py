@@ -35,6 +35,7 @@ from headgate_django.console.groups import DURABLE_PREFIX, execution_group, work
 from headgate_django.console.snapshots import diff, workflow_snapshot
 from headgate_django.exceptions import NotFoundError
 from headgate_django.store.console import execution_fingerprint, workflow_fingerprint
+from headgate_django.visibility import may_see_payloads
 
 log = logging.getLogger(__name__)
 REFUSED = 4403  # close code: not allowed (the handshake is rejected)
@@ -52,9 +53,6 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     # -- what a subclass supplies (sync: they run in a database thread) --------------
     def group_for(self, object_id: str) -> str:
-        raise NotImplementedError
-
-    def may_reveal(self, user: Any) -> bool:
         raise NotImplementedError
 
     def read_fingerprint(self) -> Any:
@@ -75,7 +73,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=REFUSED)
             return
         self.object_id = self.scope["url_route"]["kwargs"][self.id_kwarg]
-        self.reveal = await database_sync_to_async(self.may_reveal)(user)
+        self.reveal = await database_sync_to_async(may_see_payloads)(user)
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.job_url = links.job_url_builder(query.get("site", ["admin"])[0])
         self.wake = asyncio.Event()
@@ -158,14 +156,11 @@ class WorkflowConsumer(LiveConsumer):
     def group_for(self, object_id: str) -> str:
         return workflow_group(object_id)
 
-    def may_reveal(self, user: Any) -> bool:
-        return access.may_see_signals(user)
-
     def read_fingerprint(self) -> Any:
         return workflow_fingerprint(self.object_id)
 
     def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
-        return workflow_snapshot(self.object_id, reveal_signals=self.reveal, job_url=job_url)
+        return workflow_snapshot(self.object_id, reveal=self.reveal, job_url=job_url)
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return diff(old, new)
@@ -179,9 +174,6 @@ class ExecutionConsumer(LiveConsumer):
 
     def group_for(self, object_id: str) -> str:
         return execution_group(object_id)
-
-    def may_reveal(self, user: Any) -> bool:
-        return access.may_see_payloads(user)
 
     def read_fingerprint(self) -> Any:
         return execution_fingerprint(self.object_id, DURABLE_PREFIX + self.object_id)

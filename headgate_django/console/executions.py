@@ -3,7 +3,7 @@
 Operations are read off the history (``OperationScheduled`` and its facts) and joined
 with their jobs, so the page can point at the Operation the execution is waiting for
 and highlight the uncertain ones an operator has to decide. Inputs, results and signal
-payloads inside events are shown only with the payload-reveal permission.
+payloads inside events are user data (:mod:`headgate_django.visibility`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from headgate_django.console.groups import DURABLE_PREFIX
 from headgate_django.console.snapshots import iso
 from headgate_django.exceptions import NotFoundError
 from headgate_django.store.console import execution_detail, execution_jobs
+from headgate_django.visibility import public_event_values
 
-#: Event payload keys that are user data rather than bookkeeping.
-_PRIVATE_KEYS = frozenset({"input", "result", "payload"})
 _OUTCOME = {
     "OperationCompleted": "completed",
     "OperationFailed": "failed",
@@ -27,11 +26,10 @@ _OUTCOME = {
 
 
 def _event(row: Any, reveal: bool) -> dict[str, Any]:
-    payload = row.payload if isinstance(row.payload, dict) else {}
-    summary = {k: v for k, v in payload.items() if k not in _PRIVATE_KEYS}
+    summary = public_event_values(row.payload)
     item = {"seq": row.seq, "type": row.type, "at": iso(row.at), "summary": summary}
     if reveal:
-        item["payload"] = payload
+        item["payload"] = row.payload if isinstance(row.payload, dict) else {}
     return item
 
 

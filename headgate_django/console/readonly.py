@@ -3,23 +3,31 @@
 The admin is a window, not a control panel: operators act through the API or the Python
 verbs, which keep the state machine's rules (fencing, history, wake-ups) that a raw row
 edit would bypass. So no admin here adds, changes or deletes, and bulk actions are off.
+
+User data follows :mod:`headgate_django.visibility`: the base takes the model's private
+columns out of every form and page, and, without the reveal permission, also the
+subclass's displays of them (``private``), showing one notice in their place.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
+from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.core.paginator import Paginator
+from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from headgate_django.console import access, links
+from headgate_django.console import links
 from headgate_django.console.groups import DURABLE_PREFIX
+from headgate_django.visibility import may_see_payloads, private_fields
 
 #: Longer JSON is cut: a detail page must stay light even for a 32 MiB result.
 MAX_JSON_CHARS = 20_000
@@ -46,6 +54,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
+    #: Computed displays that show user data: without the reveal permission they are
+    #: replaced by the ``hidden`` notice (the model's private columns never show raw).
+    private: tuple[str, ...] = ()
 
     class Media:
         css = {"all": ["headgate_django/console/console.css"]}
@@ -59,11 +70,49 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    # -- fields: all read-only, user data only with the reveal permission -------------
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*(self.exclude or ()), *sorted(private_fields(self.model))]
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """Every field and every computed display, so no widget is ever editable."""
-        excluded = set(self.exclude or ())
+        excluded = set(self.get_exclude(request, obj))
         fields = [f.name for f in self.model._meta.fields if f.name not in excluded]
-        return [*fields, *self.readonly_fields]
+        return [*fields, *self.readonly_fields, "hidden"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if self.fields:
+            return self.fields
+        return [f for f in self.get_readonly_fields(request, obj) if f != "hidden"]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        fieldsets = super().get_fieldsets(request, obj)
+        if may_see_payloads(request.user):
+            return list(fieldsets)
+        return [
+            (title, {**opts, "fields": self._public(opts["fields"])}) for title, opts in fieldsets
+        ]
+
+    def _public(self, fields: Sequence[Any]) -> list[Any]:
+        kept = [f for f in fields if f not in self.private]
+        return [*kept, "hidden"] if len(kept) < len(fields) else kept
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        shown = super().get_list_display(request)
+        if may_see_payloads(request.user):
+            return shown
+        return [f for f in shown if f not in self.private]
+
+    def lookup_allowed(self, lookup: str, value: str, request: Any = None) -> bool:
+        """No changelist filter on user data, for anyone: counting the rows that match a
+        guessed value would read it without showing it (and scan every payload)."""
+        if lookup.split(LOOKUP_SEP, 1)[0] in private_fields(self.model):
+            raise DisallowedModelAdminLookup(f"filtering on {lookup!r} is not allowed")
+        return super().lookup_allowed(lookup, value, request)
+
+    @admin.display(description="user data")
+    def hidden(self, obj: Any) -> str:
+        return HIDDEN
 
     @property
     def site_name(self) -> str:
@@ -87,10 +136,6 @@ def pretty_bytes(raw: bytes | memoryview | None) -> SafeString | str:
         return pretty_json(json.loads(data))
     except ValueError:
         return f"{len(data)} bytes (not JSON)"
-
-
-def revealed(request: HttpRequest) -> bool:
-    return access.may_see_payloads(request.user)
 
 
 def link(url: str | None, text: str) -> SafeString | str:

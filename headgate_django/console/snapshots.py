@@ -108,9 +108,12 @@ def _status(coordinator_state: str, failed: bool) -> str:
 
 
 def workflow_snapshot(
-    workflow_id: str, *, reveal_signals: bool, job_url: Callable[[str], str]
+    workflow_id: str, *, reveal: bool, job_url: Callable[[str], str]
 ) -> dict[str, Any]:
-    """Everything the workflow page draws. Raises ``NotFoundError`` for an unknown id."""
+    """Everything the workflow page draws. Raises ``NotFoundError`` for an unknown id.
+
+    Signal payloads and sources are user data: only with ``reveal``
+    (:func:`headgate_django.visibility.may_see_payloads`)."""
     snap = inspect_workflow(workflow_id)
     jobs = node_job_details([n.job_id for n in snap.nodes])
     index = {n.name: i for i, n in enumerate(snap.nodes)}
@@ -139,8 +142,8 @@ def workflow_snapshot(
         "nodes": nodes,
         "layout": layered_layout(key, len(nodes), edges),
         "events": [_event(e) for e in reversed(workflow_events(workflow_id))],
-        "signals": [_signal(s, reveal_signals) for s in signals],
-        "signals_revealed": reveal_signals,
+        "signals": [_signal(s, reveal) for s in signals],
+        "signals_revealed": reveal,
     }
 
 

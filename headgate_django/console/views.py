@@ -15,7 +15,7 @@ from django.contrib.admin import AdminSite
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from headgate_django.console import access, links
+from headgate_django.console import links
 from headgate_django.console.executions import execution_snapshot
 from headgate_django.console.snapshots import workflow_snapshot
 from headgate_django.exceptions import NotFoundError
@@ -24,6 +24,7 @@ from headgate_django.registry import registered_queues
 from headgate_django.store.console import workflow_page as read_workflow_page
 from headgate_django.store.console import workflow_progress, workflow_queues
 from headgate_django.store.stats import eviction_status, queue_overview
+from headgate_django.visibility import may_see_payloads
 
 PAGE_SIZE = 50
 STATES = [s.value for s in State if s is not State.DELETED]
@@ -109,7 +110,7 @@ def workflow_page(request: HttpRequest, site: AdminSite, workflow_id: str) -> Ht
     try:
         snapshot = workflow_snapshot(
             workflow_id,
-            reveal_signals=access.may_see_signals(request.user),
+            reveal=may_see_payloads(request.user),
             job_url=links.job_url_builder(site.name),
         )
     except NotFoundError as exc:
@@ -136,7 +137,7 @@ def execution_page(request: HttpRequest, site: AdminSite, execution_id: str) -> 
     try:
         snapshot = execution_snapshot(
             execution_id,
-            reveal=access.may_see_payloads(request.user),
+            reveal=may_see_payloads(request.user),
             job_url=links.job_url_builder(site.name),
         )
     except NotFoundError as exc:

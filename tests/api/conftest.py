@@ -1,8 +1,11 @@
 """Clients for the three callers every route is tried with, and a few ready-made objects.
 
 - ``anon``: nobody (401/403 on every route);
-- ``viewer``: the view permission of every headgate model (reads, never mutations);
-- ``operator``: the views plus ``headgate_django.operate``.
+- ``viewer``: the view permission of every headgate model (reads, never mutations, no
+  user data);
+- ``operator``: the views plus ``headgate_django.operate`` and
+  ``headgate_django.view_job_payload``;
+- ``blind_operator``: the operator without ``view_job_payload`` (mutations, no user data).
 """
 
 from __future__ import annotations
@@ -85,7 +88,12 @@ def viewer_user(db: Any) -> User:
 
 @pytest.fixture
 def operator_user(db: Any) -> User:
-    return _user("operator", [*VIEW_PERMS, "operate"])
+    return _user("operator", [*VIEW_PERMS, "operate", "view_job_payload"])
+
+
+@pytest.fixture
+def blind_operator_user(db: Any) -> User:
+    return _user("blind-operator", [*VIEW_PERMS, "operate"])
 
 
 def _api(user: User | None) -> Api:
@@ -108,6 +116,11 @@ def viewer(viewer_user: User) -> Api:
 @pytest.fixture
 def operator(operator_user: User) -> Api:
     return _api(operator_user)
+
+
+@pytest.fixture
+def blind_operator(blind_operator_user: User) -> Api:
+    return _api(blind_operator_user)
 
 
 def onboarding_workflow(workflow_id: str = "onboarding:42") -> str:

@@ -28,6 +28,8 @@ class Route:
     template: str  # as in the OpenAPI schema
     setup: Setup
     status: int  # an operator's success
+    #: The whole answer is user data: 403 without ``view_job_payload``.
+    user_data: bool = False
 
     @property
     def is_read(self) -> bool:
@@ -130,8 +132,8 @@ ROUTES = [
         _job(State.UNDECODABLE, "/payload", {"payload": PAYLOAD, "schema_version": 1}),
         200,
     ),
-    Route("GET", "/api/v1/jobs/{id}/result", _job(State.COMPLETED, "/result"), 200),
-    Route("GET", "/api/v1/jobs/{id}/checkpoint", _job(State.AVAILABLE, "/checkpoint"), 200),
+    Route("GET", "/api/v1/jobs/{id}/result", _job(State.COMPLETED, "/result"), 200, True),
+    Route("GET", "/api/v1/jobs/{id}/checkpoint", _job(State.AVAILABLE, "/checkpoint"), 200, True),
     Route("GET", "/api/v1/jobs/{id}/progress", _job(State.AVAILABLE, "/progress"), 200),
     # queues and quarantine
     Route("GET", "/api/v1/queues", _static("/api/v1/queues"), 200),
@@ -183,7 +185,13 @@ ROUTES = [
         201,
     ),
     Route("GET", "/api/v1/durable/executions/{workflow_id}", _execution(), 200),
-    Route("GET", "/api/v1/durable/executions/{workflow_id}/history", _execution("/history"), 200),
+    Route(
+        "GET",
+        "/api/v1/durable/executions/{workflow_id}/history",
+        _execution("/history"),
+        200,
+        True,
+    ),
     Route(
         "POST",
         "/api/v1/durable/executions/{workflow_id}/signal",

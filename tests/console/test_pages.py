@@ -120,23 +120,26 @@ def test_workflow_page_snapshot(viewer: Any, console_data: Any) -> None:
     assert len(snap["layout"]["positions"]) == 4
     assert [e[:2] for e in snap["layout"]["edges"]] == [[0, 1], [1, 2], [2, 3]]
     signal = snap["signals"][0]
-    assert signal["payload"] == {"ok": True} and signal["source"] == {"by": "ops"}
-    assert signal["idempotency_key"] == "ops-1"
+    assert "payload" not in signal and signal["idempotency_key"] == "ops-1"
     events = [e["event"] for e in snap["events"]]
     assert "workflow_started" in events and "workflow_graft_accepted" in events
 
 
 @pytest.mark.django_db
-def test_signal_payloads_need_the_signal_view_permission(console_data: Any) -> None:
+def test_signal_payloads_need_the_payload_permission(console_data: Any) -> None:
     from tests.console.conftest import make_user
 
-    jobs_only = make_user("jobs-only", staff=True, perms=["view_job"])
+    signals = make_user("signals", staff=True, perms=["view_job", "view_signalemission"])
     client = Client()
-    client.force_login(jobs_only)
+    client.force_login(signals)
     url = reverse("admin:headgate_django_workflow", args=[console_data.workflow_id])
     snap = snapshot_of(client.get(url).content.decode())
     assert snap["signals_revealed"] is False
     assert "payload" not in snap["signals"][0] and "source" not in snap["signals"][0]
+    payloads = make_user("payloads", staff=True, perms=["view_job", "view_job_payload"])
+    client.force_login(payloads)
+    signal = snapshot_of(client.get(url).content.decode())["signals"][0]
+    assert signal["payload"] == {"ok": True} and signal["source"] == {"by": "ops"}
 
 
 @pytest.mark.django_db

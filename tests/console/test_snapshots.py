@@ -14,7 +14,7 @@ from tests.console.conftest import signal_workflow
 @pytest.fixture
 def snap(db: Any) -> dict[str, Any]:
     signal_workflow("diff-wf")
-    return workflow_snapshot("diff-wf", reveal_signals=True, job_url=lambda job_id: f"/j/{job_id}")
+    return workflow_snapshot("diff-wf", reveal=True, job_url=lambda job_id: f"/j/{job_id}")
 
 
 def test_nothing_changed_sends_nothing(snap: dict[str, Any]) -> None:

@@ -1,15 +1,18 @@
-"""Field types the resources share: base64 bytes, bounded instants, names, any JSON."""
+"""Field types the resources share: base64 bytes, bounded instants, names, any JSON, and
+the base of every shape that carries user data."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+from headgate_django.visibility import may_see_payloads
 
 INT32_MAX = 2**31 - 1
 MAX_DELAY_MS = 10 * 365 * 24 * 3600 * 1000  # ten years
@@ -64,3 +67,33 @@ class NameField(serializers.CharField):
         if any(ord(c) < 32 for c in value):
             raise serializers.ValidationError("control characters are not allowed")
         return value
+
+
+class RedactingSerializer(serializers.Serializer):
+    """A shape with user data in ``private_fields`` (see :mod:`headgate_django.visibility`).
+
+    For a caller without ``headgate_django.view_job_payload`` those fields are null and
+    ``redacted`` is true; the shape is the same for everyone, so one schema holds. The
+    decision reads the request from the serializer's context and, without one, redacts.
+    """
+
+    private_fields: ClassVar[tuple[str, ...]] = ()
+
+    redacted = serializers.SerializerMethodField()
+
+    @extend_schema_field(
+        {
+            "type": "boolean",
+            "description": "True when the fields holding user data are null because the "
+            "caller lacks `headgate_django.view_job_payload`.",
+        }
+    )
+    def get_redacted(self, instance: Any) -> bool:
+        request = self.context.get("request")
+        return not may_see_payloads(getattr(request, "user", None))
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)
+        if data["redacted"]:
+            data.update(dict.fromkeys(self.private_fields))
+        return data

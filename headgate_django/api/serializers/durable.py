@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from headgate_django.api.serializers.common import AnyJSONField, NameField
+from headgate_django.api.serializers.common import AnyJSONField, NameField, RedactingSerializer
 from headgate_django.models import DURABLE_STATES
 
 DECISIONS = ["complete", "fail", "retry"]
@@ -29,10 +29,14 @@ class ExecutionSummarySerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField(allow_null=True)
 
 
-class ExecutionSerializer(ExecutionSummarySerializer):
+class ExecutionSerializer(RedactingSerializer, ExecutionSummarySerializer):
+    """The header plus input, result and meta: user data, null unless the caller may see it."""
+
+    private_fields = ("input", "result", "meta")
+
     input = AnyJSONField(allow_null=True)
     result = AnyJSONField(allow_null=True)
-    meta = serializers.DictField(child=AnyJSONField(allow_null=True))
+    meta = serializers.DictField(child=AnyJSONField(allow_null=True), allow_null=True)
 
 
 class ExecutionListSerializer(serializers.Serializer):

@@ -11,6 +11,7 @@ from headgate_django.api.serializers.common import (
     AnyJSONField,
     Base64Field,
     NameField,
+    RedactingSerializer,
 )
 
 MAX_GRAFT_TASKS = 999
@@ -78,7 +79,11 @@ class EventsSerializer(serializers.Serializer):
     )
 
 
-class SignalRecordSerializer(serializers.Serializer):
+class SignalRecordSerializer(RedactingSerializer):
+    """An emission; ``payload`` and ``source`` are user data, null unless the caller may see it."""
+
+    private_fields = ("payload", "source")
+
     id = serializers.IntegerField()
     workflow_id = serializers.CharField()
     signal = serializers.CharField()

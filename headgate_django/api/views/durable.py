@@ -3,7 +3,10 @@
 A thin translation of :class:`headgate_django.durable.Client` and ``Manager``. The history
 route returns the export byte for byte as ``Manager.history`` writes it, so
 ``curl …/history > h.json`` feeds ``durable.replay`` / ``manage.py durable_replay``
-directly. A signal's ``message_id`` defaults to the request's ``Idempotency-Key``, so a
+directly. Input, result, meta and the history are user data
+(:mod:`headgate_django.visibility`): the history needs ``headgate_django.view_job_payload``
+(403 otherwise), and an execution's input, result and meta are null with ``redacted: true``
+without it. A signal's ``message_id`` defaults to the request's ``Idempotency-Key``, so a
 retried request can never deliver a signal twice, even after the response record expired.
 """
 
@@ -22,6 +25,7 @@ from headgate_django.api.base import ID_REGEX, HeadgateViewSet
 from headgate_django.api.errors import InvalidQueryParameter
 from headgate_django.api.idempotency import require_key
 from headgate_django.api.pagination import limit_parameter, parse_limit
+from headgate_django.api.permissions import require_payload_permission
 from headgate_django.api.schema import document
 from headgate_django.api.serializers import durable as s
 from headgate_django.durable import Client, Manager
@@ -46,8 +50,9 @@ def _query_text(request: Request, name: str) -> str | None:
     return raw or None
 
 
-def _view(workflow_id: str) -> Response:
-    return Response(s.ExecutionSerializer(Manager().get(workflow_id)).data)
+def _view(request: Request, workflow_id: str) -> Response:
+    view = Manager().get(workflow_id)
+    return Response(s.ExecutionSerializer(view, context={"request": request}).data)
 
 
 class ExecutionViewSet(HeadgateViewSet):
@@ -93,16 +98,20 @@ class ExecutionViewSet(HeadgateViewSet):
         body = {"workflow_id": started.workflow_id, "deduplicated": started.deduplicated}
         return Response(body, status=code)
 
-    @document(summary="One execution with input and result", responses=s.ExecutionSerializer)
+    @document(
+        summary="One execution; input, result and meta need view_job_payload",
+        responses=s.ExecutionSerializer,
+    )
     def retrieve(self, request: Request, workflow_id: str) -> Response:
-        return _view(workflow_id)
+        return _view(request, workflow_id)
 
     @document(
-        summary="History in the replay-checker format",
+        summary="History in the replay-checker format (needs view_job_payload)",
         responses=s.HistoryDocumentSerializer,
     )
     @action(detail=True, methods=["get"])
     def history(self, request: Request, workflow_id: str) -> HttpResponse:
+        require_payload_permission(request)
         document = Manager().history(workflow_id)
         return HttpResponse(document.encode(), content_type="application/json")
 
@@ -128,7 +137,7 @@ class ExecutionViewSet(HeadgateViewSet):
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, workflow_id: str) -> Response:
         Manager().cancel(workflow_id, **_reason(request))
-        return _view(workflow_id)
+        return _view(request, workflow_id)
 
     @document(
         summary="Stop replaying a running execution until resumed",
@@ -138,7 +147,7 @@ class ExecutionViewSet(HeadgateViewSet):
     @action(detail=True, methods=["post"])
     def suspend(self, request: Request, workflow_id: str) -> Response:
         Manager().suspend(workflow_id, **_reason(request))
-        return _view(workflow_id)
+        return _view(request, workflow_id)
 
     @document(
         summary="Resume a suspended execution now", request=None, responses=s.ExecutionSerializer
@@ -146,7 +155,7 @@ class ExecutionViewSet(HeadgateViewSet):
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, workflow_id: str) -> Response:
         Manager().resume(workflow_id)
-        return _view(workflow_id)
+        return _view(request, workflow_id)
 
     @document(
         summary="Decide an uncertain Operation: complete, fail or retry",
@@ -163,7 +172,7 @@ class ExecutionViewSet(HeadgateViewSet):
             raise NotFoundError(f"{job_id} is not an Operation of execution {workflow_id}")
         Manager().get(workflow_id)  # 404 for an unknown execution before anything else
         Manager().resolve_uncertain(job_id, data["decision"], data["result"], data["error"])
-        return _view(workflow_id)
+        return _view(request, workflow_id)
 
 
 def _reason(request: Request) -> dict[str, Any]:

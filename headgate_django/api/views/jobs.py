@@ -1,5 +1,9 @@
 """``/jobs``: list (never payloads), detail, enqueue, operator verbs, explicit reads.
 
+The payload (``include_payload=1``), the result and the checkpoint are user data: each
+needs ``headgate_django.view_job_payload`` (403 otherwise). Errors and progress are
+diagnostics and need only ``view_job`` (see :mod:`headgate_django.visibility`).
+
 Every state change goes through a store verb (:mod:`headgate_django.store.operator`), so
 the API obeys the same state table and locks as the Python API; this module only
 translates HTTP to those calls and their results back.
@@ -193,17 +197,25 @@ class JobViewSet(HeadgateGenericViewSet):
 
     # -- explicit reads ------------------------------------------------------------------
 
-    @document(summary="The result of a completed job", responses=JobResultSerializer)
+    @document(
+        summary="The result of a completed job (needs view_job_payload)",
+        responses=JobResultSerializer,
+    )
     @action(detail=True, methods=["get"])
     def result(self, request: Request, pk: str) -> Response:
+        require_payload_permission(request)
         job = _job(pk, ["id", "state", "result"])
         if job.state != "completed":
             raise NoResult(f"job {pk} is {job.state}, not completed", state=job.state)
         return Response({"result": job.result})
 
-    @document(summary="Step checkpoint and cursor position", responses=JobCheckpointSerializer)
+    @document(
+        summary="Step checkpoint and cursor position (needs view_job_payload)",
+        responses=JobCheckpointSerializer,
+    )
     @action(detail=True, methods=["get"])
     def checkpoint(self, request: Request, pk: str) -> Response:
+        require_payload_permission(request)
         job = _job(pk, ["id", "checkpoint", "cp_cursor"])
         cursor = None if job.cp_cursor is None else bytes(job.cp_cursor)
         return Response(

@@ -1,5 +1,8 @@
 """``/workflows``: payload-free reads of a DAG workflow, signals, grafts, retry, cancel.
 
+Signal payloads and sources are user data: null with ``redacted: true`` for a caller
+without ``headgate_django.view_job_payload`` (:mod:`headgate_django.visibility`).
+
 Workflow ids contain ``:`` (``onboarding:42``); the id segment matches anything but ``/``,
 and ``onboarding%3A42`` arrives decoded, so both spellings reach the same workflow.
 Signal emission uses the request's ``Idempotency-Key`` as the emission's idempotency key,
@@ -130,7 +133,9 @@ class WorkflowViewSet(HeadgateViewSet):
         records = list_signals(workflow_id, before=_cursor_int(request), limit=limit)
         return Response(
             {
-                "signals": s.SignalRecordSerializer(records, many=True).data,
+                "signals": s.SignalRecordSerializer(
+                    records, many=True, context={"request": request}
+                ).data,
                 "next_cursor": records[-1].id if len(records) == limit else None,
             }
         )
@@ -153,7 +158,7 @@ class WorkflowViewSet(HeadgateViewSet):
             data["signal"], require_key(request), data["payload"], data["source"]
         )
         receipt = emit_signal_with(workflow_id, emission)
-        return Response(s.SignalReceiptSerializer(receipt).data)
+        return Response(s.SignalReceiptSerializer(receipt, context={"request": request}).data)
 
     @document(
         summary="Graft ordinary tasks onto a running workflow at an expected revision",
