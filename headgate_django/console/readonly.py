@@ -2,7 +2,8 @@
 
 The admin is a window, not a control panel: operators act through the API or the Python
 verbs, which keep the state machine's rules (fencing, history, wake-ups) that a raw row
-edit would bypass. So no admin here adds, changes or deletes, and bulk actions are off.
+edit would bypass. So no admin here adds, changes or deletes, bulk actions are off, and
+every request other than GET/HEAD is refused with 403, as docs/console.md promises.
 
 User data follows :mod:`headgate_django.visibility`: the base takes the model's private
 columns out of every form and page, and, without the reveal permission, also the
@@ -19,9 +20,10 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models.constants import LOOKUP_SEP
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -34,6 +36,13 @@ MAX_JSON_CHARS = 20_000
 #: The most rows an admin list counts (see :class:`CappedPaginator`).
 COUNT_CAP = 10_000
 HIDDEN = "hidden — needs the “Can view job payloads” permission"
+READ_METHODS = ("GET", "HEAD")
+
+
+def refuse_writes(request: HttpRequest) -> None:
+    """403 for anything but a read: the console changes nothing, whatever is posted."""
+    if request.method not in READ_METHODS:
+        raise PermissionDenied("the headgate console is read-only")
 
 
 class CappedPaginator(Paginator):
@@ -69,6 +78,24 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    # -- every write is refused -------------------------------------------------------
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        # Without this a POSTed action (delete_selected) renders the list again with 200.
+        refuse_writes(request)
+        return super().changelist_view(request, extra_context)
+
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refuse_writes(request)
+        return super().changeform_view(request, *args, **kwargs)
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refuse_writes(request)
+        return super().delete_view(request, *args, **kwargs)
+
+    def history_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refuse_writes(request)
+        return super().history_view(request, *args, **kwargs)
 
     # -- fields: all read-only, user data only with the reveal permission -------------
     def get_exclude(self, request: HttpRequest, obj: Any = None) -> list[str]:

@@ -3,7 +3,7 @@
 Mounting them through ``ModelAdmin.get_urls`` (rather than a custom ``AdminSite``) keeps
 them working with the default ``admin.site`` and with any site the models are
 registered on: ``admin_view`` enforces staff login, and each page then checks the view
-permission of the model it shows.
+permission of the model it shows. Like the admin pages, they answer 403 to every POST.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
 from headgate_django.console import access, views
+from headgate_django.console.readonly import refuse_writes
 
 
 def _page(site: AdminSite, view: Callable[..., HttpResponse], permission: str) -> Any:
     def inner(request: HttpRequest, **kwargs: Any) -> HttpResponse:
         if not access.is_console_user(request.user, permission):
             raise PermissionDenied
+        refuse_writes(request)
         request.current_app = site.name
         return view(request, site, **kwargs)
 

@@ -162,3 +162,46 @@ def test_model_names_read_as_english_plurals(viewer: Any) -> None:
     client.force_login(viewer)
     html = client.get(reverse("admin:app_list", args=["headgate_django"])).content.decode()
     assert "Signal inboxes" in html and "inboxs" not in html.lower()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["superuser", "viewer"])
+@pytest.mark.parametrize("model", [m for m, _ in HEADGATE_ADMINS], ids=lambda m: m._meta.model_name)
+def test_every_post_is_refused(
+    model: Any, who: str, console_data: Any, request: pytest.FixtureRequest
+) -> None:
+    """docs/console.md promises 403 for every POST; a bulk action used to render the
+    changelist again with 200 (doing nothing)."""
+    client = Client()
+    client.force_login(request.getfixturevalue(who))
+    prefix = f"admin:{model._meta.app_label}_{model._meta.model_name}"
+    obj = model._default_manager.first()
+    assert obj is not None, f"no {model.__name__} row in the fixture"
+    pk = quote(obj.pk)
+    changelist = reverse(f"{prefix}_changelist")
+    bulk = {"action": "delete_selected", "_selected_action": [str(obj.pk)], "post": "yes"}
+    answers = {
+        "bulk action": client.post(changelist, bulk),
+        "changelist": client.post(changelist, {}),
+        "add": client.post(reverse(f"{prefix}_add"), {}),
+        "change": client.post(reverse(f"{prefix}_change", args=[pk]), {}),
+        "delete": client.post(reverse(f"{prefix}_delete", args=[pk]), {"post": "yes"}),
+        "history": client.post(reverse(f"{prefix}_history", args=[pk]), {}),
+        "put": client.put(reverse(f"{prefix}_change", args=[pk])),
+    }
+    assert {what: r.status_code for what, r in answers.items()} == dict.fromkeys(answers, 403)
+    assert model._default_manager.filter(pk=obj.pk).exists()
+
+
+@pytest.mark.django_db
+def test_console_pages_refuse_posts(superuser: Any, console_data: Any) -> None:
+    client = Client()
+    client.force_login(superuser)
+    for url in (
+        reverse("admin:headgate_django_queues"),
+        reverse("admin:headgate_django_workflows"),
+        reverse("admin:headgate_django_workflow", args=[console_data.workflow_id]),
+        reverse("admin:headgate_django_execution_page", args=[console_data.execution_uncertain]),
+    ):
+        assert client.post(url, {}).status_code == 403, url
+        assert client.get(url).status_code == 200, url
