@@ -22,13 +22,15 @@ $(VENV)/.mysql: $(STAMP)
 	touch $(VENV)/.mysql
 
 ## demo: sample project on SQLite — migrate, admin user, demo data, workers + console on :8000
-## (and the API as the demo operator, without credentials, on loopback :8080)
+## (and the API as the demo operator, without credentials, on loopback :8080: an explicit
+## opt-in, HEADGATE_DEMO_OPERATOR=1, honoured only with DEBUG on; DEMO_OPERATOR_ADDR= for none)
 DEMO_ADDR ?= 127.0.0.1:8000
 DEMO_OPERATOR_ADDR ?= 127.0.0.1:8080
 demo: $(STAMP)
 	$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py demo
-	$(BIN)/python manage.py rundemo --addr $(DEMO_ADDR) --operator-addr "$(DEMO_OPERATOR_ADDR)"
+	HEADGATE_DEMO_OPERATOR=$(if $(DEMO_OPERATOR_ADDR),1,0) $(BIN)/python manage.py rundemo \
+	  --addr $(DEMO_ADDR) --operator-addr "$(DEMO_OPERATOR_ADDR)"
 
 ## test: the suite on SQLite, plus PostgreSQL / MariaDB when HEADGATE_TEST_POSTGRES / HEADGATE_TEST_MYSQL are set
 test: $(STAMP)

@@ -1,4 +1,5 @@
-"""System checks for rules that span settings (ids ``headgate.E00x`` / ``headgate.W00x``).
+"""System checks for rules that span settings (ids ``headgate.E00x`` / ``headgate.W00x``),
+and for the demo's credential-less operator port in a production-looking project (E007).
 
 Every independent rule is checked and reported together; only the comparisons between
 durations wait until the durations themselves are valid.
@@ -98,3 +99,30 @@ def _environment() -> list[Any]:
                 )
             )
     return problems
+
+
+_DEMO_OPERATOR_HINT = (
+    "HEADGATE_DEMO_OPERATOR makes every caller on the demo's operator port an operator "
+    "without credentials: remove it from production settings (only `make demo` sets it)."
+)
+
+
+@register(Tags.security)
+def check_demo_operator(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """The sample project's credential-less operator port, opted into with DEBUG off."""
+    if getattr(settings, "HEADGATE_DEMO_OPERATOR", False) and not settings.DEBUG:
+        return [_demo_operator_error("HEADGATE_DEMO_OPERATOR is on while DEBUG is off")]
+    return []
+
+
+@register(Tags.security, deploy=True)
+def check_demo_operator_deploy(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """The same under ``check --deploy`` with DEBUG on (with DEBUG off the check above
+    already reports it)."""
+    if getattr(settings, "HEADGATE_DEMO_OPERATOR", False) and settings.DEBUG:
+        return [_demo_operator_error("HEADGATE_DEMO_OPERATOR is on in a deployment check")]
+    return []
+
+
+def _demo_operator_error(message: str) -> Error:
+    return Error(message, hint=_DEMO_OPERATOR_HINT, id="headgate.E007")

@@ -83,11 +83,14 @@ HEADGATE: dict[str, object] = {}
 # HEADGATE_URL=http://admin:headgate-demo@127.0.0.1:8000 (never enable Basic over plain HTTP
 # in production).
 # `manage.py rundemo` serves the API a second time on a loopback port whose callers are the
-# demo operator (sampleproject/auth.py), so the workflow guide's curl commands run as
-# written. Only with DEBUG on; unset, that port does not exist.
+# demo operator without credentials (sampleproject/auth.py), so the workflow guide's curl
+# commands run as written. An explicit opt-in, which `make demo` gives
+# (HEADGATE_DEMO_OPERATOR=1): it works only with DEBUG on, and `manage.py check` refuses it
+# with DEBUG off or under --deploy (headgate.E007). Unset, that port does not exist.
+HEADGATE_DEMO_OPERATOR = os.environ.get("HEADGATE_DEMO_OPERATOR") == "1"
 DEMO_OPERATOR_PORT = (
     int(os.environ["DEMO_OPERATOR_PORT"])
-    if DEBUG and os.environ.get("DEMO_OPERATOR_PORT")
+    if HEADGATE_DEMO_OPERATOR and os.environ.get("DEMO_OPERATOR_PORT")
     else None
 )
 
