@@ -28,9 +28,8 @@ DEMO_ADDR ?= 127.0.0.1:8000
 DEMO_OPERATOR_ADDR ?= 127.0.0.1:8080
 demo: $(STAMP)
 	$(BIN)/python manage.py migrate --no-input
-	$(BIN)/python manage.py demo
 	HEADGATE_DEMO_OPERATOR=$(if $(DEMO_OPERATOR_ADDR),1,0) $(BIN)/python manage.py rundemo \
-	  --addr $(DEMO_ADDR) --operator-addr "$(DEMO_OPERATOR_ADDR)"
+	  --seed --addr $(DEMO_ADDR) --operator-addr "$(DEMO_OPERATOR_ADDR)"
 
 ## test: the suite on SQLite, plus PostgreSQL / MariaDB when HEADGATE_TEST_POSTGRES / HEADGATE_TEST_MYSQL are set
 test: $(STAMP)

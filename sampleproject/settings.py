@@ -103,10 +103,5 @@ REST_FRAMEWORK = {
     ],
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"headgate_django": {"handlers": ["console"], "level": "INFO"}},
-}
+# No LOGGING: `runworkers` prints its own start, status and failure lines with Django's
+# default logging (see docs/reference/cli.md to route them yourself).

@@ -8,6 +8,7 @@ guide's curl commands, as docs/api.md shows them, against the demo's operator po
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import json
 import os
@@ -206,3 +207,90 @@ def _guide_examples(port: int, operator_addr: str) -> None:
     )
     status, body = operator.get("/api/v1/jobs/onboarding:42:send-welcome/result")
     assert status == 200 and json.loads(body)["result"] == {"sent_to": "new@example.com"}
+
+
+def _demo_env(tmp_path: Path, addr: str, operator_addr: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "DEMO_ADDR": addr,
+        "DEMO_OPERATOR_ADDR": operator_addr,
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    return env
+
+
+def _jobs_by_state(tmp_path: Path) -> dict[str, int]:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "demo.sqlite3") as db:
+        return dict(db.execute("SELECT state, COUNT(*) FROM headgate_job GROUP BY state"))
+
+
+def test_make_demo_on_a_busy_port_fails_before_it_touches_the_demo_data(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        addr = f"127.0.0.1:{busy.getsockname()[1]}"
+        done = subprocess.run(
+            ["make", "--no-print-directory", "demo"],
+            env=_demo_env(tmp_path, addr, f"127.0.0.1:{free_port()}"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if "CommandError" in line]
+    assert errors == [
+        f"CommandError: {addr} is in use: stop what listens there, or choose "
+        "other ports (make demo DEMO_ADDR=127.0.0.1:8001 "
+        "DEMO_OPERATOR_ADDR=127.0.0.1:8081)"
+    ], done.stderr
+    assert _jobs_by_state(tmp_path) == {}  # migrated, and no demo job created or run
+
+
+def test_one_ctrl_c_on_make_demo_drains_and_exits_zero(tmp_path: Path) -> None:
+    import pty
+    import threading
+
+    port = free_port()
+    env = _demo_env(tmp_path, f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: `make demo` in the foreground of a fresh terminal
+        os.chdir(ROOT)
+        os.execvpe("make", ["make", "--no-print-directory", "demo"], env)
+    output = bytearray()
+
+    def read() -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(terminal, 65536):
+                output.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_for("the demo's worker to start", lambda: b" serving " in output, timeout=180)
+        wait_for("a demo job to run", lambda: _jobs_by_state(tmp_path).get("completed"))
+        os.write(terminal, b"\x03")  # Ctrl-C, as typed: the terminal sends the SIGINT
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(
+                "make demo did not exit after one Ctrl-C:\n" + output.decode(errors="replace")
+            )
+    finally:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    text = output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "received SIGTERM: draining" in text
+    assert "exiting without draining" not in text and "Interrupt" not in text
+    assert _jobs_by_state(tmp_path).get("running", 0) == 0, text

@@ -5,33 +5,63 @@ opt-in ``HEADGATE_DEMO_OPERATOR`` (``make demo`` sets it) the API is served a se
 on ``--operator-addr`` (127.0.0.1:8080), a loopback-only port whose callers are the demo
 operator (``sampleproject/auth.py``), so that the workflow guide's curl commands, which
 carry no credentials, run as written. Without the opt-in that port is not opened.
+
+A demo must not half-start: the ports are checked before anything else (``--seed``
+creates the demo data only then), the servers must be listening before the worker starts
+taking the demo's jobs, and any child that cannot start stops the rest with one clear line
+and a non-zero exit.
+
+One Ctrl-C drains: the children run in sessions of their own, so the terminal's SIGINT
+reaches this process only, which sends each child one SIGTERM (the worker's drain; a second
+signal would make it exit at once). Under ``make`` the terminal's Ctrl-C would also reach
+``make``, which then reports an interrupt whatever its recipe did; so, when it runs in the
+terminal's foreground, this command takes the foreground for its own process group while
+it runs and gives it back as it exits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
 DEFAULT_OPERATOR_ADDR = "127.0.0.1:8080"
+#: How long a server may take to listen before the demo gives up.
+START_TIMEOUT = 60.0
+#: The worker's drain window (SHUTDOWN_TIMEOUT, 25 s) and some.
+STOP_TIMEOUT = 40.0
 
 
 class Command(BaseCommand):
     help = "Run headgate workers and the ASGI server (console at /admin/) until Ctrl-C."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--addr", default="127.0.0.1:8000")
+        parser.add_argument(
+            "--addr", default="127.0.0.1:8000", help="Console and API (default 127.0.0.1:8000)."
+        )
         parser.add_argument(
             "--operator-addr",
             default=None,
             help="loopback address whose API callers act as the demo operator ('' for none; "
             f"default {DEFAULT_OPERATOR_ADDR} when HEADGATE_DEMO_OPERATOR is on)",
+        )
+        parser.add_argument(
+            "--seed",
+            action="store_true",
+            help="Create the admin user and the demo jobs (manage.py demo) once the ports "
+            "are known to be free.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -45,31 +75,39 @@ class Command(BaseCommand):
                     "every caller on it acts as the demo operator"
                 )
             env["DEMO_OPERATOR_PORT"] = port
+        servers = [options["addr"], *([operator_addr] if operator_addr else [])]
+        for addr in servers:
+            _check_free(addr)
+        if options["seed"]:
+            call_command("demo", stdout=self.stdout, stderr=self.stderr)
         signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM as on Ctrl-C
         manage = [sys.executable, sys.argv[0]]
-        servers = [options["addr"], *([operator_addr] if operator_addr else [])]
-        children = [subprocess.Popen([*manage, "runworkers", "--concurrency", "4"], env=env)]
-        children += [
-            subprocess.Popen([*manage, "runserver", addr, "--noreload"], env=env)
-            for addr in servers
-        ]
-        self.stdout.write(
-            self.style.SUCCESS(f"Console: http://{options['addr']}/admin/  (Ctrl-C to stop)")
-        )
-        if operator_addr:
-            self.stdout.write(
-                f"API as the demo operator, no credentials: http://{operator_addr}/api/v1/"
-            )
-        try:
-            children[1].wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            for proc in children:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            for proc in children:
-                proc.wait(timeout=40)
+        children: list[subprocess.Popen[bytes]] = []
+        with _terminal_foreground():
+            try:
+                for addr in servers:
+                    children.append(_start([*manage, "runserver", addr, "--noreload"], env))
+                for addr, proc in zip(servers, children, strict=True):
+                    _wait_listening(addr, proc)
+                children.append(_start([*manage, "runworkers", "--concurrency", "4"], env))
+                self.stdout.write(
+                    self.style.SUCCESS(
+                        f"Console: http://{options['addr']}/admin/  (Ctrl-C to stop)"
+                    )
+                )
+                if operator_addr:
+                    self.stdout.write(
+                        f"API as the demo operator, no credentials: http://{operator_addr}/api/v1/"
+                    )
+                stopped = _wait_any(children)
+                raise CommandError(
+                    f"`manage.py {stopped.args[2]}` exited with status {stopped.returncode}; "
+                    "stopping the demo"
+                )
+            except KeyboardInterrupt:
+                self.stdout.write("Stopping: the worker drains, then the demo exits.")
+            finally:
+                _stop(children)
 
 
 def _operator_addr(given: str | None) -> str:
@@ -84,6 +122,109 @@ def _operator_addr(given: str | None) -> str:
             "port acts as the demo operator"
         )
     return given
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not port.isdigit():
+        raise CommandError(f"{addr!r} is not a host:port address")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _check_free(addr: str) -> None:
+    """Refuse an address something already listens on, before anything starts."""
+    host, port = _split(addr)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc})"
+            raise CommandError(
+                f"{addr} {why}: stop what listens there, or choose other ports "
+                "(make demo DEMO_ADDR=127.0.0.1:8001 DEMO_OPERATOR_ADDR=127.0.0.1:8081)"
+            ) from None
+
+
+def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # A session of its own: the terminal's Ctrl-C reaches this command only, which then
+    # signals each child exactly once.
+    return subprocess.Popen(command, env=env, start_new_session=True)
+
+
+def _wait_listening(addr: str, proc: subprocess.Popen[bytes]) -> None:
+    host, port = _split(addr)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CommandError(f"the server for {addr} exited before it listened")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise CommandError(f"the server for {addr} did not listen within {START_TIMEOUT:g} s")
+
+
+def _wait_any(children: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """The first child to exit, waiting for it."""
+    while True:
+        for proc in children:
+            if proc.poll() is not None:
+                return proc
+        time.sleep(0.2)
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    for proc in children:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in children:
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _terminal_foreground() -> Iterator[None]:
+    """Make this process group the terminal's foreground while the demo runs, when this
+    process runs in the foreground of a terminal (``make demo`` typed in a shell).
+
+    The terminal then sends Ctrl-C to this group alone, so ``make`` waits for the drain and
+    exits with this command's status instead of reporting an interrupt.
+    """
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR)
+    except OSError:
+        yield  # no terminal: nothing to take over
+        return
+    try:
+        previous = os.tcgetpgrp(tty)
+        if previous != os.getpgrp():
+            yield  # in the background: the terminal's signals do not come here
+            return
+        with _tty_writes_allowed():
+            os.setpgid(0, 0)
+            os.tcsetpgrp(tty, os.getpgrp())
+        try:
+            yield
+        finally:
+            with _tty_writes_allowed(), contextlib.suppress(OSError):
+                os.tcsetpgrp(tty, previous)
+    finally:
+        os.close(tty)
+
+
+@contextlib.contextmanager
+def _tty_writes_allowed() -> Iterator[None]:
+    # A process group that is not the foreground is stopped (SIGTTOU) when it sets the
+    # terminal's foreground, unless it ignores that signal meanwhile.
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTTOU, old)
 
 
 def _interrupt(signum: int, frame: object) -> None:
