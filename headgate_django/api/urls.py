@@ -5,7 +5,10 @@ Mount it in the project's URLconf::
     path("api/", include("headgate_django.api.urls"))
 
 which serves ``/api/v1/…``. Paths have no trailing slash (as in Headgate's API), except
-the schema and docs pages. Anything else under ``v1/`` is a 404 in the error envelope.
+the schema and docs pages. Anything else under ``v1/`` is a 404 in the error envelope —
+newlines included: Django decodes ``%0A`` before routing, and ``.`` does not match a
+newline, so the catch-all is a character class that matches newlines too (Django
+cannot reverse a ``(?s)`` flag).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ v1 = [
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SwaggerView.as_view(url_name="headgate_api:schema"), name="docs"),
     *router.urls,
-    re_path(r"^.*$", not_found),
+    re_path(r"^[\s\S]*$", not_found),
 ]
 
-urlpatterns = [path("v1/", include(v1)), re_path(r"^v1$", not_found)]
+urlpatterns = [path("v1/", include(v1)), re_path(r"^v1\s*$", not_found)]
