@@ -154,3 +154,8 @@ def find_task(kind: str) -> TaskDef | None:
 
 def registered_kinds() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def registered_queues() -> set[str]:
+    """The queues this process's tasks enqueue to by default."""
+    return {definition.queue for definition in _REGISTRY.values()}

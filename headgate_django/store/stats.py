@@ -53,5 +53,13 @@ def queue_overview(using: str = "default") -> list[QueueOverview]:
     return [queues[name] for name in sorted(queues)]
 
 
+def queue_is_known(name: str, using: str = "default") -> bool:
+    """Whether anything uses ``name``: a job in any state, or a switch set before."""
+    return (
+        QueueState.objects.using(using).filter(name=name).exists()
+        or Job.objects.using(using).filter(queue=name).exists()
+    )
+
+
 def _age(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else max(0.0, (now - then).total_seconds())
