@@ -61,7 +61,8 @@ def parse_instant(text: str) -> datetime | None:
         result = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
     except ValueError:  # 30 February, hour 24
         return None
-    return min(max(result, EARLIEST), LATEST)
+    # In UTC: RFC 3339 allows offsets up to ±23:59, PostgreSQL only up to ±15:59.
+    return min(max(result.astimezone(UTC), EARLIEST), LATEST)
 
 
 class InstantField(serializers.DateTimeField):
