@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SEED = os.environ.get("SCHEMATHESIS_SEED", "20251")
-MAX_EXAMPLES = os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "10")
+MAX_EXAMPLES = os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "20")
 #: A safety net only: the case budget ends the run (schemathesis's own ``--max-time``
 #: would instead repeat fuzzing until the time is spent).
 TIMEOUT_S = 900
