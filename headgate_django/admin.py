@@ -17,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from headgate_django.console import admin_durable  # noqa: F401  (registers its admins)
+from headgate_django.console.filters import KindFilter, QueueFilter
 from headgate_django.console.readonly import (
     HIDDEN,
     ReadOnlyAdmin,
@@ -53,9 +54,14 @@ class JobAdmin(ReadOnlyAdmin):
         "finalized_at",
         "workflow",
     ]
-    list_filter = ["state", "queue", "kind"]
-    search_fields = ["=id", "^kind"]
-    date_hierarchy = "enqueued_at"
+    # Choices from the state enum and the registered tasks, not DISTINCT over the table;
+    # newest first by primary key (ULIDs sort by creation), the only order an index serves
+    # for every filter; no date hierarchy, which sorts every row.
+    list_filter = ["state", ("queue", QueueFilter), ("kind", KindFilter)]
+    # Case-sensitive, as ids and kinds are: "=id" and "^kind" compare UPPER() of the
+    # column, which no index serves.
+    search_fields = ["id__exact", "kind__startswith"]
+    ordering = ["-id"]
     change_list_template = "headgate_django/admin/job_change_list.html"
     readonly_fields = ["workflow", "error_timeline", "checkpoint_view", "result_view"]
     _fieldsets = [
@@ -200,7 +206,7 @@ class WorkflowCheckpointAdmin(ReadOnlyAdmin):
         "failed",
         "updated_at",
     ]
-    list_filter = ["outcome", "failed"]
+    list_filter = ["failed"]
     search_fields = ["^workflow_id"]
     readonly_fields = ["graph", "coordinator", "history_table", "completed_view", "grafts_view"]
     exclude = ["history", "completed", "grafts"]
@@ -251,7 +257,6 @@ class SignalEmissionAdmin(ReadOnlyAdmin):
     """Signal history: the fact (payload), who sent it (source) and when (store clock)."""
 
     list_display = ["id", "graph", "signal", "idempotency_key", "emitted_at"]
-    list_filter = ["signal"]
     search_fields = ["^workflow_id", "=idempotency_key"]
     readonly_fields = ["graph", "payload_view", "source_view"]
     exclude = ["payload", "source"]
@@ -274,7 +279,7 @@ class GraftAdmin(ReadOnlyAdmin):
     """Graft requests and their receipts: what was asked and whether it was accepted."""
 
     list_display = ["receipt", "graph", "revision", "status", "decided_at"]
-    list_filter = ["status"]
+    ordering = ["-id"]
     search_fields = ["^workflow_id", "=receipt_job_id"]
     readonly_fields = ["graph", "receipt", "nodes_view"]
     exclude = ["nodes"]

@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     "STATUS_INTERVAL": timedelta(seconds=5),
     "DUTY_INTERVAL": timedelta(seconds=1),
     "EVICT_BATCH": 1000,
+    # One eviction pass deletes batch after batch while they come back full, for at most
+    # this long; with rows still left it runs again on the worker's next duty tick.
+    "EVICT_BUDGET": timedelta(seconds=1),
     "LISTEN_NOTIFY": True,
     # SQLite has no NOTIFY: an idle worker checks PRAGMA data_version this often (None: poll).
     "SQLITE_WAKE_INTERVAL": timedelta(milliseconds=5),

@@ -16,8 +16,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from headgate_django.exceptions import DefinitionError, PayloadError
-from headgate_django.kernel.names import validate_job_id, validate_kind, validate_queue
+from headgate_django.exceptions import (
+    DefinitionError,
+    PayloadNotJSONError,
+    ResultTooLargeError,
+)
+from headgate_django.kernel.names import (
+    internal_kind_error,
+    is_internal_kind,
+    validate_job_id,
+    validate_kind,
+    validate_queue,
+)
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -42,16 +52,22 @@ def _time_part() -> str:
     ms = int(time.time() * 1000)
     last, text = _clock
     if ms != last:
-        p = _PAIRS
-        text = (
-            p[ms >> 40 & 1023]
-            + p[ms >> 30 & 1023]
-            + p[ms >> 20 & 1023]
-            + p[ms >> 10 & 1023]
-            + p[ms & 1023]
-        )
+        text = id_prefix(ms)
         _clock = (ms, text)
     return text
+
+
+def id_prefix(ms: int) -> str:
+    """The first ten characters of every ULID made in millisecond ``ms`` (of the epoch):
+    generated ids sort by creation, so ids made since an instant form one key range."""
+    p = _PAIRS
+    return (
+        p[ms >> 40 & 1023]
+        + p[ms >> 30 & 1023]
+        + p[ms >> 20 & 1023]
+        + p[ms >> 10 & 1023]
+        + p[ms & 1023]
+    )
 
 
 # Random parts made ahead, many per system call: a ``getrandom`` call per id cost as much as
@@ -97,7 +113,28 @@ def canonical_json(value: Any) -> bytes:
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         ).encode()
     except (TypeError, ValueError) as exc:
-        raise PayloadError(f"payload is not JSON-serialisable: {exc}") from exc
+        raise PayloadNotJSONError(f"payload is not JSON-serialisable: {exc}") from exc
+
+
+def check_result(result: Any) -> int:
+    """The size of ``result`` as the store keeps it (UTF-8 JSON), refusing a value it cannot
+    keep: ``TypeError`` or ``ValueError`` when it is not JSON, :class:`ResultTooLargeError`
+    over ``HEADGATE["MAX_RESULT_BYTES"]``. One rule for the worker, which checks before it
+    reports success, and for the store's fenced writes."""
+    from headgate_django.conf import headgate_settings
+
+    try:
+        size = len(json.dumps(result, ensure_ascii=False, allow_nan=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"result is not JSON-serialisable: {exc}") from exc
+    limit = headgate_settings.MAX_RESULT_BYTES
+    if size > limit:
+        raise ResultTooLargeError(
+            f"result is {size} bytes, over the {limit}-byte limit (HEADGATE['MAX_RESULT_BYTES'])",
+            size=size,
+            limit=limit,
+        )
+    return size
 
 
 #: What :func:`encode_call` writes for a call without arguments.
@@ -188,6 +225,10 @@ _INT32 = 2**31 - 1
 #: (every ``task.envelope()``), while ``dataclasses.replace`` builds a new envelope through
 #: ``__init__``, which is checked again.
 _FIELDS_CHECKED = "_headgate_fields_checked"
+#: Set in an envelope's ``__dict__`` by :func:`internal`: the library built it. Never a
+#: field, so neither ``dataclasses.replace`` nor a serializer can carry it over: a changed
+#: copy of an internal envelope must be marked again by the code that changed it.
+_INTERNAL = "_headgate_internal"
 # (kind, queue) pairs already found valid, for envelopes built one by one: validity depends
 # on the two strings alone. Bounded for a project that makes queue names up.
 _VALID_NAMES: set[tuple[str, str]] = set()
@@ -209,6 +250,11 @@ def check_fields(env: Envelope) -> None:
         validate_queue(env.queue)
         if len(_VALID_NAMES) < _VALID_NAMES_MAX:
             _VALID_NAMES.add(names)
+    # Outside the cache of valid names: a trusted internal envelope puts its names there too.
+    if is_internal_kind(env.kind) and _INTERNAL not in env.__dict__:
+        raise internal_kind_error(
+            env.kind, "its jobs are made only by workflows, grafts, retries and durable runs"
+        )
     if env.id is not None:
         validate_job_id(env.id)
     if not -_INT32 <= env.priority <= _INT32:
@@ -229,6 +275,17 @@ def check_fields(env: Envelope) -> None:
     if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
         raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
     env.__dict__[_FIELDS_CHECKED] = True
+
+
+def internal(env: Envelope) -> Envelope:
+    """Mark ``env``, of an internal kind, as built by the library itself, and return it.
+
+    For headgate-django's own builders only (workflow prepare, graft, failed-subgraph retry,
+    the durable runtime): every other envelope of a ``headgate:`` kind is refused by
+    :func:`check_fields`, which every enqueue runs.
+    """
+    env.__dict__[_INTERNAL] = True
+    return env
 
 
 def with_payload(template: Envelope, payload: bytes) -> Envelope:

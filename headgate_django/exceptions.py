@@ -58,10 +58,24 @@ class InvalidKindError(DefinitionError):
     default_code = "invalid_kind"
 
 
+class InternalKindError(DefinitionError):
+    """This job kind is internal to headgate-django: only the library's own builders make it."""
+
+    default_code = "internal_kind"
+
+
 class PayloadError(DefinitionError):
     """The payload cannot be stored."""
 
     default_code = "invalid_payload"
+
+
+class PayloadNotJSONError(PayloadError, TypeError):
+    """The payload is not JSON-serialisable.
+
+    A ``TypeError`` too, as ``json.dumps`` and Django's Tasks API raise for arguments they
+    cannot serialise: code written for any Tasks backend catches it.
+    """
 
 
 class PayloadTooLargeError(PayloadError):
@@ -69,6 +83,12 @@ class PayloadTooLargeError(PayloadError):
 
     status_code = 413
     default_code = "payload_too_large"
+
+
+class ResultTooLargeError(PayloadTooLargeError):
+    """The result is larger than the configured limit."""
+
+    default_code = "result_too_large"
 
 
 class BatchError(DefinitionError):

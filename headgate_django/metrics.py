@@ -68,6 +68,12 @@ class _Metrics:
         self.durable = c.Counter(
             "headgate_durable_outcomes_total", "Durable executions finished", ("outcome",)
         )
+        self.evicted = c.Counter(
+            "headgate_jobs_evicted_total", "Jobs deleted by retention eviction", ("state",)
+        )
+        self.eviction_rate = c.Gauge(
+            "headgate_eviction_rows_per_second", "Delete rate of the last eviction pass"
+        )
         c.REGISTRY.register(_StoreCollector())
 
 
@@ -135,7 +141,8 @@ class _AttemptTally:
 
 
 class _StoreCollector:
-    """Queue depth by state and oldest available age, read from the store at scrape."""
+    """Queue depth by state, oldest available age and the eviction backlog, read from the
+    store at scrape."""
 
     def describe(self) -> Iterator[Any]:
         """The families without samples. Registration asks for the names this way; without
@@ -146,11 +153,13 @@ class _StoreCollector:
     def collect(self) -> Iterator[Any]:
         from django.db import DatabaseError, connection
 
+        from headgate_django.store.maintenance import job_eviction_backlog
         from headgate_django.store.stats import queue_overview
 
-        depth, oldest = self._families()
+        depth, oldest, backlog = self._families()
         try:
             queues = queue_overview()
+            expired = job_eviction_backlog()
         except DatabaseError as exc:
             # The scrape still serves this process's counters; the next one reconnects.
             log.warning("metrics: could not read queue depths (%s)", exc)
@@ -161,11 +170,13 @@ class _StoreCollector:
                 depth.add_metric([queue.name, state], count)
             if queue.oldest_available_age_s is not None:
                 oldest.add_metric([queue.name], queue.oldest_available_age_s)
+        backlog.add_metric([], expired.n)
         yield depth
         yield oldest
+        yield backlog
 
     @staticmethod
-    def _families() -> tuple[Any, Any]:
+    def _families() -> tuple[Any, Any, Any]:
         depth = GaugeMetricFamily(
             "headgate_queue_jobs", "Jobs by queue and state", labels=["queue", "state"]
         )
@@ -174,7 +185,11 @@ class _StoreCollector:
             "Age of the oldest available job",
             labels=["queue"],
         )
-        return depth, oldest
+        backlog = GaugeMetricFamily(
+            "headgate_eviction_backlog",
+            "Jobs past their retention not yet evicted (estimated above 1,000)",
+        )
+        return depth, oldest, backlog
 
 
 _instance: _Metrics | None = None
@@ -201,6 +216,15 @@ def observe_claims(jobs: Any) -> None:
     if m is not None:
         for labels, n in Counter((job.queue, job.kind) for job in jobs).items():
             m.claimed(*labels).inc(n)
+
+
+def observe_eviction(evicted: dict[str, int], rows_per_second: float) -> None:
+    m = metrics()
+    if m is not None:
+        for state, n in evicted.items():
+            m.evicted.labels(state).inc(n)
+        if evicted:
+            m.eviction_rate.set(rows_per_second)
 
 
 def observe_workflow(outcome: str) -> None:

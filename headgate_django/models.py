@@ -92,6 +92,11 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     progress = models.JSONField(null=True, blank=True)
     workflow_id = models.CharField(max_length=255, null=True, blank=True)
+    task_options = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What a Django task's using() set that no other column keeps (run_after).",
+    )
 
     class Meta:
         db_table = "headgate_job"
@@ -146,8 +151,11 @@ class Job(models.Model):
                 condition=Q(state=State.RUNNING.value),
                 name="headgate_job_lease",
             ),
+            # Finished jobs by state and expiry: eviction's range, and the count of one
+            # state (completed above all) read from the index alone. Every finished job
+            # takes this one entry, as it did when the index was on expires_at alone.
             models.Index(
-                fields=["expires_at"],
+                fields=["state", "expires_at"],
                 condition=Q(state__in=sorted(s.value for s in EVICTABLE_STATES)),
                 name="headgate_job_evict",
             ),
@@ -166,6 +174,15 @@ class Job(models.Model):
                 fields=["state", "queue"],
                 condition=~Q(state__in=BULK_STATES),
                 name="headgate_job_state_rare",
+            ),
+            # The same rows newest first (ids are ULIDs): a list of archived, scheduled,
+            # cancelled… jobs reads its page off this index instead of sorting every job
+            # in that state. MySQL/MariaDB use a plain index on state, whose entries end
+            # with the primary key (migration 0015).
+            models.Index(
+                fields=["state", "id"],
+                condition=~Q(state__in=BULK_STATES),
+                name="headgate_job_state_id",
             ),
             # A workflow's jobs by workflow id: equality, IN and the console's prefix filter
             # (pattern ops serve all three on PostgreSQL whatever the collation). Partial, so
@@ -380,6 +397,8 @@ class Execution(models.Model):
             models.UniqueConstraint(fields=["name", "live_key"], name="headgate_durable_live_key"),
         ]
         indexes = [
+            # The admin's list, newest first.
+            models.Index(fields=["created_at", "id"], name="headgate_durable_created"),
             models.Index(fields=["state", "updated_at"], name="headgate_durable_state"),
             models.Index(fields=["state", "finished_at"], name="headgate_durable_finished"),
         ]
@@ -431,6 +450,7 @@ class SignalInbox(models.Model):
     class Meta:
         db_table = "headgate_durable_signal"
         ordering = ["workflow_id", "seq"]
+        verbose_name_plural = "signal inboxes"
         constraints = [
             models.UniqueConstraint(
                 fields=["workflow", "name", "message_id"], name="headgate_durable_signal_msg"

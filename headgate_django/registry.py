@@ -16,6 +16,7 @@ from typing import Any
 from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope, check_fields, encode_call, with_payload
 from headgate_django.exceptions import DefinitionError, UnknownTaskError
+from headgate_django.kernel.names import internal_kind_error, is_internal_kind
 
 #: ``upcaster(stored_version, args, kwargs) -> (args, kwargs)`` for the current version.
 Upcaster = Callable[[int, list[Any], dict[str, Any]], tuple[list[Any], dict[str, Any]]]
@@ -95,7 +96,28 @@ def _validate(definition: TaskDef) -> None:
 
 
 def register(definition: TaskDef) -> TaskDef:
+    if is_internal_kind(definition.kind):
+        raise internal_kind_error(definition.kind, "a task cannot take it")
     _validate(definition)
+    return _add(definition)
+
+
+def internal_task(*, kind: str, queue: str = "default") -> Callable[[Callable[..., Any]], TaskDef]:
+    """Register the handler of one of headgate-django's own kinds (``headgate:…``).
+
+    For the library only. Its definition has no envelope of its own: ``envelope()`` and
+    ``enqueue()`` refuse an internal kind, whose jobs only the library's builders make.
+    """
+    if not is_internal_kind(kind):
+        raise DefinitionError(f"{kind!r} is not an internal kind; use @task")
+
+    def decorate(fn: Callable[..., Any]) -> TaskDef:
+        return _add(TaskDef(fn=fn, kind=kind, queue=queue))
+
+    return decorate
+
+
+def _add(definition: TaskDef) -> TaskDef:
     existing = _REGISTRY.get(definition.kind)
     if existing is not None and _origin(existing.fn) != _origin(definition.fn):
         raise DefinitionError(
@@ -142,6 +164,9 @@ def task(
 
 
 def get_task(kind: str) -> TaskDef:
+    """The definition of a kind a caller may enqueue (the HTTP API's way in)."""
+    if is_internal_kind(kind):
+        raise internal_kind_error(kind, "it cannot be enqueued by hand")
     try:
         return _REGISTRY[kind]
     except KeyError:
@@ -156,6 +181,7 @@ def registered_kinds() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def registered_queues() -> set[str]:
-    """The queues this process's tasks enqueue to by default."""
-    return {definition.queue for definition in _REGISTRY.values()}
+def registered_queues() -> list[str]:
+    """The default queues of the registered kinds: names the console knows without
+    reading the job table."""
+    return sorted({definition.queue for definition in _REGISTRY.values()})

@@ -17,17 +17,20 @@ when your own rows do — something a broker-backed backend cannot promise.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 try:  # Django 6.x
+    from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import task_backends  # type: ignore[no-redef,assignment]
     from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef,assignment]
     from django_tasks.base import (  # type: ignore[no-redef,assignment]
         Task,
@@ -46,11 +49,13 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     )
 
 from headgate_django.context import JobContext
-from headgate_django.envelope import Envelope, decode_call, encode_call
+from headgate_django.envelope import Envelope, check_result, decode_call, encode_call
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
+from headgate_django.store.django_tasks import job_insert_with_task_options
+from headgate_django.store.reads import job_get
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -97,24 +102,43 @@ class HeadgateBackend(BaseTaskBackend):
             raise DefinitionError(f"{task.module_path}: retention cannot be negative")
         _register(task)
 
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        max_attempts = self.options.get("MAX_ATTEMPTS")
+        if max_attempts is not None and (type(max_attempts) is not int or max_attempts < 1):
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a whole number of at "
+                f"least 1, got {max_attempts!r}"
+            )
+
+    @property
+    def max_attempts(self) -> int | None:
+        """Attempts of a task that sets none itself (``OPTIONS["MAX_ATTEMPTS"]``; 1 gives
+        Django's run-once semantics); ``None`` defers to ``HEADGATE["MAX_ATTEMPTS"]``."""
+        return self.options.get("MAX_ATTEMPTS")
+
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         from headgate_django.enqueue import enqueue
 
         envelope = task_envelope(task, *args, **kwargs)
-        job_id = enqueue(envelope, using=self.database)[0]
+        if task.run_after is None:
+            job_id = enqueue(envelope, using=self.database)[0]
+        else:
+            options = {"run_after": task.run_after.isoformat()}
+            job_id = job_insert_with_task_options(envelope, options, using=self.database)
         result = self.get_result(job_id)
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        job = Job.objects.using(self.database).filter(pk=result_id).first()
+        job = job_get(result_id, using=self.database)
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         return self._result(job)
 
     def _result(self, job: Job) -> TaskResult:
         args, kwargs = decode_call(bytes(job.payload))
-        task = import_string(job.kind)
+        task = self._task_as_enqueued(job)
         attempts = job.attempt + job.crash_attempt
         if job.state in (State.RUNNING, State.COMPLETED):
             attempts += 1
@@ -144,6 +168,23 @@ class HeadgateBackend(BaseTaskBackend):
             object.__setattr__(result, "_return_value", job.result)
         return result
 
+    def _task_as_enqueued(self, job: Job) -> Task:
+        """The job's Task with what ``using()`` changed put back: queue and priority from
+        their columns, ``run_after`` from ``task_options``, and this backend, which holds
+        the job (a task enqueued through another alias is read back through that one)."""
+        task: Task = import_string(job.kind)
+        run_after = (job.task_options or {}).get("run_after")
+        changes: dict[str, Any] = {}
+        if task.queue_name != job.queue:
+            changes["queue_name"] = job.queue
+        if task.priority != job.priority:
+            changes["priority"] = job.priority
+        if run_after is not None:
+            changes["run_after"] = datetime.fromisoformat(run_after)
+        if task.backend != self.alias:
+            changes["backend"] = self.alias
+        return task.using(**changes) if changes else task
+
 
 def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
     """The job a Django task call would be, not yet enqueued: add it to a ``Workflow``
@@ -155,7 +196,8 @@ def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
         queue=task.queue_name,
         priority=task.priority,
         scheduled_at=task.run_after,
-        max_attempts=getattr(task, "max_attempts", None),
+        max_attempts=getattr(task, "max_attempts", None)
+        or cast(HeadgateBackend, task.get_backend()).max_attempts,
         retention=getattr(task, "retention", None),
     )
 
@@ -171,10 +213,12 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     signals, and pass a TaskContext when the task takes one."""
     from asgiref.sync import async_to_sync
 
-    task: Task = import_string(ctx.kind)
-    backend = cast(HeadgateBackend, task.get_backend())
-    job = Job.objects.using(backend.database).get(pk=ctx.job_id)
+    backend = _backend_for(import_string(ctx.kind), ctx.using)
+    job = job_get(ctx.job_id, using=ctx.using)
+    if job is None:
+        raise TaskResultDoesNotExist(ctx.job_id)
     result = backend._result(job)
+    task = result.task
     task_started.send(type(backend), task_result=result)
     try:
         call_args = (TaskContext(task_result=result), *args) if task.takes_context else args
@@ -182,6 +226,8 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
             value = async_to_sync(task.func)(*call_args, **kwargs)
         else:
             value = task.func(*call_args, **kwargs)
+        # Before the signal: a value the store would refuse is a failure, and says so.
+        check_result(value)
     except BaseException:
         if job.attempt + 1 >= job.max_attempts:  # the last attempt: the task has finished
             failed = replace(result, status=TaskResultStatus.FAILED)  # type: ignore[type-var]
@@ -191,6 +237,18 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     object.__setattr__(done, "_return_value", value)
     task_finished.send(type(backend), task_result=done)
     return value
+
+
+def _backend_for(task: Task, using: str) -> HeadgateBackend:
+    """The backend whose database holds the job: the task's own, or the Headgate backend
+    of that database the task was enqueued through with ``using(backend=...)``."""
+    own = task.get_backend()
+    if isinstance(own, HeadgateBackend) and own.database == using:
+        return own
+    for backend in task_backends.all():
+        if isinstance(backend, HeadgateBackend) and backend.database == using:
+            return backend
+    return cast(HeadgateBackend, own)
 
 
 def _is_async(task: Task) -> bool:

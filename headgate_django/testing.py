@@ -24,6 +24,7 @@ from headgate_django.context import JobContext
 from headgate_django.models import Job
 from headgate_django.registry import registered_kinds
 from headgate_django.store.maintenance import job_make_due
+from headgate_django.store.reads import job_list
 from headgate_django.worker import execute
 from headgate_django.worker.settle import settle
 
@@ -101,12 +102,7 @@ def run_jobs(
 
 def enqueued(kind: str | None = None, *, queue: str | None = None, **filters: Any) -> list[Job]:
     """Jobs in the store, oldest first, optionally filtered (``state=…``, ``workflow_id=…``)."""
-    qs = Job.objects.all()
-    if kind is not None:
-        qs = qs.filter(kind=kind)
-    if queue is not None:
-        qs = qs.filter(queue=queue)
-    return list(qs.filter(**filters).order_by("enqueued_at", "id"))
+    return job_list(kind=kind, queue=queue, **filters)
 
 
 def assert_enqueued(kind: str, count: int | None = None, **filters: Any) -> list[Job]:

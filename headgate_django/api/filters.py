@@ -78,8 +78,11 @@ class StrictFilterBackend(DjangoFilterBackend):
 class JobFilter(django_filters.FilterSet):
     queue = TextFilter(help_text="Exact queue name.")
     kind = TextFilter(help_text="Exact job kind.")
+    # distinct=False: a filter on one column of one table cannot repeat a row, and a
+    # SELECT DISTINCT would make the database sort the whole match before the first page.
     state = django_filters.MultipleChoiceFilter(
         choices=STATE_CHOICES,
+        distinct=False,
         help_text="One or more states (repeat the parameter).",
         error_messages={
             "invalid_choice": f"%(value)s is not a job state; valid states: {', '.join(STATES)}"
@@ -113,7 +116,7 @@ def openapi_parameters(filterset: type[django_filters.FilterSet]) -> list[Any]:
     states neither the text pattern nor that an instant is RFC 3339)."""
     params = []
     for name, spec in filterset.base_filters.items():
-        description = spec.extra.get("help_text", "")
+        description = str(spec.field.help_text or "")
         if isinstance(spec, TextFilter):
             params.append(query.text(name, description).openapi())
         elif isinstance(spec, InstantFilter):

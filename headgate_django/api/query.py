@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter
@@ -36,10 +36,9 @@ class QueryParam:
     schema: dict[str, Any]
     parse: Callable[[str], Any]
     description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def openapi(self) -> OpenApiParameter:
-        return OpenApiParameter(self.name, self.schema, description=self.description, **self.extra)
+        return OpenApiParameter(self.name, self.schema, description=self.description)
 
     def read(self, request: Request, default: Any = None) -> Any:
         """The parsed value, ``default`` when absent; 400 when empty, repeated or invalid."""

@@ -35,7 +35,7 @@ ERRORS: dict[str, str] = {
     "larger than its limit (`payload_too_large`).",
     "415": "The request has a body that is not JSON.",
     "422": "Well-formed but not acceptable: an invalid definition (queue name, kind, graph, "
-    "limit) — `code` names the rule.",
+    "limit), or an internal kind or job (`internal_kind`) — `code` names the rule.",
     "423": "The job's fingerprint is quarantined (`quarantined`, `detail.fingerprint`).",
     "429": "Throttled by the project's DRF throttling (`Retry-After`).",
     "500": "Unclassified server error (`internal_error`); logged.",

@@ -4,11 +4,12 @@ Mount it in the project's URLconf::
 
     path("api/", include("headgate_django.api.urls"))
 
-which serves ``/api/v1/…``. Paths have no trailing slash (as in Headgate's API), except
-the schema and docs pages. Anything else under ``v1/`` is a 404 in the error envelope —
-newlines included: Django decodes ``%0A`` before routing, and ``.`` does not match a
-newline, so the catch-all is a character class that matches newlines too (Django
-cannot reverse a ``(?s)`` flag).
+which serves ``/api/v1/…``, with an index at ``/api/v1/``. Paths have no trailing slash (as
+in Headgate's API), except the index, schema and docs pages; ``…/jobs/`` is redirected to
+``…/jobs``. Anything else under ``v1/`` is a 404 in the error envelope — newlines
+included: Django decodes ``%0A`` before routing, and ``.`` does not match a newline, so
+the catch-all is a character class that matches newlines too (Django cannot reverse a
+``(?s)`` flag).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
 
 from headgate_django.api.errors import not_found
-from headgate_django.api.schema_views import SchemaView, SwaggerView
+from headgate_django.api.schema_views import RedocView, SchemaView, SwaggerView, docs_asset
 from headgate_django.api.views.durable import ExecutionViewSet
 from headgate_django.api.views.health import HealthzView, MetaView, ReadyzView
+from headgate_django.api.views.index import IndexView, strip_slash
 from headgate_django.api.views.jobs import JobViewSet
 from headgate_django.api.views.queues import QuarantineViewSet, QueueViewSet
 from headgate_django.api.views.workflows import WorkflowViewSet
@@ -37,9 +39,13 @@ v1 = [
     path("healthz", HealthzView.as_view(), name="healthz"),
     path("readyz", ReadyzView.as_view(), name="readyz"),
     path("meta", MetaView.as_view(), name="meta"),
+    path("", IndexView.as_view(), name="index"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SwaggerView.as_view(url_name="headgate_api:schema"), name="docs"),
+    path("docs/assets/<str:name>", docs_asset, name="docs-asset"),
+    path("redoc/", RedocView.as_view(url_name="headgate_api:schema"), name="redoc"),
     *router.urls,
+    re_path(r"^(?P<path>.+)/$", strip_slash),
     re_path(r"^[\s\S]*$", not_found),
 ]
 

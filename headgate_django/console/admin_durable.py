@@ -47,9 +47,9 @@ class _PrivateFieldsAdmin(ReadOnlyAdmin):
 @admin.register(Execution)
 class ExecutionAdmin(_PrivateFieldsAdmin):
     list_display = ["id", "name", "version", "state", "task_queue", "created_at", "timeline"]
-    list_filter = ["state", "name", "task_queue"]
+    # Newest first through (created_at, id); name and queue by search, not DISTINCT choices.
+    list_filter = ["state"]
     search_fields = ["=id", "^name", "=business_idempotency_key"]
-    date_hierarchy = "created_at"
     readonly_fields = ["timeline", "history_link"]
     private = ("input", "result", "meta")
 
@@ -86,7 +86,6 @@ class ExecutionAdmin(_PrivateFieldsAdmin):
 @admin.register(HistoryEvent)
 class HistoryEventAdmin(_PrivateFieldsAdmin):
     list_display = ["execution_page", "seq", "type", "at"]
-    list_filter = ["type"]
     search_fields = ["=execution__id"]
     readonly_fields = ["execution_page"]
     private = ("payload",)
@@ -106,7 +105,7 @@ class HistoryEventAdmin(_PrivateFieldsAdmin):
 @admin.register(SignalInbox)
 class SignalInboxAdmin(_PrivateFieldsAdmin):
     list_display = ["execution_page", "name", "message_id", "seq", "received_at"]
-    list_filter = ["name"]
+    ordering = ["-id"]
     search_fields = ["=workflow__id", "=message_id"]
     readonly_fields = ["execution_page"]
     private = ("payload",)
@@ -126,7 +125,7 @@ class IdempotencyRecordAdmin(_PrivateFieldsAdmin):
 
     list_display = ["key", "user", "method", "path", "status_code", "created_at", "expires_at"]
     search_fields = ["=key", "=user"]
-    date_hierarchy = "created_at"
+    ordering = ["-id"]
     private = ("response_body",)
 
     @admin.display(description="response body")

@@ -8,10 +8,12 @@ edit would bypass. So no admin here adds, changes or deletes, and bulk actions a
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
+from django.core.paginator import Paginator
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -21,12 +23,28 @@ from headgate_django.console.groups import DURABLE_PREFIX
 
 #: Longer JSON is cut: a detail page must stay light even for a 32 MiB result.
 MAX_JSON_CHARS = 20_000
+#: The most rows an admin list counts (see :class:`CappedPaginator`).
+COUNT_CAP = 10_000
 HIDDEN = "hidden — needs the “Can view job payloads” permission"
 
 
+class CappedPaginator(Paginator):
+    """Counts at most :data:`COUNT_CAP` + 1 rows: the admin counts the filtered list for
+    its pager, and a full ``COUNT(*)`` of a state or queue of millions reads them all.
+    Past the cap the pager stops at the page that holds row 10,001."""
+
+    @cached_property
+    def count(self) -> int:
+        rows: Any = self.object_list  # the changelist's queryset
+        return int(rows.order_by()[: COUNT_CAP + 1].count())
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
+    paginator = CappedPaginator
     actions = None
+    # Counting every row of a large table for "N total", or per filter choice, reads them all.
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
 
     class Media:

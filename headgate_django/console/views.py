@@ -20,9 +20,10 @@ from headgate_django.console.executions import execution_snapshot
 from headgate_django.console.snapshots import workflow_snapshot
 from headgate_django.exceptions import NotFoundError
 from headgate_django.kernel.states import State
+from headgate_django.registry import registered_queues
 from headgate_django.store.console import workflow_page as read_workflow_page
 from headgate_django.store.console import workflow_progress, workflow_queues
-from headgate_django.store.stats import queue_overview
+from headgate_django.store.stats import eviction_status, queue_overview
 
 PAGE_SIZE = 50
 STATES = [s.value for s in State if s is not State.DELETED]
@@ -50,10 +51,22 @@ def _render(
 def queues_dashboard(request: HttpRequest, site: AdminSite) -> HttpResponse:
     """Counts by state per queue, oldest available age, arrivals and completions per minute."""
     rows = [
-        {**asdict(q), "total": q.total, "cells": [(s, q.counts.get(s, 0)) for s in STATES]}
-        for q in queue_overview()
+        {
+            **asdict(q),
+            "total": q.total,
+            "cells": [(s, q.counts.get(s, 0), s in q.estimated) for s in STATES],
+        }
+        for q in queue_overview(known_queues=registered_queues())
     ]
-    return _render(request, site, "queues.html", "Queues", queues=rows, tab="queues")
+    return _render(
+        request,
+        site,
+        "queues.html",
+        "Queues",
+        queues=rows,
+        tab="queues",
+        eviction=eviction_status(),
+    )
 
 
 def workflow_list(request: HttpRequest, site: AdminSite) -> HttpResponse:

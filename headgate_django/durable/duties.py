@@ -3,8 +3,10 @@
 - ``durable-vacuum`` deletes terminal executions (with history, signals and jobs) after
   ``HEADGATE['DURABLE_RETENTION']`` (default 30 days; None or 0 keeps them forever).
 - ``durable-reconcile`` is defence in depth: a running execution idle for five leases with
-  no live workflow task gets one, and an Operation job that finished without recording its
-  outcome (crash quarantine, bulk cancel) has it recorded.
+  no live workflow task gets one, an Operation job that finished without recording its
+  outcome (crash quarantine, bulk cancel) has it recorded, and an Operation whose job
+  vanished (deleted by hand) gets it back (:mod:`headgate_django.store.durable_repair`
+  says how, and why that neither loses nor doubles an effect).
 """
 
 from __future__ import annotations
@@ -14,12 +16,18 @@ from datetime import timedelta
 from typing import Any
 
 from headgate_django.conf import headgate_settings
+from headgate_django.durable.workflow_task import operation_job
+from headgate_django.kernel.replay_events import ScheduleOperation
 from headgate_django.store import durable as store
+from headgate_django.store import durable_repair
 from headgate_django.worker.duties import Duty
 
 log = logging.getLogger("headgate_django.durable")
 
 VACUUM_BATCH = 100
+#: Where the next sweep for vanished Operation jobs starts: each run reads one slice of the
+#: idle live executions, by id, and wraps round. Per process; a fresh one starts from "".
+_sweep = {"after": ""}
 
 
 def vacuum() -> dict[str, Any]:
@@ -46,7 +54,30 @@ def reconcile() -> dict[str, Any]:
             "execution %s had Operation jobs finished without a recorded outcome: recorded",
             execution_id,
         )
+    report["restored"] = restore_vanished_operations()
     return {key: len(ids) for key, ids in report.items()}
+
+
+def restore_vanished_operations() -> list[str]:
+    """Put back the jobs of Operations that vanished, one slice of executions per call;
+    return the execution keys restored."""
+    vanished, _sweep["after"] = durable_repair.operation_find_vanished(
+        idle_for=headgate_settings.LEASE_TTL * 5, after=_sweep["after"]
+    )
+    restored = []
+    for op in vanished:
+        command = ScheduleOperation(op.command_id, op.name, op.version, op.input, op.execution_key)
+        envelope = operation_job(op.execution_id, op.task_queue, command)
+        how = durable_repair.operation_restore(op, envelope)
+        if how is not None:
+            log.warning(
+                "Operation job %s of execution %s had vanished: restored (%s)",
+                op.execution_key,
+                op.execution_id,
+                "uncertain, for an operator's decision" if how == "uncertain" else "to run again",
+            )
+            restored.append(op.execution_key)
+    return restored
 
 
 def vacuum_duty() -> Duty:

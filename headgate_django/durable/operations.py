@@ -40,7 +40,7 @@ from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_cod
 from headgate_django.durable.registry import find_operation
 from headgate_django.envelope import canonical_json
 from headgate_django.exceptions import LeaseLostError, PayloadError
-from headgate_django.registry import task
+from headgate_django.registry import internal_task
 from headgate_django.store.durable_jobs import (
     OP_KIND,
     TERMINAL,
@@ -84,7 +84,7 @@ class OperationContext:
         return self._job.wait_cancelled(timeout)
 
 
-@task(kind=OP_KIND)
+@internal_task(kind=OP_KIND)
 def operation_job(
     ctx: JobContext,
     execution_id: str,

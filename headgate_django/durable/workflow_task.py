@@ -57,7 +57,7 @@ from headgate_django.kernel.replay_events import (
     ScheduleOperation,
     due_timers,
 )
-from headgate_django.registry import task
+from headgate_django.registry import internal_task
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.durable import (
     Ending,
@@ -94,7 +94,7 @@ class _Park:
     eager: ClaimedJob | None
 
 
-@task(kind=TASK_KIND)
+@internal_task(kind=TASK_KIND)
 def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     since = time.monotonic()
     races = 0
@@ -275,25 +275,27 @@ def _checked(
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
-        operations = [_operation_job(header, c) for c in commands]
+        operations = [operation_job(header.id, header.task_queue, c) for c in commands]
     except PayloadError as exc:
         return Failed(f"{type(exc).__name__}: {exc}", []), []
     return outcome, operations
 
 
-def _operation_job(header: Header, command: ScheduleOperation) -> Envelope:
+def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation) -> Envelope:
+    """The job of ``command`` in execution ``execution_id``, as a pass enqueues it (and as
+    the reconcile duty puts back a vanished one)."""
     # A workflow-only worker may not have the Operation's code: defaults then, and the
     # Operation's own worker applies its definition when it runs it.
     definition = find_operation(command.name, command.version)
     attempts = definition.max_attempts if definition else DEFAULT_OPERATION_ATTEMPTS
     envelope = operation_envelope(
-        header.id,
+        execution_id,
         command_id=command.command_id,
         name=command.name,
         version=command.version,
         input=command.input,
         execution_key=command.execution_key,
-        queue=(definition.queue if definition else None) or header.task_queue,
+        queue=(definition.queue if definition else None) or task_queue,
         max_attempts=max(attempts, headgate_settings.MAX_ATTEMPTS),
     )
     limit = headgate_settings.MAX_PAYLOAD_BYTES

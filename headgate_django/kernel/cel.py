@@ -10,6 +10,12 @@ level, so this keeps evaluation far from the interpreter's recursion limit), and
 extension function is bound, so an expression can compute but cannot reach the outside
 world. Regular expressions in ``matches()`` run on RE2, which cannot backtrack.
 
+The cost is bounded too, because a tick of the coordinator must never be held by one
+condition: :mod:`.cel_cost` estimates the worst-case number of evaluation steps from the
+parse tree and the workflow's node count (which bounds ``states`` and ``completed``), and
+:func:`compile` refuses an expression over :data:`MAX_EVALUATION_STEPS`; evaluation counts
+the same steps and stops at that limit, for whatever the estimate could not see.
+
 Whether an expression returns a boolean is checked at compile time as well as CEL allows
 without a type checker: the shape of the parse tree (a top-level ``+`` or a string literal
 can never be a boolean), then two sample evaluations against workflow states in which every
@@ -34,6 +40,10 @@ if TYPE_CHECKING:
 
 MAX_EXPRESSION_BYTES = 1024
 MAX_EXPRESSION_DEPTH = 100
+#: The most evaluation steps (parse-tree nodes visited) a condition may cost: the static
+#: budget at prepare and graft time and the runtime limit of one evaluation. About 10 ms
+#: of celpy on a slow shared core; ``benchmarks/cel_cost.py`` measures it.
+MAX_EVALUATION_STEPS = 1_000
 
 #: The variables an expression may read; anything else is an undeclared reference.
 VARIABLES = ("revision", "generation", "states", "completed")
@@ -50,15 +60,19 @@ class CompiledCondition:
         return f"CompiledCondition({self.source!r})"
 
 
-def compile(expression: str) -> CompiledCondition:
-    """Compile *expression*, raising :class:`ConditionError` if it can never be a valid condition.
+def compile(expression: str, nodes: int = 0) -> CompiledCondition:
+    """Compile *expression*, raising :class:`ConditionError` if it can never be a valid
+    condition or, in a workflow of *nodes* nodes, costs more than the budget.
 
-    Results are cached by source text because the coordinator revalidates its graph, and
-    so recompiles every condition, on each tick.
+    Results are cached by source text (and the cost check by node count) because the
+    coordinator revalidates its graph, and so recompiles every condition, on each tick.
     """
     if not isinstance(expression, str):
         raise ConditionError(f"a condition must be a string, got {type(expression).__name__}")
-    return _compile_cached(expression)
+    compiled = _compile_cached(expression)
+    if nodes:
+        _check_cost_cached(compiled, nodes)
+    return compiled
 
 
 def evaluate(
@@ -97,3 +111,10 @@ def _compile_cached(expression: str) -> CompiledCondition:
     from headgate_django.kernel import cel_runtime
 
     return CompiledCondition(expression, cel_runtime.program(expression))
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_cost_cached(compiled: CompiledCondition, nodes: int) -> None:
+    from headgate_django.kernel import cel_runtime
+
+    cel_runtime.check_cost(compiled.program.ast, compiled.source, nodes)

@@ -19,11 +19,19 @@ import celpy
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError, CELSyntaxError, CELUnsupportedError
+from celpy.evaluation import (
+    Activation,
+    CELEvalError,
+    CELSyntaxError,
+    CELUnsupportedError,
+    Context,
+    Evaluator,
+)
 from lark.exceptions import LarkError
 
 from headgate_django.exceptions import ConditionError, ConditionEvaluationError
-from headgate_django.kernel.cel import MAX_EXPRESSION_DEPTH, VARIABLES
+from headgate_django.kernel import cel_cost
+from headgate_django.kernel.cel import MAX_EVALUATION_STEPS, MAX_EXPRESSION_DEPTH, VARIABLES
 
 _environment: celpy.Environment | None = None
 # The parser adapter keeps the text being parsed on itself (for error messages), so
@@ -34,8 +42,9 @@ _parse_lock = threading.Lock()
 def program(expression: str) -> celpy.Runner:
     """Parse and check *expression* (non-empty, within the size limit) into a runnable program.
 
-    Raises :class:`ConditionError` when it is not CEL, is nested too deeply, or can never
-    return a boolean (see the checks in :mod:`headgate_django.kernel.cel`).
+    Raises :class:`ConditionError` when it is not CEL, is nested too deeply, costs more
+    than the budget with empty ``states``, or can never return a boolean (see the checks
+    in :mod:`headgate_django.kernel.cel`).
     """
     with _parse_lock:
         environment = _get_environment()
@@ -49,12 +58,26 @@ def program(expression: str) -> celpy.Runner:
             f"condition {expression!r} is nested too deeply "
             f"({depth} levels, at most {MAX_EXPRESSION_DEPTH})"
         )
+    check_cost(tree, expression, 0)
     if _never_boolean(tree):
         raise ConditionError(f"condition {expression!r} can never return a boolean")
     runner = environment.program(tree)
-    for state, done in (("pending", False), ("completed", True)):
-        _check_sample(runner, expression, state, done)
+    _check_sample(runner, expression)
     return runner
+
+
+def check_cost(tree: lark.Tree, source: str, nodes: int) -> None:
+    """Refuse *tree* if its estimated cost in a workflow of *nodes* nodes is over budget."""
+    try:
+        cost = cel_cost.estimate(tree, nodes)
+    except ConditionError as exc:
+        raise ConditionError(f"condition {source!r}: {exc.message}") from exc
+    if cost > MAX_EVALUATION_STEPS:
+        where = f" in a workflow of {nodes} nodes" if nodes else ""
+        raise ConditionError(
+            f"condition {source!r} is too expensive: its estimated cost{where} is "
+            f"{cost:,} evaluation steps, over the budget of {MAX_EVALUATION_STEPS:,}"
+        )
 
 
 def evaluate(
@@ -68,7 +91,12 @@ def evaluate(
     """Run a program from :func:`program` on one workflow state (see ``cel.evaluate``)."""
     activation = _activation(revision, generation, states, completed)
     try:
-        value = runner.evaluate(activation)
+        value, _ = run(runner, activation)
+    except StepLimitExceeded as exc:
+        raise ConditionEvaluationError(
+            f"condition {source!r} was stopped after {exc.limit:,} evaluation steps, "
+            "its limit: it iterates over more elements than its cost estimate allowed for"
+        ) from exc
     except CELEvalError as exc:
         raise ConditionEvaluationError(f"condition {source!r} failed: {_describe(exc)}") from exc
     except RecursionError as exc:
@@ -86,6 +114,86 @@ def evaluate(
             f"condition {source!r} returned {_type_name(value)}, not a boolean"
         )
     return bool(value)
+
+
+class StepLimitExceeded(Exception):
+    """Evaluation visited more tree nodes than its limit allows (internal to this module:
+    :func:`evaluate` turns it into a :class:`ConditionEvaluationError`)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} evaluation steps")
+        self.limit = limit
+
+
+class _Meter:
+    """The steps one evaluation has taken, shared by the evaluators of its comprehensions."""
+
+    __slots__ = ("limit", "steps")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.steps = 0
+
+    def tick(self, steps: int) -> None:
+        self.steps += steps
+        if self.steps > self.limit:
+            raise StepLimitExceeded(self.limit)
+
+
+class _MeteredEvaluator(Evaluator):
+    """celpy's interpreter, counting every tree node it dispatches (a *step*, the unit of
+    :mod:`.cel_cost`) and stopping at the limit.
+
+    A lark ``Interpreter`` dispatches a node either from ``visit`` or, for each subtree
+    child, from ``visit_children``; celpy uses only those two, and each comprehension
+    element runs in a fresh evaluator from ``sub_evaluator``, which shares the meter and
+    binds the element with ``set_activation``. The check is inside the interpreter, so
+    nothing keeps running once the limit is reached.
+    """
+
+    def __init__(self, ast: lark.Tree, activation: Activation, meter: _Meter) -> None:
+        super().__init__(ast, activation)
+        self.meter = meter
+
+    def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
+        return _MeteredEvaluator(ast, self.activation, self.meter)
+
+    def set_activation(self, values: Context) -> Evaluator:
+        self.meter.tick(cel_cost.BINDING_STEPS)
+        return super().set_activation(values)
+
+    def visit(self, tree: lark.Tree) -> Any:
+        self.meter.tick(1)
+        return super().visit(tree)
+
+    def visit_children(self, tree: lark.Tree) -> list[Any]:
+        subtrees = sum(isinstance(child, lark.Tree) for child in tree.children)
+        self.meter.tick(subtrees + cel_cost.operator_steps(tree))
+        return super().visit_children(tree)
+
+    def ident_value(self, name: str, root_scope: bool = False) -> Any:
+        # celpy's Activation.resolve_variable, minus the typing.cast of a Union it builds on
+        # every call: that cast was most of the time of a lookup, and an identifier is
+        # meant to cost one step like any other node.
+        activation = self.activation
+        try:
+            return activation.identifiers.resolve_name(activation.package, name).value
+        except KeyError:
+            return activation.functions[name]
+
+
+def run(
+    runner: celpy.Runner,
+    activation: Mapping[str, celtypes.Value],
+    limit: int = MAX_EVALUATION_STEPS,
+) -> tuple[Any, int]:
+    """Evaluate *runner*'s tree on *activation* within *limit* steps: (value, steps taken).
+
+    Raises :class:`StepLimitExceeded` past the limit, and whatever celpy raises otherwise.
+    """
+    meter = _Meter(limit)
+    evaluator = _MeteredEvaluator(runner.ast, runner.new_activation(), meter)
+    return evaluator.evaluate(activation), meter.steps
 
 
 def _get_environment() -> celpy.Environment:
@@ -161,15 +269,18 @@ class _SampleMap(celtypes.MapType):
         return self._default
 
 
-def _check_sample(runner: celpy.Runner, source: str, state: str, done: bool) -> None:
+def _check_sample(runner: celpy.Runner, source: str) -> None:
+    """Evaluate once, as if every node were pending: what fails here for want of a name,
+    or returns a non-boolean, is refused. One sample, not one per state, so that compiling
+    never costs more than one evaluation."""
     activation: dict[str, celtypes.Value] = {
         "revision": celtypes.UintType(1),
         "generation": celtypes.UintType(1),
-        "states": _SampleMap(celtypes.StringType(state)),
-        "completed": _SampleMap(celtypes.BoolType(done)),
+        "states": _SampleMap(celtypes.StringType("pending")),
+        "completed": _SampleMap(celtypes.BoolType(False)),
     }
     try:
-        value = runner.evaluate(activation)
+        value, _ = run(runner, activation)
     except CELEvalError as exc:
         # Only a reference to a name that no activation will ever provide is certain to
         # fail again; other failures may depend on the state and are judged at run time.
@@ -187,7 +298,7 @@ def _check_sample(runner: celpy.Runner, source: str, state: str, done: bool) -> 
         return  # a data-dependent failure inside celpy; evaluate() reports it precisely
     if not isinstance(value, celtypes.BoolType | bool):
         raise ConditionError(
-            f"condition {source!r} returned {_type_name(value)} when every node is {state}, "
+            f"condition {source!r} returned {_type_name(value)} when every node is pending, "
             "not a boolean"
         )
 
@@ -201,22 +312,34 @@ def _activation(
     for label, number in (("revision", revision), ("generation", generation)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise ValueError(f"{label} must be a non-negative integer, got {number!r}")
+    # A 999-node workflow means 2,000 entries; converting each one anew cost more than
+    # evaluating a typical condition, so equal strings (node names appear in both maps,
+    # states are a dozen words) and the two booleans are converted once.
+    strings: dict[str, celtypes.StringType] = {}
     state_map = celtypes.MapType()
     for name, state in states.items():
         if not isinstance(name, str) or not isinstance(state, str):
             raise TypeError(f"states must map str to str, got {name!r}: {state!r}")
-        state_map[celtypes.StringType(name)] = celtypes.StringType(state)
+        state_map[_shared(strings, name)] = _shared(strings, state)
+    booleans = {True: celtypes.BoolType(True), False: celtypes.BoolType(False)}
     completed_map = celtypes.MapType()
     for name, done in completed.items():
         if not isinstance(name, str) or not isinstance(done, bool):
             raise TypeError(f"completed must map str to bool, got {name!r}: {done!r}")
-        completed_map[celtypes.StringType(name)] = celtypes.BoolType(done)
+        completed_map[_shared(strings, name)] = booleans[done]
     return {
         "revision": celtypes.UintType(revision),
         "generation": celtypes.UintType(generation),
         "states": state_map,
         "completed": completed_map,
     }
+
+
+def _shared(strings: dict[str, celtypes.StringType], text: str) -> celtypes.StringType:
+    converted = strings.get(text)
+    if converted is None:
+        converted = strings[text] = celtypes.StringType(text)
+    return converted
 
 
 def _describe(exc: CELEvalError) -> str:

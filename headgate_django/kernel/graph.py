@@ -241,7 +241,7 @@ def validate(graph: GraphSpec) -> GraphSpec:
             raise DuplicateNodeError(f"node {node.name!r} is declared twice", node=node.name)
         names.add(node.name)
         _check_job_id(node, job_ids)
-        _check_kind_fields(node, graph.workflow_id)
+        _check_kind_fields(node, graph.workflow_id, len(graph.nodes))
     for node in graph.nodes:
         _check_deps(node, names)
     _, blocked = graph._order
@@ -294,7 +294,7 @@ def _check_job_id(node: NodeSpec, seen: dict[str, str]) -> None:
         )
 
 
-def _check_kind_fields(node: NodeSpec, workflow_id: str) -> None:
+def _check_kind_fields(node: NodeSpec, workflow_id: str, node_count: int) -> None:
     name = node.name
     allowed = _KIND_FIELDS[node.kind]
     for attr in (*_OPTIONAL_STR, *_OPTIONAL_INT):
@@ -310,7 +310,9 @@ def _check_kind_fields(node: NodeSpec, workflow_id: str) -> None:
         if node.condition is None:
             raise GraphError(f"condition node {name!r} needs a condition", node=name)
         try:
-            cel.compile(node.condition)
+            # The node count bounds ``states`` and ``completed``, so a graft that grows the
+            # workflow re-checks the cost of every condition against the larger graph.
+            cel.compile(node.condition, nodes=node_count)
         except ConditionError as exc:
             raise ConditionError(f"node {name!r}: {exc.message}", node=name) from exc
     elif node.kind is NodeKind.CHILD_WORKFLOW:

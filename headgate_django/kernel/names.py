@@ -1,17 +1,58 @@
-"""Validation of the names users give: job kinds, queues and ids."""
+"""Validation of the names users give (job kinds, queues and ids), and the reserved kinds.
+
+Every job kind that starts with ``headgate:`` belongs to the library: coordinators, the
+node jobs a workflow's coordinator drives, graft and retry receipts, the durable runtime's
+workflow tasks and Operations. Their payloads are trusted (a coordinator's graph and CEL
+conditions, an Operation's input) and their owners have verbs of their own, so
+:func:`is_internal_kind` is the one rule that keeps them out of the public ways in:
+``enqueue`` of a hand-made envelope, ``@task``, the HTTP API and the generic job verbs.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from headgate_django.exceptions import DefinitionError, InvalidKindError
+from headgate_django.exceptions import DefinitionError, InternalKindError, InvalidKindError
 
 MAX_KIND_BYTES = 128
 MAX_QUEUE_BYTES = 128
 MAX_ID_BYTES = 255
-# The kind of every workflow's coordinator job; its ":" keeps it out of the dotted-path
-# kinds that ``@task`` derives, so no user task can take it.
+#: The prefix of every internal kind; ``@task`` refuses it, and its ":" keeps it out of the
+#: dotted-path kinds that ``@task`` and ``django.tasks`` derive.
+INTERNAL_PREFIX = "headgate:"
+#: The kind of every workflow's coordinator job.
 COORDINATOR_KIND = "headgate:workflow"
+#: The node jobs a coordinator drives (signal, timer, condition and child-workflow nodes).
+SIGNAL_KIND = "headgate:signal"
+TIMER_KIND = "headgate:timer"
+CONDITION_KIND = "headgate:condition"
+CHILD_KIND = "headgate:workflow-child"
+#: The receipts of a graft and of a failed-subgraph retry, settled by the coordinator.
+GRAFT_KIND = "headgate:graft"
+RETRY_KIND = "headgate:workflow-retry"
+#: The durable runtime's workflow task and Operation jobs.
+DURABLE_TASK_KIND = "headgate:durable-task"
+DURABLE_OP_KIND = "headgate:durable-op"
+
+
+def is_internal_kind(kind: object) -> bool:
+    """Whether ``kind`` is reserved for the library's own jobs (the ``headgate:`` prefix)."""
+    return isinstance(kind, str) and kind.startswith(INTERNAL_PREFIX)
+
+
+def internal_kind_error(
+    kind: str, why: str, *, node: str | None = None, **details: Any
+) -> InternalKindError:
+    """The refusal of a public way in for an internal kind; ``why`` says what was refused."""
+    return InternalKindError(
+        f"{kind!r} is an internal job kind (the {INTERNAL_PREFIX!r} prefix is reserved for "
+        f"headgate-django's own jobs): {why}",
+        node=node,
+        kind=kind,
+        **details,
+    )
+
 
 # First character a word character, then also the punctuation used by dotted paths,
 # namespaces and generics (Headgate's kind grammar).

@@ -25,7 +25,10 @@ from headgate_django.store.fenced import (
 )
 from headgate_django.store.insert import job_insert_many
 from headgate_django.store.maintenance import (
+    EvictionPass,
+    job_evict_pass,
     job_evict_retained,
+    job_eviction_backlog,
     job_promote_due,
     job_reclaim_expired,
     unknown_kinds_waiting,
@@ -45,6 +48,7 @@ from headgate_django.store.vendor import db_now
 
 __all__ = [
     "ClaimedJob",
+    "EvictionPass",
     "LeaseRef",
     "db_now",
     "duty_acquire",
@@ -54,7 +58,9 @@ __all__ = [
     "job_claim",
     "job_complete_many",
     "job_delete",
+    "job_evict_pass",
     "job_evict_retained",
+    "job_eviction_backlog",
     "job_insert_many",
     "job_mark_undecodable",
     "job_operator_retry",

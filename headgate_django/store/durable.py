@@ -20,7 +20,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from headgate_django.envelope import Envelope
+from headgate_django.envelope import Envelope, internal
 from headgate_django.exceptions import (
     DefinitionError,
     IdConflictError,
@@ -279,7 +279,7 @@ def execution_commit_pass(
         jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)
         if eager is not None:
             # Inserted pending, not available: no other worker is woken up for it.
-            operations = [replace(e, pending=e.id == eager.job_id) for e in operations]
+            operations = [internal(replace(e, pending=e.id == eager.job_id)) for e in operations]
         if operations:
             jobs.operation_insert(conn, operations)
         if eager is not None:

@@ -26,8 +26,9 @@ from typing import Any
 from django.db import transaction
 
 from headgate_django.conf import headgate_settings
-from headgate_django.envelope import Envelope, encode_call
+from headgate_django.envelope import Envelope, encode_call, internal
 from headgate_django.exceptions import InvalidTransitionError, LeaseLostError, NotFoundError
+from headgate_django.kernel.names import DURABLE_OP_KIND, DURABLE_TASK_KIND
 from headgate_django.kernel.replay_events import (
     OPERATION_COMPLETED,
     OPERATION_FAILED,
@@ -56,8 +57,8 @@ from headgate_django.store.fenced import (
 from headgate_django.store.insert import _insert, _plan, job_insert_many
 from headgate_django.store.rows import RowReader, prep
 
-TASK_KIND = "headgate:durable-task"
-OP_KIND = "headgate:durable-op"
+TASK_KIND = DURABLE_TASK_KIND
+OP_KIND = DURABLE_OP_KIND
 #: ``Job.workflow_id`` of an execution's jobs: prefixed so it never meets a DAG workflow id.
 GROUP_PREFIX = "durable:"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -82,12 +83,14 @@ def group_of(execution_id: str) -> str:
 
 
 def task_envelope(execution_id: str, task_queue: str) -> Envelope:
-    return Envelope(
-        kind=TASK_KIND,
-        id=task_job_id(execution_id),
-        payload=encode_call((), {"execution_id": execution_id}),
-        queue=task_queue,
-        workflow_id=group_of(execution_id),
+    return internal(
+        Envelope(
+            kind=TASK_KIND,
+            id=task_job_id(execution_id),
+            payload=encode_call((), {"execution_id": execution_id}),
+            queue=task_queue,
+            workflow_id=group_of(execution_id),
+        )
     )
 
 
@@ -104,14 +107,16 @@ def operation_envelope(
 ) -> Envelope:
     call = {"execution_id": execution_id, "command_id": command_id, "name": name}
     call.update(version=version, input=input)
-    return Envelope(
-        kind=OP_KIND,
-        id=execution_key,
-        payload=encode_call((), call),
-        queue=queue,
-        max_attempts=max_attempts,
-        retention=max(headgate_settings.RETENTION, _MIN_OP_RETENTION),
-        workflow_id=group_of(execution_id),
+    return internal(
+        Envelope(
+            kind=OP_KIND,
+            id=execution_key,
+            payload=encode_call((), call),
+            queue=queue,
+            max_attempts=max_attempts,
+            retention=max(headgate_settings.RETENTION, _MIN_OP_RETENTION),
+            workflow_id=group_of(execution_id),
+        )
     )
 
 

@@ -18,7 +18,8 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
-from headgate_django.exceptions import LeaseLostError, PayloadTooLargeError
+from headgate_django.envelope import check_result
+from headgate_django.exceptions import LeaseLostError, ResultTooLargeError
 from headgate_django.kernel import backoff
 from headgate_django.kernel.states import Event, State, check, retry_target
 from headgate_django.store import vendor as v
@@ -219,20 +220,15 @@ def _complete_kept(cursor: Any, conn: BaseDatabaseWrapper, keeps: list[Completio
 
 
 def _result_param(conn: BaseDatabaseWrapper, job_id: str, result: Any) -> Any:
-    """``result`` as a parameter, refused over ``MAX_RESULT_BYTES``.
+    """``result`` as a parameter, refused by the worker's own rule (:func:`check_result`).
 
-    Measured as UTF-8 JSON here rather than on the prepared value, which is a ``str`` on
-    SQLite and MySQL but a ``Jsonb`` wrapper on PostgreSQL (where the limit went unchecked).
+    Measured as UTF-8 JSON rather than on the prepared value, which is a ``str`` on SQLite
+    and MySQL but a ``Jsonb`` wrapper on PostgreSQL (where the limit went unchecked).
     """
-    limit = headgate_settings.MAX_RESULT_BYTES
-    size = len(json.dumps(result, ensure_ascii=False).encode())
-    if size > limit:
-        raise PayloadTooLargeError(
-            f"result of job {job_id} is {size} bytes, over the {limit}-byte limit "
-            "(HEADGATE['MAX_RESULT_BYTES'])",
-            size=size,
-            limit=limit,
-        )
+    try:
+        check_result(result)
+    except ResultTooLargeError as exc:
+        raise ResultTooLargeError(f"job {job_id}: {exc}", **exc.details) from None
     return prep(conn, "result", result)
 
 

@@ -6,6 +6,7 @@ did so the duty can log it ("nothing silent").
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from django.db import transaction
 from headgate_django.conf import headgate_settings
 from headgate_django.kernel.states import EVICTABLE_STATES, WAITING_STATES, State, lease_lost_target
 from headgate_django.store import vendor as v
+from headgate_django.store.estimates import Count, capped_count
 from headgate_django.store.fenced import append_error, error_entry
 from headgate_django.store.rows import prep
 
@@ -136,16 +138,28 @@ def _quarantine(
     )
 
 
-def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str, int]:
-    """Delete terminal rows whose retention has lapsed; return the count per state."""
-    conn = v.connection_for(using)
+def _evictable_where(conn: Any) -> tuple[str, list[str]]:
     states = sorted(s.value for s in EVICTABLE_STATES)
+    return (
+        f"state IN ({v.placeholders(len(states))}) AND expires_at <= {v.cutoff(conn)}",
+        states,
+    )
+
+
+def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str, int]:
+    """Delete terminal rows whose retention has lapsed; return the count per state.
+
+    One transaction of at most ``limit`` rows, read through the eviction index and locked
+    with ``SKIP LOCKED``: it never waits for a row a worker or an operator holds, and it
+    holds its own locks only for one small delete.
+    """
+    conn = v.connection_for(using)
+    where, params = _evictable_where(conn)
     counts: dict[str, int] = {}
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, state FROM headgate_job WHERE state IN ({v.placeholders(len(states))}) "
-            f"AND expires_at <= {v.cutoff(conn)} LIMIT %s{v.skip_locked(conn)}",
-            [*states, limit],
+            f"SELECT id, state FROM headgate_job WHERE {where} LIMIT %s{v.skip_locked(conn)}",
+            [*params, limit],
         )
         rows = cursor.fetchall()
         if not rows:
@@ -157,6 +171,57 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
             [row[0] for row in rows],
         )
     return counts
+
+
+@dataclass
+class EvictionPass:
+    """What one eviction pass did: rows per state, batches, time, and whether it stopped
+    at its time budget with full batches still coming (a backlog remains)."""
+
+    evicted: dict[str, int] = field(default_factory=dict)
+    batches: int = 0
+    seconds: float = 0.0
+    more: bool = False
+
+    @property
+    def rows(self) -> int:
+        return sum(self.evicted.values())
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+def job_evict_pass(
+    *, batch: int = 1000, budget: float = 1.0, using: str = "default"
+) -> EvictionPass:
+    """Evict batch after batch while they come back full, for at most ``budget`` seconds.
+
+    A backlog (a retention just shortened, a duty that was down) clears at the database's
+    delete rate instead of one batch per duty interval. Each batch commits on its own, so
+    the claim path never waits behind more than one small delete.
+    """
+    report = EvictionPass()
+    started = time.monotonic()
+    while True:
+        counts = job_evict_retained(limit=batch, using=using)
+        report.batches += 1
+        for state, n in counts.items():
+            report.evicted[state] = report.evicted.get(state, 0) + n
+        report.seconds = time.monotonic() - started
+        if sum(counts.values()) < batch:
+            return report
+        if report.seconds >= budget:
+            report.more = True
+            return report
+
+
+def job_eviction_backlog(*, using: str = "default") -> Count:
+    """Rows past their retention that eviction has not deleted yet (exact up to
+    :data:`~headgate_django.store.estimates.EXACT_UP_TO`, estimated above)."""
+    conn = v.connection_for(using)
+    where, params = _evictable_where(conn)
+    return capped_count(conn, where, params, mysql_index="headgate_job_evict_my")
 
 
 def unknown_kinds_waiting(

@@ -1,7 +1,12 @@
-"""Operator verbs: what a person (or the API, later) does to a job by hand.
+"""Operator verbs: what a person (or the API) does to a job by hand.
 
 Each locks the row, asks the kernel's state table whether the move is allowed, and writes
 the new state; a running handler learns about a cancel at its next fenced write or renewal.
+
+The generic verbs refuse a job of an internal kind (``headgate:…``): its owner — the
+workflow coordinator or the durable runtime — keeps rules these verbs know nothing of (an
+uncertain Operation waits for an operator's decision, a signal node completes only on an
+emission, a receipt is settled by its coordinator), so each refusal names the owner's verb.
 """
 
 from __future__ import annotations
@@ -19,19 +24,53 @@ from headgate_django.exceptions import (
     InvalidTransitionError,
     NotFoundError,
 )
+from headgate_django.kernel import names
 from headgate_django.kernel.states import Event, State, check
 from headgate_django.models import Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
+from headgate_django.store.durable_jobs import GROUP_PREFIX
 from headgate_django.store.fenced import after_finish
 from headgate_django.store.rows import prep
 from headgate_django.store.unique_keys import live_holders
 
+_WORKFLOW_VERBS = (
+    "its workflow's verbs: cancel_workflow (POST /api/v1/workflows/{id}/cancel) or "
+    "request_failed_subgraph_retry (POST /api/v1/workflows/{id}/retry)"
+)
+#: The verbs that own each internal kind, named in the refusal of a generic verb.
+_OWNER_VERBS = {
+    names.COORDINATOR_KIND: _WORKFLOW_VERBS,
+    names.TIMER_KIND: _WORKFLOW_VERBS,
+    names.CONDITION_KIND: _WORKFLOW_VERBS,
+    names.CHILD_KIND: _WORKFLOW_VERBS + ", on the parent or the child workflow",
+    names.SIGNAL_KIND: "emit_signal (POST /api/v1/workflows/{id}/signals) or " + _WORKFLOW_VERBS,
+    names.GRAFT_KIND: "its coordinator settles it; see workflow_events, or " + _WORKFLOW_VERBS,
+    names.RETRY_KIND: "its coordinator settles it; see workflow_events, or " + _WORKFLOW_VERBS,
+    names.DURABLE_TASK_KIND: (
+        "durable.Manager().cancel / suspend / resume "
+        "(POST /api/v1/durable/executions/{id}/cancel, /suspend, /resume)"
+    ),
+    names.DURABLE_OP_KIND: (
+        "durable.Manager().resolve_uncertain for an uncertain Operation "
+        "(POST /api/v1/durable/executions/{id}/resolve-uncertain), or "
+        "durable.Manager().cancel for its execution"
+    ),
+}
 
-def _locked(job_id: str, using: str) -> Job:
+
+def _locked(job_id: str, using: str, verb: str) -> Job:
+    """The job, row-locked. ``verb`` names the generic verb asking, which an internal job
+    refuses (``InternalKindError``); an owner's own call passes ``""``."""
     try:
-        return Job.objects.using(using).select_for_update().get(pk=job_id)
+        job = Job.objects.using(using).select_for_update().get(pk=job_id)
     except Job.DoesNotExist:
         raise NotFoundError(f"job {job_id} does not exist", id=job_id) from None
+    if verb and names.is_internal_kind(job.kind):
+        owner = _OWNER_VERBS.get(job.kind, "the verbs of the feature that made it")
+        owner = owner.format(id=(job.workflow_id or "").removeprefix(GROUP_PREFIX))
+        why = f"{verb} refuses job {job_id}; use {owner}"
+        raise names.internal_kind_error(job.kind, why, id=job_id, verb=verb)
+    return job
 
 
 def _set(job_id: str, using: str, sql: str, params: list[Any]) -> None:
@@ -54,8 +93,18 @@ def _refuse_taken_keys(jobs: QuerySet[Job], using: str) -> None:
 
 def job_operator_retry(job_id: str, *, using: str = "default") -> None:
     """Give an archived, cancelled or undecodable job a fresh set of attempts."""
+    _retry(job_id, using=using, verb="retry")
+
+
+def workflow_coordinator_reopen(job_id: str, *, using: str = "default") -> None:
+    """Reopen a failed workflow's coordinator for its next generation: the operator retry
+    that only ``request_failed_subgraph_retry`` may make, next to its retry receipt."""
+    _retry(job_id, using=using, verb="")
+
+
+def _retry(job_id: str, *, using: str, verb: str) -> None:
     with transaction.atomic(using=using):
-        job = _locked(job_id, using)
+        job = _locked(job_id, using, verb)
         check(job.state, Event.OPERATOR_RETRY)
         _refuse_taken_keys(Job.objects.using(using).filter(pk=job_id), using)
         conn = v.connection_for(using)
@@ -71,7 +120,7 @@ def job_operator_retry(job_id: str, *, using: str = "default") -> None:
 def job_cancel(job_id: str, *, using: str = "default") -> bool:
     """Cancel a job that has not finished. Returns ``False`` if it already had."""
     with transaction.atomic(using=using):
-        job = _locked(job_id, using)
+        job = _locked(job_id, using, "cancel")
         if State(job.state) not in {
             State.PENDING,
             State.SCHEDULED,
@@ -98,7 +147,7 @@ def job_cancel(job_id: str, *, using: str = "default") -> bool:
 def job_promote(job_id: str, *, using: str = "default") -> None:
     """Make a pending (or scheduled, or backing-off) job available now."""
     with transaction.atomic(using=using):
-        job = _locked(job_id, using)
+        job = _locked(job_id, using, "promote")
         check(job.state, Event.OPERATOR_PROMOTE)
         conn = v.connection_for(using)
         _set(job_id, using, f"state = %s, scheduled_at = {v.now(conn)}", [State.AVAILABLE.value])
@@ -117,7 +166,7 @@ def job_reschedule(
     if at is not None and at.tzinfo is None:
         raise DefinitionError("reschedule: at must be timezone-aware")
     with transaction.atomic(using=using):
-        job = _locked(job_id, using)
+        job = _locked(job_id, using, "reschedule")
         check(job.state, Event.OPERATOR_SCHEDULE)
         conn = v.connection_for(using)
         if delay is not None:
@@ -165,7 +214,7 @@ def job_replace_payload(
     if schema_version is not None and schema_version < 1:
         raise DefinitionError("schema_version must be at least 1")
     with transaction.atomic(using=using):
-        job = _locked(job_id, using)
+        job = _locked(job_id, using, "payload replacement")
         if State(job.state) in {State.RUNNING, State.COMPLETED}:
             raise InvalidTransitionError(f"cannot replace the payload of a {job.state} job")
         Job.objects.using(using).filter(pk=job_id).update(
@@ -178,7 +227,7 @@ def job_replace_payload(
 def job_delete(job_id: str, *, using: str = "default") -> None:
     """Delete a job that is not running (cancel a running one first)."""
     with transaction.atomic(using=using):
-        job = _locked(job_id, using)
+        job = _locked(job_id, using, "delete")
         if job.state == State.RUNNING.value:
             raise InvalidTransitionError(f"job {job_id} is running; cancel it first")
         job.delete()

@@ -1,15 +1,29 @@
-"""Read-only aggregates for dashboards and the API: bounded GROUP BY queries, no payloads."""
+"""Read-only aggregates for dashboards and the API, bounded whatever the table's size.
+
+No query here reads every row of ``headgate_job``. A count by state reads at most
+:data:`~headgate_django.store.estimates.EXACT_UP_TO` + 1 index entries and is the
+planner's estimate beyond that (labelled so); a per-queue breakdown of a state is a
+``GROUP BY`` only when the state's rows are known to be that few, and otherwise one
+estimate per known queue. Rates read key ranges: arrivals the id range of the last
+minute's ULIDs, completions the eviction index.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import Count, Min, Q
-
+from headgate_django.conf import headgate_settings
+from headgate_django.envelope import id_prefix
 from headgate_django.kernel.states import State
-from headgate_django.models import Job, QueueState
+from headgate_django.models import DutyLease, Job, QueueState
+from headgate_django.store import vendor as v
+from headgate_django.store.estimates import Count, capped_count, planner_rows
 from headgate_django.store.vendor import db_now
+
+STATES = [s.value for s in State if s is not State.DELETED]
 
 
 @dataclass
@@ -20,37 +34,149 @@ class QueueOverview:
     arrivals_last_minute: int = 0
     completions_last_minute: int = 0
     paused: bool = False
+    #: States whose count is the planner's estimate, not a count.
+    estimated: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
 
-def queue_overview(using: str = "default") -> list[QueueOverview]:
+def switched_queues(using: str = "default") -> list[str]:
+    """Queues an operator has paused or resumed (a small table of switches)."""
+    return list(QueueState.objects.using(using).order_by("name").values_list("name", flat=True))
+
+
+def job_counts(*, queue: str | None = None, using: str = "default") -> dict[str, Count]:
+    """Jobs per state (every state, 0 for empty ones), of one queue or of all."""
+    conn = v.connection_for(using)
+    counts = {}
+    for state in STATES:
+        total = capped_count(conn, "state = %s", [state])
+        where, params = "state = %s AND queue = %s", [state, queue]
+        if queue is None:
+            counts[state] = total
+        elif total.estimated and state == State.COMPLETED.value:
+            # No (state, queue) index holds completed jobs (it would cost every ack an
+            # entry): counting one queue's of millions could read them all.
+            counts[state] = Count(planner_rows(conn, where, params), estimated=True)
+        else:
+            counts[state] = capped_count(conn, where, params)
+    return counts
+
+
+def queue_overview(using: str = "default", known_queues: Iterable[str] = ()) -> list[QueueOverview]:
+    """Per queue: jobs by state, oldest available age, last-minute arrivals and completions.
+
+    ``known_queues`` (the registered kinds' queues) are listed even when a state with more
+    rows than can be grouped cheaply is the only place they appear.
+    """
+    conn = v.connection_for(using)
+    queues: dict[str, QueueOverview] = {name: QueueOverview(name) for name in known_queues}
+    for switch in QueueState.objects.using(using).all():
+        queues.setdefault(switch.name, QueueOverview(switch.name)).paused = switch.paused
+    crowded = [s for s in STATES if not _group_by_queue(conn, s, queues)]
+    for state in crowded:  # estimates, once every queue the other states name is known
+        for q in queues.values():
+            n = planner_rows(conn, "state = %s AND queue = %s", [state, q.name])
+            if n:
+                q.counts[state] = n
+                q.estimated.append(state)
     now = db_now(using)
-    minute_ago = now - timedelta(minutes=1)
-    queues: dict[str, QueueOverview] = {}
-    jobs = Job.objects.using(using)
-    for row in jobs.values("queue", "state").annotate(n=Count("id")).order_by():
-        queues.setdefault(row["queue"], QueueOverview(row["queue"])).counts[row["state"]] = row["n"]
-    for activity in (
-        jobs.values("queue")
-        .annotate(
-            oldest=Min("scheduled_at", filter=Q(state=State.AVAILABLE.value)),
-            arrivals=Count("id", filter=Q(enqueued_at__gte=minute_ago)),
-            completions=Count(
-                "id", filter=Q(state=State.COMPLETED.value, finalized_at__gte=minute_ago)
-            ),
-        )
-        .order_by()
-    ):
-        q = queues.setdefault(activity["queue"], QueueOverview(activity["queue"]))
-        q.oldest_available_age_s = _age(now, activity["oldest"])
-        q.arrivals_last_minute = activity["arrivals"]
-        q.completions_last_minute = activity["completions"]
-    for state in QueueState.objects.using(using).all():
-        queues.setdefault(state.name, QueueOverview(state.name)).paused = state.paused
+    _oldest_available(conn, now, queues)
+    _rates(conn, now, queues)
     return [queues[name] for name in sorted(queues)]
+
+
+def _group_by_queue(conn: Any, state: str, queues: dict[str, QueueOverview]) -> bool:
+    """Count ``state`` by queue if it has few rows; ``False`` if it has too many."""
+    if capped_count(conn, "state = %s", [state]).estimated:
+        return False
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT queue, COUNT(*) FROM headgate_job WHERE state = %s GROUP BY queue", [state]
+        )
+        for name, n in cursor.fetchall():
+            queues.setdefault(name, QueueOverview(name)).counts[state] = int(n)
+    return True
+
+
+def _oldest_available(conn: Any, now: datetime, queues: dict[str, QueueOverview]) -> None:
+    """The oldest available job's age per queue, read from the head of its claim index
+    (the next job a claim would take: the oldest one of the queue's highest priority)."""
+    with conn.cursor() as cursor:
+        for q in queues.values():
+            if not q.counts.get(State.AVAILABLE.value):
+                continue
+            cursor.execute(
+                "SELECT scheduled_at FROM headgate_job WHERE state = %s AND queue = %s "
+                "ORDER BY priority DESC, scheduled_at, id LIMIT 1",
+                [State.AVAILABLE.value, q.name],
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                q.oldest_available_age_s = _age(now, v.parse_instant(conn, row[0]))
+
+
+def _rates(conn: Any, now: datetime, queues: dict[str, QueueOverview]) -> None:
+    """Arrivals and completions of the last minute, by queue.
+
+    Arrivals are jobs whose generated id (a ULID) dates from the last minute, a range of
+    the primary key; jobs enqueued with ids of the caller's choosing are not counted.
+    Completions are read through the eviction index: a job completed in the last minute
+    expires at least its retention after that, so the range starts at the shortest default
+    retention; jobs given a shorter retention of their own are not counted.
+    """
+    minute_ago = now - timedelta(minutes=1)
+    instant = conn.ops.adapt_datetimefield_value
+    since_ms = int(minute_ago.timestamp() * 1000)
+    until_ms = int((now + timedelta(minutes=1)).timestamp() * 1000)
+    shortest = min(headgate_settings.RETENTION, headgate_settings.WORKFLOW_RETENTION)
+    queries = (
+        (
+            "arrivals_last_minute",
+            "",
+            "id >= %s AND id < %s AND enqueued_at >= %s",
+            [id_prefix(since_ms), id_prefix(until_ms), instant(minute_ago)],
+        ),
+        (
+            "completions_last_minute",
+            v.mysql_index_hint(conn, "headgate_job_evict_my"),
+            "state = %s AND expires_at >= %s AND finalized_at >= %s",
+            [State.COMPLETED.value, instant(minute_ago + shortest), instant(minute_ago)],
+        ),
+    )
+    with conn.cursor() as cursor:
+        for attribute, hint, where, params in queries:
+            cursor.execute(
+                f"SELECT queue, COUNT(*) FROM headgate_job{hint} WHERE {where} GROUP BY queue",
+                params,
+            )
+            for name, n in cursor.fetchall():
+                setattr(queues.setdefault(name, QueueOverview(name)), attribute, int(n))
+
+
+@dataclass
+class EvictionStatus:
+    backlog: int
+    backlog_estimated: bool
+    rows_per_second: float | None
+    last_run_at: datetime | None
+
+
+def eviction_status(using: str = "default") -> EvictionStatus:
+    """The eviction backlog (rows past retention) and what the last eviction pass did."""
+    from headgate_django.store.maintenance import job_eviction_backlog
+
+    backlog = job_eviction_backlog(using=using)
+    duty = DutyLease.objects.using(using).filter(pk="evict").first()
+    result = duty.last_result if duty is not None else {}
+    return EvictionStatus(
+        backlog=backlog.n,
+        backlog_estimated=backlog.estimated,
+        rows_per_second=result.get("rows_per_second"),
+        last_run_at=duty.last_run_at if duty is not None else None,
+    )
 
 
 def queue_is_known(name: str, using: str = "default") -> bool:

@@ -111,6 +111,12 @@ def for_update(conn: BaseDatabaseWrapper) -> str:
     return "" if conn.vendor == "sqlite" else " FOR UPDATE"
 
 
+def mysql_index_hint(conn: BaseDatabaseWrapper, name: str) -> str:
+    """``FORCE INDEX (name)`` on MySQL/MariaDB, nothing elsewhere: for a range its
+    optimizer would read through the plain ``state`` index and filter row by row."""
+    return f" FORCE INDEX ({name})" if conn.vendor == "mysql" else ""
+
+
 def claim_index_hint(conn: BaseDatabaseWrapper, by_queue: bool) -> str:
     """The claim-ordered index that claim candidates must be read through, where the
     planner would not choose it: ``headgate_job_claim`` when the claim names its queues,

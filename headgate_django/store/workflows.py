@@ -16,6 +16,8 @@ from django.db import transaction
 
 from headgate_django.envelope import decode_call
 from headgate_django.kernel.names import COORDINATOR_KIND
+from headgate_django.kernel.names import GRAFT_KIND as GRAFT_KIND  # re-exported: the workflow
+from headgate_django.kernel.names import RETRY_KIND as RETRY_KIND  # layer imports them here
 from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
 from headgate_django.models import Job, WorkflowCheckpoint
@@ -297,7 +299,9 @@ def workflow_coordinators(
     *, after: str | None = None, limit: int = 50, using: str = "default"
 ) -> list[dict[str, Any]]:
     """A page of coordinators ordered by workflow id (cursor = the last workflow id)."""
-    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND)
+    # Not NULL, as a coordinator's never is: MySQL/MariaDB's workflow_id index holds every
+    # job, NULLs first, and the ordered scan would otherwise read past all plain jobs.
+    qs = Job.objects.using(using).filter(kind=COORDINATOR_KIND, workflow_id__isnull=False)
     if after is not None:
         qs = qs.filter(workflow_id__gt=after)
     rows = qs.order_by("workflow_id").values(
@@ -337,16 +341,26 @@ def workflow_live_job_ids(workflow_id: str, *, using: str = "default") -> list[s
     )
 
 
-GRAFT_KIND = "headgate:graft"
-RETRY_KIND = "headgate:workflow-retry"
-
-
 def graft_receipt_id(workflow_id: str, revision: int) -> str:
     return f"{workflow_id}:graft:{revision}"
 
 
 def retry_receipt_id(workflow_id: str, revision: int) -> str:
     return f"{workflow_id}:retry:{revision}"
+
+
+def workflow_coordinator_lock(workflow_id: str, *, using: str = "default") -> Job | None:
+    """The workflow's coordinator row, locked ``FOR UPDATE`` until the caller's transaction
+    ends (Django refuses the lock outside ``transaction.atomic``), or None when there is no
+    such workflow. A coordinator attempt takes the same row lock before it writes
+    (``lock_held``), so while the caller holds it the workflow can neither finish nor
+    accept another graft: checks made under it stay true until the commit."""
+    return (
+        Job.objects.using(using)
+        .select_for_update()
+        .filter(pk=coordinator_job_id(workflow_id))
+        .first()
+    )
 
 
 def workflow_pending_receipt(job_id: str, *, using: str = "default") -> Job | None:
@@ -367,33 +381,67 @@ def workflow_graft_decide(
     using: str = "default",
 ) -> None:
     """Accept (checkpoint the new revision, then release the receipt) or reject (remove
-    the receipt and its never-run tasks). Fenced; one transaction; audited in ``Graft``."""
+    the receipt and its never-run tasks). Either way the checkpoint, whose history holds
+    the decision's event, is saved with it. Fenced; one transaction; audited in ``Graft``."""
     from headgate_django.kernel.workflow import Outcome
-    from headgate_django.models import Graft
 
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         lock_held(cursor, conn, ref, "id")
+        _save_checkpoint(
+            cursor,
+            conn,
+            ref.job_id,
+            workflow_id,
+            checkpoint,
+            Outcome.WAITING.value,
+            grafts if accepted else None,
+        )
         if accepted:
-            _save_checkpoint(
-                cursor, conn, ref.job_id, workflow_id, checkpoint, Outcome.WAITING.value, grafts
-            )
             _promote(cursor, conn, [receipt.id])
         else:
             _delete(cursor, [receipt.id, *node_job_ids])
-        cursor.execute(f"SELECT {v.now(conn)}", [])
-        decided = v.parse_instant(conn, cursor.fetchone()[0])
-        Graft.objects.using(using).update_or_create(
-            receipt_job_id=receipt.id,
-            defaults={
-                "workflow_id": workflow_id,
-                "revision": checkpoint.revision if accepted else _revision_of(receipt.id),
-                "nodes": grafts[-len(node_job_ids) :] if accepted and node_job_ids else [],
-                "status": "accepted" if accepted else "rejected",
-                "reason": reason,
-                "decided_at": decided,
-            },
+        _graft_audit(
+            cursor,
+            conn,
+            receipt_id=receipt.id,
+            workflow_id=workflow_id,
+            revision=checkpoint.revision if accepted else _revision_of(receipt.id),
+            nodes=grafts[-len(node_job_ids) :] if accepted and node_job_ids else [],
+            accepted=accepted,
+            reason=reason,
+            using=using,
         )
+
+
+def _graft_audit(
+    cursor: Any,
+    conn: Any,
+    *,
+    receipt_id: str,
+    workflow_id: str,
+    revision: int,
+    nodes: list[dict[str, Any]],
+    accepted: bool,
+    reason: str,
+    using: str,
+) -> None:
+    """The ``Graft`` row recording a decision, stamped with the store clock."""
+    from headgate_django.models import Graft
+
+    cursor.execute(f"SELECT {v.now(conn)}", [])
+    decided = v.parse_instant(conn, cursor.fetchone()[0])
+    Graft.objects.using(using).update_or_create(
+        receipt_job_id=receipt_id,
+        defaults={
+            "workflow_id": workflow_id,
+            "revision": revision,
+            "nodes": nodes,
+            "status": "accepted" if accepted else "rejected",
+            "reason": reason,
+            "decided_at": decided,
+        },
+    )
 
 
 def _revision_of(receipt_id: str) -> int:
@@ -411,10 +459,14 @@ def workflow_retry_apply(
     reopen_job_ids: list[str],
     receipt_id: str | None,
     reject_receipt_id: str | None,
+    reject_job_ids: Iterable[str] = (),
+    reject_reason: str = "",
     using: str = "default",
 ) -> None:
     """Open a new generation: checkpoint first, then failed nodes back to ``pending`` (the
-    coordinator promotes them when their dependencies are complete, as always)."""
+    coordinator promotes them when their dependencies are complete, as always). A graft
+    receipt waiting for the revision the retry takes is rejected with its tasks and
+    audited like any refused graft."""
     from headgate_django.kernel.workflow import Outcome
 
     conn = v.connection_for(using)
@@ -434,7 +486,18 @@ def workflow_retry_apply(
         if receipt_id:
             _promote(cursor, conn, [receipt_id])
         if reject_receipt_id:
-            _delete(cursor, [reject_receipt_id])
+            _delete(cursor, [reject_receipt_id, *reject_job_ids])
+            _graft_audit(
+                cursor,
+                conn,
+                receipt_id=reject_receipt_id,
+                workflow_id=workflow_id,
+                revision=_revision_of(reject_receipt_id),
+                nodes=[],
+                accepted=False,
+                reason=reject_reason,
+                using=using,
+            )
 
 
 def workflow_wake(workflow_id: str, *, using: str = "default") -> None:

@@ -23,6 +23,7 @@ from django.db import InterfaceError, OperationalError
 
 from headgate_django import store
 from headgate_django.conf import headgate_settings
+from headgate_django.metrics import observe_eviction
 from headgate_django.store.duties import duty_record
 
 log = logging.getLogger("headgate_django.duties")
@@ -57,15 +58,24 @@ def _reclaim() -> dict[str, Any]:
 
 
 def _evict() -> dict[str, Any]:
-    counts = store.job_evict_retained(limit=headgate_settings.EVICT_BATCH)
-    if counts:
+    s = headgate_settings
+    report = store.job_evict_pass(batch=s.EVICT_BATCH, budget=s.EVICT_BUDGET.total_seconds())
+    observe_eviction(report.evicted, report.rows_per_second)
+    if report.evicted:
         log.info(
-            "evicted %d job(s) past retention: %s",
-            sum(counts.values()),
-            ", ".join(f"{k}={n}" for k, n in sorted(counts.items())),
-            extra={"evicted": counts},
+            "evicted %d job(s) past retention in %.2f s (%.0f rows/s)%s: %s",
+            report.rows,
+            report.seconds,
+            report.rows_per_second,
+            "; more remain" if report.more else "",
+            ", ".join(f"{k}={n}" for k, n in sorted(report.evicted.items())),
+            extra={"evicted": report.evicted},
         )
-    return {"evicted": counts}
+    return {
+        "evicted": report.evicted,
+        "rows_per_second": round(report.rows_per_second, 1),
+        "more": report.more,
+    }
 
 
 def _purge_idempotency_records() -> dict[str, Any]:
@@ -127,6 +137,8 @@ class DutyRunner:
             if now - self._back_at < duty.after_outage:
                 continue
             result = duty.run()
+            if result.get("more"):
+                duty.last = float("-inf")  # a backlog remains: run again on the next tick
             if duty.name != "promote" or result.get("promoted"):
                 duty_record(duty.name, holder=self.holder, result=result)
 

@@ -7,7 +7,6 @@ UPDATE while failures, snoozes and skips are written one by one.
 from __future__ import annotations
 
 import asyncio
-import json
 import traceback
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -18,10 +17,9 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import RetryAfter, Revoke, Skip, Snooze
-from headgate_django.envelope import decode_call
+from headgate_django.envelope import check_result, decode_call
 from headgate_django.exceptions import LeaseLostError
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.store.vendor import connection_for
@@ -86,7 +84,7 @@ class AsyncRunner:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(_contained(coro), self.loop)
         return future.result()
 
     def close(self) -> None:
@@ -94,6 +92,29 @@ class AsyncRunner:
         self._thread.join(timeout=5)
         if not self._thread.is_alive():  # an unclosed loop leaks its self-pipe socket
             self.loop.close()
+
+
+class _Escaped(Exception):
+    """Carries a ``BaseException`` that is not an ``Exception`` out of an ``async def`` handler.
+
+    Left alone, asyncio re-raises a task's ``SystemExit`` or ``KeyboardInterrupt`` out of
+    the event loop, ending the thread every async handler of the worker runs on, and turns a
+    ``CancelledError`` the handler raised itself into a cancelled future that no longer
+    names it. Nothing here cancels a handler's task, so each is the handler's own doing.
+    """
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(repr(exc))
+        self.exc = exc
+
+
+async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return await coro
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _Escaped(exc) from exc
 
 
 def decode(
@@ -134,7 +155,7 @@ def run_attempt(
     try:
         if definition.is_async:
             if async_runner is None:
-                result = asyncio.run(definition.fn(ctx, *args, **kwargs))
+                result = asyncio.run(_contained(definition.fn(ctx, *args, **kwargs)))
             else:
                 result = async_runner.run(definition.fn(ctx, *args, **kwargs))
         else:
@@ -159,29 +180,44 @@ def run_attempt(
             error=exc.error,
             traceback=traceback.format_exc(),
             delay=exc.delay,
-            exception=f"{type(cause).__module__}.{type(cause).__qualname__}",
+            exception=class_path(cause),
         )
+    except _Escaped as exc:
+        return failure(exc.exc)
     except Exception as exc:
-        return Failed(
-            error=f"{type(exc).__name__}: {exc}",
-            traceback=traceback.format_exc(),
-            exception=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            connection_lost=not definition.is_async and _connection_lost(exc, conn, watch),
+        return failure(
+            exc, connection_lost=not definition.is_async and _connection_lost(exc, conn, watch)
         )
+    except BaseException as exc:
+        # SystemExit, KeyboardInterrupt, GeneratorExit raised by the handler: its failure like
+        # any other. Only a signal stops a worker, and a handler thread must live on.
+        return failure(exc)
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
     if result is None:  # most handlers: nothing to encode or measure
         return _SUCCEEDED
     try:
-        encoded = json.dumps(result, allow_nan=False)
+        check_result(result)
     except (TypeError, ValueError) as exc:
-        return Failed(error=f"result is not JSON-serialisable: {exc}")
-    limit = headgate_settings.MAX_RESULT_BYTES
-    if len(encoded) > limit:
         # Refused here, as a failure of this job, rather than failing the batched ack of
         # every job written with it.
-        return Failed(error=f"result is larger than {limit} bytes (HEADGATE['MAX_RESULT_BYTES'])")
+        return failure(exc)
     return Succeeded(result=result)
+
+
+def failure(exc: BaseException, *, connection_lost: bool = False) -> Failed:
+    """The failed outcome of an attempt that raised ``exc``, with its class and traceback."""
+    return Failed(
+        error=f"{type(exc).__name__}: {exc}",
+        traceback="".join(traceback.format_exception(exc)),
+        exception=class_path(exc),
+        connection_lost=connection_lost,
+    )
+
+
+def class_path(exc: BaseException) -> str:
+    """The dotted path of ``exc``'s class, as Django's Tasks report it."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
 class _SessionWatch:

@@ -21,7 +21,6 @@ import queue
 import socket
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from headgate_django.kernel.states import State
 from headgate_django.registry import registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
-from headgate_django.worker import execute
+from headgate_django.worker import execute, logs
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import wake_source
@@ -52,6 +51,7 @@ from headgate_django.worker.settle import completion, settle
 from headgate_django.worker.status import status_line
 
 log = logging.getLogger("headgate_django.worker")
+attempt_log = logging.getLogger(logs.ATTEMPTS_LOGGER)
 
 #: The heartbeat looks for waiting jobs of unregistered kinds once the worker has run out of
 #: jobs it can claim (a claim came back short), no sooner than this after start and then at
@@ -115,6 +115,8 @@ class _Held:
     job: ClaimedJob
     ctx: JobContext
     started: bool = False  # a handler thread took it out of the buffer
+    # The handler thread that took it, while that thread is the one to write its outcome.
+    thread: threading.Thread | None = None
     # Set when the handler starts: time spent waiting in the buffer is not run time.
     deadline: float | None = None
     settled: bool = False  # written (or timed out, or released): nothing more to write
@@ -203,10 +205,11 @@ class Worker:
 
     def run(self) -> None:
         log.info(
-            "worker %s serving %s with concurrency %d",
+            "worker %s serving %s with concurrency %d; %s",
             self.worker_id,
             ", ".join(self.queues) if self.queues else "every queue",
             self.concurrency,
+            logs.start_details(using=self.using, duties=self._duties is not None),
         )
         acker = threading.Thread(target=self._ack_loop, name="headgate-ack", daemon=True)
         heart = threading.Thread(target=self._heartbeat_loop, name="headgate-heart", daemon=True)
@@ -357,11 +360,58 @@ class Worker:
             try:
                 self._fresh_connection()
                 self._run_and_settle(entry)
-            except Exception:  # a dead handler thread would shrink the worker for good
+            except BaseException as exc:  # a dead handler thread would shrink the worker
                 log.exception("handler thread failed on job %s", entry.job.ref.job_id)
-                self._finish(entry)
+                self._fail_stranded(entry, exc)
             finally:
                 self._slot_freed()
+
+    def _fail_stranded(self, entry: _Held, exc: BaseException) -> None:
+        """Fail the attempt of a job whose handler thread broke down outside the handler.
+
+        Letting it go instead would leave it ``running`` until its lease lapsed, then charge
+        it a crash and run it again, though nothing crashed.
+        """
+        with self._lock:
+            if entry.settled or entry.thread is None:
+                return  # its outcome is written, or the acker's to write
+            entry.finishing = True
+
+        def write() -> str:
+            return settle(entry.job, execute.failure(exc), using=self.using)
+
+        try:
+            # The heartbeat must not wait out an outage here: it renews every other lease.
+            on_heartbeat = threading.current_thread() not in self._handlers
+            if on_heartbeat:
+                label = write()
+            else:
+                label = self._persist(write, f"the failure of job {entry.job.ref.job_id}")
+            self.stats.count(label)
+        except LeaseLostError:
+            self.stats.count("lost")
+        except Exception as write_exc:
+            log.error("could not record the failure of job %s: %s", entry.job.ref.job_id, write_exc)
+        finally:
+            self._finish(entry)
+
+    def _replace_dead_handlers(self) -> None:
+        """Start a new handler thread for each one that died, failing the job it held.
+
+        ``_handler_loop`` catches everything a job can raise, so this is the last line: a
+        worker whose threads died one by one would hold its leases while it ran nothing.
+        """
+        for n, thread in enumerate(self._handlers):
+            if thread.ident is None or thread.is_alive():
+                continue  # not started yet (see run), or alive
+            log.error("handler thread %s died; starting a new one", thread.name)
+            with self._lock:
+                stranded = [e for e in self._held.values() if e.thread is thread]
+            for entry in stranded:  # its slot was freed as the thread unwound
+                self._fail_stranded(entry, RuntimeError(f"handler thread {thread.name} died"))
+            fresh = threading.Thread(target=self._handler_loop, name=thread.name, daemon=True)
+            self._handlers[n] = fresh
+            fresh.start()
 
     def _begin(self, entry: _Held) -> bool:
         """Start the attempt's clock, unless the job was settled while it waited."""
@@ -369,6 +419,7 @@ class Worker:
             if entry.settled:
                 return False
             entry.started = True
+            entry.thread = threading.current_thread()
             self._waiting -= 1
             self._busy += 1
             timeout = entry.job.timeout
@@ -399,10 +450,20 @@ class Worker:
             timed_out = entry.settled
             entry.finishing = not timed_out
         metrics.observe_attempt(entry.job.queue, entry.job.kind, execute.label(outcome), took)
+        if attempt_log.isEnabledFor(logging.DEBUG):
+            attempt_log.debug(
+                "job %s (%s) attempt %d %s in %.1f ms",
+                entry.job.ref.job_id,
+                entry.job.kind,
+                entry.ctx.attempt,
+                execute.label(outcome),
+                took * 1000,
+            )
         if timed_out:  # timed out or released while running
             self._finish(entry)
             return
         if isinstance(outcome, execute.Succeeded):
+            entry.thread = None  # the acker writes it from here on
             self._acks.put((entry, completion(entry.job, outcome)))
             return
         try:
@@ -424,10 +485,8 @@ class Worker:
             return execute.run_attempt(
                 entry.ctx, entry.job.payload, entry.job.schema_version, self._async
             )
-        except Exception as exc:  # e.g. a user upcaster: record it, never strand the job
-            return execute.Failed(
-                error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
-            )
+        except BaseException as exc:  # e.g. a user upcaster: record it, never strand the job
+            return execute.failure(exc)
 
     def _finish(self, *entries: _Held) -> None:
         """Let go of settled jobs; one wake-up for the claim loop however many they are."""
@@ -513,6 +572,8 @@ class Worker:
         while not (self._stopping.is_set() and not self._held):
             now = time.monotonic()
             self._safe(functools.partial(self._enforce_timeouts, now))
+            if not self._stopping.is_set():
+                self._safe(self._replace_dead_handlers)
             if now >= next_renew:
                 renewed = self._safe(self._renew)
                 # A failed renewal is tried again soon, not a whole interval later: the

@@ -13,11 +13,19 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from headgate_django.envelope import Envelope, decode_call, encode_call
+from headgate_django.envelope import Envelope, decode_call, encode_call, internal
 from headgate_django.exceptions import DefinitionError, GraphError
 from headgate_django.kernel import cel
 from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, validate
-from headgate_django.kernel.names import validate_queue
+from headgate_django.kernel.names import (
+    CHILD_KIND,
+    CONDITION_KIND,
+    SIGNAL_KIND,
+    TIMER_KIND,
+    internal_kind_error,
+    is_internal_kind,
+    validate_queue,
+)
 from headgate_django.store.workflows import (
     COORDINATOR_KIND,
     WAITERS,
@@ -25,10 +33,6 @@ from headgate_django.store.workflows import (
     from_ms,
 )
 
-SIGNAL_KIND = "headgate:signal"
-TIMER_KIND = "headgate:timer"
-CONDITION_KIND = "headgate:condition"
-CHILD_KIND = "headgate:workflow-child"
 _COORDINATOR_SUFFIX = len(":coordinator")
 
 
@@ -49,7 +53,7 @@ def with_waiters(prepared: PreparedWorkflow, link_job_ids: list[str]) -> Prepare
     coordinator, *nodes = prepared.envelopes
     _, kwargs = decode_call(coordinator.payload)
     kwargs["options"] = {**kwargs.get("options", {}), WAITERS: sorted(link_job_ids)}
-    coordinator = replace(coordinator, payload=encode_call((), kwargs))
+    coordinator = internal(replace(coordinator, payload=encode_call((), kwargs)))
     return replace(prepared, envelopes=[coordinator, *nodes])
 
 
@@ -135,6 +139,8 @@ class Workflow:
         """An ordinary task node: ``envelope`` runs once every dependency has completed."""
         if not isinstance(envelope, Envelope):
             raise DefinitionError(f"node {name!r}: expected an Envelope (use task.envelope(...))")
+        if is_internal_kind(envelope.kind):
+            raise internal_kind_error(envelope.kind, "a node must be a task", node=name)
         return self._node(name, NodeKind.TASK, deps, envelope.kind, envelope)
 
     def add_signal(self, name: str, signal: str, deps: Sequence[str] | None = None) -> Workflow:
@@ -181,13 +187,15 @@ class Workflow:
             if node.condition is not None:
                 cel.compile(node.condition)
         retention = self._retention or headgate_settings.WORKFLOW_RETENTION
-        coordinator = Envelope(
-            kind=COORDINATOR_KIND,
-            id=coordinator_job_id(self.workflow_id),
-            queue=self._queue or headgate_settings.WORKFLOW_QUEUE,
-            payload=encode_call((), {"graph": graph.to_json(), "options": self._options()}),
-            retention=retention,
-            workflow_id=self.workflow_id,
+        coordinator = internal(
+            Envelope(
+                kind=COORDINATOR_KIND,
+                id=coordinator_job_id(self.workflow_id),
+                queue=self._queue or headgate_settings.WORKFLOW_QUEUE,
+                payload=encode_call((), {"graph": graph.to_json(), "options": self._options()}),
+                retention=retention,
+                workflow_id=self.workflow_id,
+            )
         )
         children = [self._child(node, retention) for node in graph.nodes]
         return PreparedWorkflow(self.workflow_id, graph, [coordinator, *children])
@@ -202,6 +210,7 @@ class Workflow:
         from headgate_django.conf import headgate_settings
 
         env = self._envelopes[node.name]
+        built = env is None  # a signal, timer, condition or child node: the library's own job
         if env is None:
             env = Envelope(
                 kind=node.job_kind,
@@ -214,4 +223,5 @@ class Workflow:
         timing: dict[str, Any] = {"pending": True, "scheduled_at": None, "delay": None}
         if node.kind is NodeKind.TIMER and node.wake_at_ms is not None:
             timing = {"pending": False, "scheduled_at": from_ms(node.wake_at_ms), "delay": None}
-        return replace(env, id=node.job_id, workflow_id=self.workflow_id, retention=keep, **timing)
+        env = replace(env, id=node.job_id, workflow_id=self.workflow_id, retention=keep, **timing)
+        return internal(env) if built else env

@@ -32,7 +32,7 @@ from headgate_django.kernel.workflow import (
     node_states,
 )
 from headgate_django.models import WorkflowCheckpoint
-from headgate_django.registry import task
+from headgate_django.registry import internal_task
 from headgate_django.store import db_now
 from headgate_django.store.workflows import (
     COORDINATOR_KIND,
@@ -82,7 +82,7 @@ def _validated(digest: str, graph: Any) -> GraphSpec:
     return spec
 
 
-@task(kind=COORDINATOR_KIND, queue="headgate-workflow")
+@internal_task(kind=COORDINATOR_KIND, queue="headgate-workflow")
 def coordinate(
     ctx: JobContext, graph: Any = None, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -185,6 +185,12 @@ class Tick:
             nodes=[n.name for n in graph.nodes if n.job_id in reopen],
         )
         competing = workflow_pending_receipt(graft_receipt_id(self.workflow_id, revision))
+        competing_ids: list[str] = []
+        reason = f"a failed-subgraph retry took revision {revision}"
+        if competing is not None:
+            _, specs = graft_nodes_of(competing)
+            competing_ids = _spec_values(specs, "job_id")
+            _record_rejection(checkpoint, competing.id, specs, reason)
         workflow_retry_apply(
             self.ctx.lease,
             workflow_id=self.workflow_id,
@@ -192,6 +198,8 @@ class Tick:
             reopen_job_ids=reopen,
             receipt_id=receipt.id if receipt is not None else None,
             reject_receipt_id=competing.id if competing is not None else None,
+            reject_job_ids=competing_ids,
+            reject_reason=reason,
         )
         return Outcome.WAITING
 
@@ -206,7 +214,7 @@ class Tick:
         if receipt is None:
             return False
         expected, specs = graft_nodes_of(receipt)
-        job_ids = [str(s.get("job_id", "")) for s in specs if isinstance(s, dict)]
+        job_ids = _spec_values(specs, "job_id")
         reason = ""
         try:
             if expected != checkpoint.revision:
@@ -226,6 +234,10 @@ class Tick:
             checkpoint.record(
                 "workflow_graft_accepted", to_ms(db_now()), nodes=[s["name"] for s in specs]
             )
+        else:
+            # Submission checks the same rules, so this is a receipt that raced a change of
+            # the workflow or was written around submit_graft: say why it went away.
+            _record_rejection(checkpoint, receipt.id, specs, reason)
         workflow_graft_decide(
             self.ctx.lease,
             workflow_id=self.workflow_id,
@@ -244,3 +256,21 @@ def _failure_reason(history: list[dict[str, Any]]) -> str:
         if event.get("event") == "workflow_failed":
             return str(event.get("reason") or "workflow failed")
     return "workflow failed"
+
+
+def _spec_values(specs: list[Any], key: str) -> list[str]:
+    """One field of each node spec a receipt carries (a forged receipt may carry junk)."""
+    return [str(s.get(key, "")) for s in specs if isinstance(s, dict)]
+
+
+def _record_rejection(
+    checkpoint: Checkpoint, receipt_id: str, specs: list[Any], reason: str
+) -> None:
+    """A refused graft leaves an event: its receipt and tasks are removed with it."""
+    checkpoint.record(
+        "workflow_graft_rejected",
+        to_ms(db_now()),
+        receipt_job_id=receipt_id,
+        nodes=_spec_values(specs, "name"),
+        reason=reason,
+    )

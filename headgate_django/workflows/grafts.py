@@ -2,9 +2,11 @@
 
 The batch is a pending receipt ``{id}:graft:{expected_revision + 1}`` plus the new pending
 tasks. The receipt id is deterministic, so two writers grafting onto the same revision
-collide at enqueue and exactly one wins. The coordinator validates the combined graph,
-checkpoints the new revision and only then releases the receipt; a rejected graft's
-receipt and tasks are removed.
+collide at enqueue and exactly one wins. Submission checks the graft against the current
+graph (revision, cycles, duplicate or unknown nodes) and refuses bad input at once; the
+coordinator validates the combined graph again, checkpoints the new revision and only then
+releases the receipt. A receipt it refuses is removed with its tasks, and the refusal is a
+``workflow_graft_rejected`` event.
 """
 
 from __future__ import annotations
@@ -15,18 +17,33 @@ from typing import Any
 
 from django.db import transaction
 
-from headgate_django.envelope import Envelope, encode_call
-from headgate_django.exceptions import DefinitionError, GraphError, InvalidTransitionError
-from headgate_django.kernel.graph import NodeKind, NodeSpec
+from headgate_django.envelope import Envelope, encode_call, internal
+from headgate_django.exceptions import (
+    DefinitionError,
+    GraphError,
+    InvalidTransitionError,
+    NotFoundError,
+    RevisionConflictError,
+)
+from headgate_django.kernel.graph import NodeKind, NodeSpec, combine
 from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store import job_insert_many
 from headgate_django.store.workflows import (
     GRAFT_KIND,
-    coordinator_job_id,
+    checkpoint_from_row,
     graft_receipt_id,
+    workflow_checkpoint_load,
+    workflow_coordinator_lock,
     workflow_wake,
+)
+from headgate_django.workflows.inspect import current_graph
+
+#: Coordinator states of a workflow that has not finished, so a graft can still join it.
+_LIVE = frozenset(
+    s.value
+    for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE)
 )
 
 
@@ -100,6 +117,7 @@ class WorkflowGraft:
             retention=headgate_settings.WORKFLOW_RETENTION,
             workflow_id=self.workflow_id,
         )
+        internal(receipt)  # the library's own receipt; a forged one is refused at enqueue
         tasks = [
             replace(
                 env,
@@ -119,34 +137,38 @@ class WorkflowGraft:
 
 
 def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
-    """Enqueue a prepared graft, refusing a workflow that has already finished.
+    """Enqueue a prepared graft onto a running workflow, after checking it against the
+    workflow's current graph: bad input is refused here, with the reason, and writes nothing.
 
-    ``enqueue(graft)`` does the same. The coordinator row is locked so the workflow cannot
-    finish between the check and the enqueue, and it is woken to decide at once.
-    Returns the receipt job id.
+    ``enqueue(graft)`` does the same. The coordinator row stays locked from the checks to
+    the enqueue, so the workflow cannot finish or accept another graft in between, and it
+    is woken to decide at once. The coordinator still revalidates the receipt (and records
+    ``workflow_graft_rejected`` when it refuses one). Returns the receipt job id.
     """
     with transaction.atomic(using=using):
-        state = (
-            Job.objects.using(using)
-            .select_for_update()
-            .filter(pk=coordinator_job_id(graft.workflow_id))
-            .values_list("state", flat=True)
-            .first()
-        )
-        if state is None:
-            from headgate_django.exceptions import NotFoundError
-
+        coordinator = workflow_coordinator_lock(graft.workflow_id, using=using)
+        if coordinator is None:
             raise NotFoundError(f"workflow {graft.workflow_id!r} does not exist")
-        if state not in {
-            State.PENDING,
-            State.SCHEDULED,
-            State.AVAILABLE,
-            State.RUNNING,
-            State.RETRYABLE,
-        }:
+        if coordinator.state not in _LIVE:
             raise InvalidTransitionError(
-                f"workflow {graft.workflow_id!r} has finished ({state}); a graft cannot revive it"
+                f"workflow {graft.workflow_id!r} has finished ({coordinator.state}); "
+                "a graft cannot revive it"
             )
+        row = workflow_checkpoint_load(graft.workflow_id, using=using)
+        checkpoint = checkpoint_from_row(row)
+        if checkpoint.failed:
+            raise InvalidTransitionError(
+                f"workflow {graft.workflow_id!r} has failed; graft after its failed-subgraph "
+                "retry has opened a new generation"
+            )
+        current = checkpoint.revision
+        if current != graft.revision - 1:
+            raise RevisionConflictError(
+                f"revision conflict: workflow {graft.workflow_id!r} is at revision {current}",
+                current_revision=current,
+            )
+        graph, _ = current_graph(coordinator, row)
+        combine(graph, graft.nodes)  # CycleError, DuplicateNodeError, … name the nodes
         job_insert_many(graft.envelopes, using=using)
         workflow_wake(graft.workflow_id, using=using)
     return graft.receipt_job_id

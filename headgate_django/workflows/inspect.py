@@ -14,7 +14,8 @@ from headgate_django.envelope import decode_call
 from headgate_django.exceptions import DefinitionError, NotFoundError
 from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, combine
 from headgate_django.kernel.workflow import node_states
-from headgate_django.models import Job
+from headgate_django.models import Job, WorkflowCheckpoint
+from headgate_django.store.reads import job_get
 from headgate_django.store.workflows import (
     checkpoint_from_row,
     coordinator_job_id,
@@ -89,7 +90,7 @@ class WorkflowPage:
 
 
 def _coordinator(workflow_id: str) -> Job:
-    job = Job.objects.filter(pk=coordinator_job_id(workflow_id)).first()
+    job = job_get(coordinator_job_id(workflow_id))
     if job is None:
         raise NotFoundError(f"workflow {workflow_id!r} does not exist", workflow_id=workflow_id)
     return job
@@ -100,6 +101,14 @@ def _stored(job: Job) -> tuple[GraphSpec, dict[str, Any]]:
     return GraphSpec.from_json(kwargs.get("graph")), kwargs.get("options") or {}
 
 
+def current_graph(job: Job, row: WorkflowCheckpoint | None) -> tuple[GraphSpec, dict[str, Any]]:
+    """The declared graph with the accepted grafts appended, and the workflow's options."""
+    graph, options = _stored(job)
+    if row is not None and row.grafts:
+        graph = combine(graph, [NodeSpec.from_json(n) for n in row.grafts])
+    return graph, options
+
+
 def load_graph_of(workflow_id: str) -> GraphSpec:
     graph, _ = _stored(_coordinator(workflow_id))
     return graph
@@ -108,11 +117,9 @@ def load_graph_of(workflow_id: str) -> GraphSpec:
 def inspect_workflow(workflow_id: str) -> WorkflowSnapshot:
     """The graph with every node's current state; no payloads."""
     job = _coordinator(workflow_id)
-    graph, options = _stored(job)
     row = workflow_checkpoint_load(workflow_id)
+    graph, options = current_graph(job, row)
     checkpoint = checkpoint_from_row(row)
-    if row is not None and row.grafts:
-        graph = combine(graph, [NodeSpec.from_json(n) for n in row.grafts])
     rows = workflow_nodes_read({n.name: n.job_id for n in graph.nodes})
     states = node_states(graph, checkpoint, rows)
     dependents: dict[str, list[str]] = {n.name: [] for n in graph.nodes}

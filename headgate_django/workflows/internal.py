@@ -9,25 +9,25 @@ from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
 from headgate_django.kernel.states import State
-from headgate_django.models import Job
-from headgate_django.registry import task
+from headgate_django.registry import internal_task
+from headgate_django.store.reads import job_state
 from headgate_django.store.workflows import GRAFT_KIND, RETRY_KIND, coordinator_job_id
 from headgate_django.workflows.builder import CHILD_KIND, CONDITION_KIND, SIGNAL_KIND, TIMER_KIND
 
 _FAILED = {State.ARCHIVED, State.CANCELLED, State.QUARANTINED, State.UNDECODABLE}
 
 
-@task(kind=TIMER_KIND, queue="headgate-workflow")
+@internal_task(kind=TIMER_KIND, queue="headgate-workflow")
 def timer_fired(ctx: JobContext, **_: Any) -> None:
     return None
 
 
-@task(kind=CONDITION_KIND, queue="headgate-workflow")
+@internal_task(kind=CONDITION_KIND, queue="headgate-workflow")
 def condition_met(ctx: JobContext, **_: Any) -> None:
     return None
 
 
-@task(kind=SIGNAL_KIND, queue="headgate-workflow")
+@internal_task(kind=SIGNAL_KIND, queue="headgate-workflow")
 def signal_received(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any) -> Any:
     """Completes with the payload of the latest matching emission, for inspection."""
     from headgate_django.store.signals import signal_latest
@@ -38,28 +38,26 @@ def signal_received(ctx: JobContext, workflow_id: str = "", node: str = "", **_:
     return None if latest is None else {"signal": signal, "payload": latest.payload}
 
 
-@task(kind=GRAFT_KIND, queue="headgate-workflow")
+@internal_task(kind=GRAFT_KIND, queue="headgate-workflow")
 def graft_accepted(ctx: JobContext, **_: Any) -> None:
     """Released by the coordinator once the graft is checkpointed."""
     return None
 
 
-@task(kind=RETRY_KIND, queue="headgate-workflow")
+@internal_task(kind=RETRY_KIND, queue="headgate-workflow")
 def retry_accepted(ctx: JobContext, **_: Any) -> None:
     """Released by the coordinator once the new generation is checkpointed."""
     return None
 
 
-@task(kind=CHILD_KIND, queue="headgate-workflow")
+@internal_task(kind=CHILD_KIND, queue="headgate-workflow")
 def child_link(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any) -> dict[str, Any]:
     """Waits for the linked child workflow: completes with it, archives when it fails."""
     from headgate_django.workflows.inspect import load_graph_of
 
     graph = load_graph_of(workflow_id)
     child_id = graph.node(node).child_workflow_id or ""
-    state = (
-        Job.objects.filter(pk=coordinator_job_id(child_id)).values_list("state", flat=True).first()
-    )
+    state = job_state(coordinator_job_id(child_id))
     if state == State.COMPLETED:
         return {"child_workflow_id": child_id, "outcome": "succeeded"}
     if state is None or State(state) in _FAILED:

@@ -16,30 +16,30 @@ from typing import Any
 
 from django.db import transaction
 
-from headgate_django.envelope import Envelope, encode_call
+from headgate_django.envelope import Envelope, encode_call, internal
 from headgate_django.exceptions import (
     DefinitionError,
     InvalidTransitionError,
     NotFoundError,
     RevisionConflictError,
 )
-from headgate_django.kernel.graph import NodeKind, NodeSpec, combine
+from headgate_django.kernel.graph import NodeKind
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
-from headgate_django.store import (
-    job_insert_many,
-    job_operator_retry,
-    job_replace_payload,
-    quarantine_release,
-)
+from headgate_django.store import job_insert_many, job_replace_payload, quarantine_release
+from headgate_django.store.operator import workflow_coordinator_reopen
+from headgate_django.store.reads import job_get_many, job_state
 from headgate_django.store.workflows import (
     RETRY_KIND,
     checkpoint_from_row,
     coordinator_job_id,
     retry_receipt_id,
     workflow_checkpoint_load,
+    workflow_nodes_read,
 )
-from headgate_django.workflows.inspect import _coordinator, _stored
+from headgate_django.workflows.inspect import _coordinator, current_graph
+
+_NEEDS_REPAIR = frozenset({State.QUARANTINED.value, State.UNDECODABLE.value})
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,9 @@ def request_failed_subgraph_retry(
     repairs = [Recovery.from_value(r) for r in recoveries]
     with transaction.atomic():
         coordinator = _coordinator(workflow_id)
-        graph, options = _stored(coordinator)
+        row = workflow_checkpoint_load(workflow_id)
+        # Accepted grafted nodes are checked and repaired like declared ones.
+        graph, options = current_graph(coordinator, row)
         if not options.get("failed_subgraph_retry"):
             raise DefinitionError(
                 f"workflow {workflow_id!r} was not prepared with failed_subgraph_retry()"
@@ -97,32 +99,26 @@ def request_failed_subgraph_retry(
                 f"workflow {workflow_id!r} is {coordinator.state}; only a failed (archived) "
                 "workflow can be retried"
             )
-        row = workflow_checkpoint_load(workflow_id)
         checkpoint = checkpoint_from_row(row)
-        if row is not None and row.grafts:
-            # Accepted grafted nodes are checked and repaired like declared ones.
-            graph = combine(graph, [NodeSpec.from_json(n) for n in row.grafts])
         if checkpoint.revision != expected_revision:
             raise RevisionConflictError(
                 f"revision conflict: workflow {workflow_id!r} is at revision "
                 f"{checkpoint.revision}, not {expected_revision}",
                 current_revision=checkpoint.revision,
             )
-        jobs = {j.id: j for j in Job.objects.filter(pk__in=[n.job_id for n in graph.nodes])}
+        jobs = job_get_many(n.job_id for n in graph.nodes)
         by_name = {n.name: n for n in graph.nodes}
         # A repaired undecodable node keeps its state until the coordinator reopens it
         # (with the other failed nodes), so it is not "stuck" once it has a new payload.
         repaired = {job_id for repair in repairs if (job_id := _repair(repair, by_name, jobs))}
         _retry_children(graph.nodes, jobs)
-        stuck = (
-            Job.objects.filter(
-                pk__in=[n.job_id for n in graph.nodes],
-                state__in=[State.QUARANTINED.value, State.UNDECODABLE.value],
-            )
-            .exclude(pk__in=repaired, state=State.UNDECODABLE.value)
-            .values_list("id", "state")
-        )
-        stuck_nodes = [f"{jid} ({state})" for jid, state in stuck]
+        rows = workflow_nodes_read({n.job_id: n.job_id for n in graph.nodes})
+        stuck_nodes = [
+            f"{job_id} ({r.state})"
+            for job_id, r in rows.items()
+            if r.state in _NEEDS_REPAIR
+            and not (job_id in repaired and r.state == State.UNDECODABLE.value)
+        ]
         if stuck_nodes:
             raise InvalidTransitionError(
                 "cannot reopen the workflow while nodes stay quarantined or undecodable: "
@@ -131,20 +127,17 @@ def request_failed_subgraph_retry(
             )
         revision = expected_revision + 1
         receipt_id = retry_receipt_id(workflow_id, revision)
-        job_insert_many(
-            [
-                Envelope(
-                    kind=RETRY_KIND,
-                    id=receipt_id,
-                    queue=coordinator.queue,
-                    payload=encode_call((), {"workflow_id": workflow_id, "revision": revision}),
-                    pending=True,
-                    retention=coordinator.retention,
-                    workflow_id=workflow_id,
-                )
-            ]
+        receipt = Envelope(
+            kind=RETRY_KIND,
+            id=receipt_id,
+            queue=coordinator.queue,
+            payload=encode_call((), {"workflow_id": workflow_id, "revision": revision}),
+            pending=True,
+            retention=coordinator.retention,
+            workflow_id=workflow_id,
         )
-        job_operator_retry(coordinator.id)
+        job_insert_many([internal(receipt)])
+        workflow_coordinator_reopen(coordinator.id)
     return RetryReceipt(workflow_id, revision, checkpoint.generation + 1, receipt_id)
 
 
@@ -178,7 +171,6 @@ def _retry_children(nodes: Iterable[Any], jobs: dict[str, Job]) -> None:
         if node.kind is not NodeKind.CHILD_WORKFLOW or job is None or job.state != State.ARCHIVED:
             continue
         child = node.child_workflow_id or ""
-        child_job = Job.objects.filter(pk=coordinator_job_id(child)).first()
-        if child_job is not None and child_job.state == State.ARCHIVED:
+        if job_state(coordinator_job_id(child)) == State.ARCHIVED:
             child_cp = checkpoint_from_row(workflow_checkpoint_load(child))
             request_failed_subgraph_retry(child, child_cp.revision)

@@ -121,7 +121,7 @@ def test_404_unknown_object(operator: Api) -> None:
         "/api/v1/nope",
         "/api/v1/jobs/a/b/c",
         "/api/v1",
-        "/api/v1/jobs/",
+        "/api/v1/nope/",
         "/api/v1/jobs/%01",
         # A decoded newline: ``.`` in the catch-all did not match it (Django's HTML 404).
         "/api/v1/jobs/%0A",

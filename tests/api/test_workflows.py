@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from headgate_django import enqueue, testing
+from headgate_django.models import Job
 from headgate_django.workflows import Workflow, inspect_workflow
 from tests.api.conftest import Api, onboarding_workflow
 from tests.app import tasks
@@ -71,6 +72,34 @@ def test_graft_then_complete(operator: Api) -> None:
     snapshot = inspect_workflow("g:1")
     assert snapshot.revision == 2 and snapshot.node("b").state == "completed"
     assert snapshot.coordinator_state == "completed"
+
+
+def test_graft_that_would_add_a_cycle_is_422_naming_it(operator: Api) -> None:
+    enqueue(
+        Workflow("g:1").add("a", tasks.echo.envelope(), []).add_signal("s", "go", ["a"]).prepare()
+    )
+    testing.run_jobs()
+    body = {
+        "expected_revision": 1,
+        "tasks": [
+            {"name": "b", "kind": "test.echo", "deps": ["a", "c"]},
+            {"name": "c", "kind": "test.echo", "deps": ["b"]},
+        ],
+    }
+    response = operator.post("/api/v1/workflows/g:1/grafts", body)
+    assert response.status_code == 422, response.content
+    error = response.json()["error"]
+    assert error["code"] == "graph_cycle"
+    assert sorted(set(error["detail"]["cycle"])) == ["b", "c"]
+    assert "b -> c" in error["message"] or "c -> b" in error["message"]
+    assert not Job.objects.filter(pk__in=["g:1:graft:2", "g:1:b", "g:1:c"]).exists()
+
+
+def test_graft_at_a_stale_revision_is_409(operator: Api, onboarding: str) -> None:
+    body = {"expected_revision": 3, "tasks": [{"name": "x", "kind": "test.echo"}]}
+    response = operator.post("/api/v1/workflows/onboarding:42/grafts", body)
+    assert response.status_code == 409
+    assert response.json()["error"]["detail"]["current_revision"] == 1
 
 
 def test_graft_with_an_unknown_kind_is_404(operator: Api, onboarding: str) -> None:

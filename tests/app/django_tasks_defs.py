@@ -41,3 +41,21 @@ async def async_double(x: int) -> int:
 @task(max_attempts=2, retention=timedelta(hours=1))
 def limited() -> None:
     raise RuntimeError("always")
+
+
+@task()
+def returns_a_set() -> set[int]:
+    return {1, 2}
+
+
+@task(takes_context=True)
+def describe(context) -> dict:
+    """What the running task sees of itself through its context."""
+    result = context.task_result
+    return {
+        "status": str(result.status),
+        "queue_name": result.task.queue_name,
+        "priority": result.task.priority,
+        "backend": result.task.backend,
+        "started": result.started_at is not None,
+    }

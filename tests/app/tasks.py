@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from datetime import timedelta
@@ -255,3 +256,31 @@ def wf_cursor_pages(ctx, pages: int = 6, pause: float = 0.0):
         return pages
 
     return ctx.step_cursor("import-pages", walk)
+
+
+_BASE_EXCEPTIONS: dict[str, type[BaseException]] = {
+    "SystemExit": SystemExit,
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "GeneratorExit": GeneratorExit,
+    "CancelledError": asyncio.CancelledError,
+}
+
+
+@task(kind="test.base_exit", max_attempts=2)
+def base_exit(ctx, name: str = "SystemExit"):
+    """Raises a ``BaseException`` that is not an ``Exception`` (by class name)."""
+    record(ctx, name)
+    raise _BASE_EXCEPTIONS[name]("raised by the handler")
+
+
+@task(kind="test.async_base_exit", max_attempts=2)
+async def async_base_exit(ctx, name: str = "CancelledError"):
+    await asyncio.sleep(0)
+    raise _BASE_EXCEPTIONS[name]("raised by the handler")
+
+
+@task(kind="test.hard_exit")
+def hard_exit(ctx):
+    """Ends the worker process on the spot, as a segfault or the OOM killer would."""
+    record(ctx, "hard_exit")
+    os._exit(3)

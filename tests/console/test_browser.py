@@ -248,3 +248,38 @@ def test_live_workflow_in_chromium(
     print(f"999-node workflow page: {json.dumps(figures)}")
     assert timing["painted_ms"] < RENDER_WITHIN_MS, figures
     assert errors == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_docs_render_with_the_network_cut_off(
+    server: Server, browser: Any, viewer: Any, tmp_path: Path
+) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    outside: list[str] = []
+
+    def only_this_server(route: Any) -> None:
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_this_server)
+    page.goto(f"{server.url}/admin/login/")
+    page.fill("#id_username", "viewer")
+    page.fill("#id_password", "pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{server.url}/admin/")
+
+    page.goto(f"{server.url}/api/v1/docs/")
+    page.wait_for_selector(".swagger-ui .info .title", timeout=20_000)
+    assert "headgate" in page.locator(".swagger-ui .info .title").inner_text().lower()
+    assert page.locator(".opblock").count() > 20  # the operations, from the schema
+    page.screenshot(path=str(tmp_path / "api-docs.png"))
+    assert outside == []
+
+    page.goto(f"{server.url}/api/v1/redoc/")
+    page.wait_for_selector(".menu-content", timeout=20_000)
+    assert page.locator(".menu-content li").count() > 20
+    # ReDoc's bundle asks for its own "powered by" logo; the page renders without it.
+    assert [url for url in outside if "redoc.ly/redoc/logo" not in url] == []

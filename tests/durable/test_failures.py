@@ -204,7 +204,7 @@ def test_what_cannot_be_stored_fails_the_workflow(settings: Any) -> None:
         start("fail-bad-result"),
     )
     drive()
-    assert view(not_json).failure_reason.startswith("PayloadError: payload is not JSON")
+    assert view(not_json).failure_reason.startswith("PayloadNotJSONError: payload is not JSON")
     assert view(too_big).failure_reason.startswith("PayloadTooLargeError: the input of op:1")
-    assert view(bad).failure_reason.startswith("PayloadError: payload is not JSON")
+    assert view(bad).failure_reason.startswith("PayloadNotJSONError: payload is not JSON")
     assert op_jobs(not_json) == op_jobs(too_big) == []

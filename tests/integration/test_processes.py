@@ -57,7 +57,7 @@ def test_sigterm_to_the_parent_drains_every_child_then_exits_zero(start_worker):
     assert parent.terminate() == 0, parent.output()
     # Both jobs were running when the signal came; the drain let them finish.
     assert all(state_is(job_id, "completed") for job_id in ids)
-    assert parent.output().count("draining, then exiting") == 2
+    assert parent.output().count(": draining (") == 2
     assert parent.output().count(" stopped: ") == 2
 
 

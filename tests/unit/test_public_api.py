@@ -13,6 +13,7 @@ def test_headgate_django_all():
             "Envelope",
             "HeadgateError",
             "IdConflictError",
+            "InternalKindError",
             "JobContext",
             "LeaseLostError",
             "NondeterminismError",

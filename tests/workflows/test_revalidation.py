@@ -77,6 +77,15 @@ def _bad_condition(graph: dict[str, Any]) -> None:
     graph["nodes"][2].update(kind="condition", condition="1 +", job_kind="headgate:condition")
 
 
+def _expensive_condition(graph: dict[str, Any]) -> None:
+    # Ten billion body evaluations in 154 bytes: refused by its cost, never evaluated.
+    ten = "[0,1,2,3,4,5,6,7,8,9]"
+    expression = "true"
+    for name in "edcba":
+        expression = f"{ten}.all({name}, {expression})"
+    graph["nodes"][2].update(kind="condition", condition=expression, job_kind="headgate:condition")
+
+
 def _other_workflow(graph: dict[str, Any]) -> None:
     graph["workflow_id"] = "someone-else"
 
@@ -88,6 +97,7 @@ FORGERIES = {
     "duplicate name": (_duplicate, "declared twice"),
     "deps not a list": (_wrong_type, "deps must be a list"),
     "invalid condition": (_bad_condition, "not valid CEL"),
+    "over-budget condition": (_expensive_condition, "too expensive"),
     "another workflow's graph": (_other_workflow, "does not belong to workflow"),
 }
 

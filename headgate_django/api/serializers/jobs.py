@@ -218,7 +218,14 @@ class JobCountsSerializer(serializers.Serializer):
         child=serializers.IntegerField(), help_text="Every state, with 0 for empty ones."
     )
     total = serializers.IntegerField()
-    approximate = serializers.BooleanField(help_text="Always false: counts are exact.")
+    approximate = serializers.BooleanField(
+        help_text="True when any count is an estimate (see `estimated`)."
+    )
+    estimated = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="States whose count is the database's estimate: a state with more than "
+        "1,000 jobs is not counted row by row (PostgreSQL and MariaDB; SQLite counts exactly).",
+    )
 
 
 STATES = [value for value, _ in STATE_CHOICES]

@@ -17,10 +17,24 @@ class QueueSerializer(serializers.Serializer):
     arrivals_last_minute = serializers.IntegerField()
     completions_last_minute = serializers.IntegerField()
     paused = serializers.BooleanField()
+    estimated = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="States whose count is the database's estimate (more than 1,000 jobs).",
+    )
+
+
+class EvictionSerializer(serializers.Serializer):
+    backlog = serializers.IntegerField(help_text="Jobs past their retention not yet evicted.")
+    backlog_estimated = serializers.BooleanField(help_text="True above 1,000: an estimate.")
+    rows_per_second = serializers.FloatField(
+        allow_null=True, help_text="Delete rate of the last eviction pass, or null."
+    )
+    last_run_at = serializers.DateTimeField(allow_null=True)
 
 
 class QueueListSerializer(serializers.Serializer):
     queues = QueueSerializer(many=True)
+    eviction = EvictionSerializer()
 
 
 class QuarantineSerializer(serializers.ModelSerializer):

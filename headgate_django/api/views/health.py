@@ -26,6 +26,7 @@ from headgate_django.api.schema import document
 from headgate_django.api.serializers.ops import MetaSerializer, StatusSerializer
 from headgate_django.conf import headgate_settings
 from headgate_django.kernel.workflow import MAX_HISTORY
+from headgate_django.store.reads import database_ping
 from headgate_django.store.signals import KEEP_PER_WORKFLOW
 
 
@@ -60,9 +61,7 @@ class ReadyzView(_HealthView):
     )
     def get(self, request: Request) -> Response:
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
-                cursor.fetchone()
+            database_ping()
         except DatabaseError as exc:
             raise DatabaseUnavailable(reason=type(exc).__name__) from exc
         return Response({"status": "ready"})

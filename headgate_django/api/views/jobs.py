@@ -8,9 +8,8 @@ translates HTTP to those calls and their results back.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -41,6 +40,7 @@ from headgate_django.api.serializers.jobs import (
 from headgate_django.enqueue import enqueue
 from headgate_django.exceptions import InvalidTransitionError, NotFoundError
 from headgate_django.models import Job
+from headgate_django.store.stats import job_counts
 
 INCLUDE_PAYLOAD = query.flag(
     "include_payload",
@@ -212,11 +212,13 @@ class JobViewSet(HeadgateGenericViewSet):
     )
     @action(detail=False, methods=["get"], filter_backends=[], pagination_class=None)
     def counts(self, request: Request) -> Response:
-        qs = Job.objects.all()
-        queue = QUEUE.read(request)
-        if queue is not None:
-            qs = qs.filter(queue=queue)
-        counts: dict[str, Any] = dict.fromkeys(STATES, 0)
-        for row in qs.values("state").annotate(n=Count("id")).order_by():
-            counts[row["state"]] = row["n"]
-        return Response({"counts": counts, "total": sum(counts.values()), "approximate": False})
+        counts = job_counts(queue=QUEUE.read(request))
+        estimated = [state for state in STATES if counts[state].estimated]
+        return Response(
+            {
+                "counts": {state: counts[state].n for state in STATES},
+                "total": sum(c.n for c in counts.values()),
+                "approximate": bool(estimated),
+                "estimated": estimated,
+            }
+        )

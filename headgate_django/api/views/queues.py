@@ -22,7 +22,7 @@ from headgate_django.api.serializers.ops import QuarantineSerializer, QueueListS
 from headgate_django.kernel.names import MAX_QUEUE_BYTES, validate_queue
 from headgate_django.models import Quarantine, QueueState
 from headgate_django.registry import registered_queues
-from headgate_django.store.stats import queue_is_known, queue_overview
+from headgate_django.store.stats import eviction_status, queue_is_known, queue_overview
 
 RELEASED = OpenApiResponse(
     description="Released; `X-Released-Jobs` says how many quarantined jobs became available."
@@ -72,8 +72,11 @@ class QueueViewSet(HeadgateViewSet):
         responses=QueueListSerializer,
     )
     def list(self, request: Request) -> Response:
-        queues = [{**asdict(q), "total": q.total} for q in queue_overview()]
-        return Response({"queues": queues})
+        queues = [
+            {**asdict(q), "total": q.total}
+            for q in queue_overview(known_queues=registered_queues())
+        ]
+        return Response({"queues": queues, "eviction": asdict(eviction_status())})
 
     @document(
         summary="Pause a queue: claims skip it",

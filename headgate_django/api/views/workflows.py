@@ -23,7 +23,6 @@ from headgate_django.api.idempotency import require_key
 from headgate_django.api.pagination import limit_param
 from headgate_django.api.schema import document
 from headgate_django.api.serializers import workflows as s
-from headgate_django.exceptions import RevisionConflictError
 from headgate_django.models import WorkflowCheckpoint
 from headgate_django.registry import get_task
 from headgate_django.workflows import (
@@ -146,12 +145,7 @@ class WorkflowViewSet(HeadgateViewSet):
         serializer = s.GraftSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        current = inspect_workflow(workflow_id).revision
-        if current != data["expected_revision"]:
-            raise RevisionConflictError(
-                f"revision conflict: workflow {workflow_id!r} is at revision {current}",
-                current_revision=current,
-            )
+        # submit_graft checks the revision and the combined graph under the coordinator's lock.
         graft = WorkflowGraft(workflow_id, data["expected_revision"])
         if "queue" in data:
             graft.queue(data["queue"])

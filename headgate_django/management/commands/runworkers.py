@@ -7,13 +7,16 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from headgate_django.conf import headgate_settings
 from headgate_django.durable import handlers as durable_modes
 from headgate_django.exceptions import ConfigurationError
 from headgate_django.store.schema import schema_problem
+from headgate_django.worker import logs
 from headgate_django.worker.exit import exit_code, exit_now
 from headgate_django.worker.runner import Worker
 from headgate_django.worker.signals import relay_signals
@@ -35,15 +38,29 @@ class Command(BaseCommand):
             help="Serve this queue (repeatable). Default: every queue.",
         )
         parser.add_argument(
-            "--concurrency", type=int, default=10, help="Handler threads per process."
+            "--concurrency", type=int, default=10, help="Handler threads per process (default 10)."
         )
-        parser.add_argument("--processes", type=int, default=1, help="Worker processes to start.")
-        parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
-        parser.add_argument("--lease-ttl", type=float, default=None, metavar="SECONDS")
         parser.add_argument(
-            "--no-duties", action="store_true", help="Do not run maintenance duties."
+            "--processes", type=int, default=1, help="Worker processes to start (default 1)."
         )
-        parser.add_argument("--worker-id", default=None)
+        parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
+        parser.add_argument(
+            "--lease-ttl",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="Lease length of each claim (default HEADGATE['LEASE_TTL'], 30 s).",
+        )
+        parser.add_argument(
+            "--no-duties",
+            action="store_true",
+            help="Do not run maintenance duties (default: take them when free).",
+        )
+        parser.add_argument(
+            "--worker-id",
+            default=None,
+            help="Name this worker in leases and logs (default host:pid:random).",
+        )
         parser.add_argument(
             "--metrics-port",
             type=int,
@@ -73,6 +90,7 @@ class Command(BaseCommand):
         exit_now(0)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        logs.configure(options["verbosity"], settings.LOGGING)
         if options["concurrency"] < 1 or options["processes"] < 1:
             raise CommandError("--concurrency and --processes must be at least 1")
         if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
@@ -135,7 +153,12 @@ class Command(BaseCommand):
                 # (a KeyboardInterrupt would still wait for them at interpreter exit).
                 self.stderr.write(f"received {name} again: exiting without draining")
                 exit_now(1, close_connections=False)
-            self.stderr.write(f"received {name}: draining, then exiting")
+            if options["verbosity"] > 0:
+                window = headgate_settings.SHUTDOWN_TIMEOUT.total_seconds()
+                self.stderr.write(
+                    f"received {name}: draining (running jobs get up to {window:g} s, "
+                    "HEADGATE['SHUTDOWN_TIMEOUT']); send it again to exit at once"
+                )
             worker.stop()
 
         relay_signals(on_signal, (signal.SIGTERM, signal.SIGINT))

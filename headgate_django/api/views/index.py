@@ -1,0 +1,66 @@
+"""``/api/v1/``: where a newcomer lands first. Links to every collection, the schema and
+the docs pages, so the API can be explored from its root with nothing but ``curl``.
+
+A path with a trailing slash (``/api/v1/jobs/``) is redirected to the slashless route it
+names (308, which keeps the method and body), rather than answered with a 404 that
+leaves the caller guessing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
+from django.urls import Resolver404, resolve, reverse
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from headgate_django import __version__
+from headgate_django.api.base import HeadgateAPIView
+from headgate_django.api.errors import not_found
+from headgate_django.api.permissions import IsAuthenticated
+from headgate_django.api.schema import document
+
+#: The collections and pages the index links, by URL name.
+_LINKS = {
+    "jobs": "headgate_api:job-list",
+    "job_counts": "headgate_api:job-counts",
+    "queues": "headgate_api:queue-list",
+    "quarantine": "headgate_api:quarantine-list",
+    "workflows": "headgate_api:workflow-list",
+    "durable_executions": "headgate_api:execution-list",
+    "healthz": "headgate_api:healthz",
+    "readyz": "headgate_api:readyz",
+    "meta": "headgate_api:meta",
+    "schema": "headgate_api:schema",
+    "docs": "headgate_api:docs",
+    "redoc": "headgate_api:redoc",
+}
+
+
+class IndexView(HeadgateAPIView):
+    """The API's root: its version and a link to each collection and page."""
+
+    permission_classes = [IsAuthenticated]
+
+    @document(exclude=True)
+    def get(self, request: Request) -> Response:
+        links = {name: request.build_absolute_uri(reverse(url)) for name, url in _LINKS.items()}
+        return Response({"version": __version__, "links": links})
+
+
+class _RedirectKeepingMethod(HttpResponsePermanentRedirect):
+    status_code = 308
+
+
+def strip_slash(request: HttpRequest, path: str, **kwargs: Any) -> HttpResponse:
+    """``…/jobs/`` → ``…/jobs`` when that route exists; the envelope's 404 otherwise."""
+    target = request.path[:-1]
+    try:
+        match = resolve(target)
+    except Resolver404:
+        return not_found(request)
+    if match.func is not_found or match.func is strip_slash:
+        return not_found(request)
+    query = request.META.get("QUERY_STRING", "")
+    return _RedirectKeepingMethod(f"{target}?{query}" if query else target)

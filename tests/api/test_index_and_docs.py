@@ -1,0 +1,99 @@
+"""The API's front door: an index at ``/api/v1/``, trailing slashes redirected, the schema
+by content negotiation, and docs pages whose every script and style is served from here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+
+pytestmark = pytest.mark.django_db
+
+DOCS_ASSETS = [
+    "swagger-ui.css",
+    "swagger-ui-bundle.js",
+    "swagger-ui-standalone-preset.js",
+    "favicon-32x32.png",
+    "redoc.standalone.js",
+]
+
+
+def test_the_index_links_every_collection_and_page(viewer):
+    response = viewer.get("/api/v1/")
+    assert response.status_code == 200
+    links = response.json()["links"]
+    for name in ("jobs", "queues", "quarantine", "workflows", "durable_executions", "schema"):
+        assert links[name].startswith("http://testserver/api/v1/")
+        assert viewer.get(links[name]).status_code == 200, name
+
+
+def test_the_index_needs_a_user(anon):
+    assert anon.get("/api/v1/").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("path", "target"),
+    [("/api/v1/jobs/", "/api/v1/jobs"), ("/api/v1/jobs/?limit=5", "/api/v1/jobs?limit=5")],
+)
+def test_a_trailing_slash_is_redirected_keeping_the_method(viewer, path, target):
+    response = viewer.get(path)
+    assert (response.status_code, response["Location"]) == (308, target)
+
+
+def test_a_post_with_a_trailing_slash_is_redirected_too(operator):
+    response = operator.send("POST", "/api/v1/jobs/", {"kind": "test.noop"})
+    assert (response.status_code, response["Location"]) == (308, "/api/v1/jobs")
+
+
+def test_a_trailing_slash_on_no_route_is_the_envelope_404(viewer):
+    response = viewer.get("/api/v1/nothing-here/")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type"),
+    [
+        ("application/json", "application/json"),
+        ("application/vnd.oai.openapi+json", "application/vnd.oai.openapi+json"),
+        ("application/yaml", "application/yaml"),
+    ],
+)
+def test_the_schema_is_served_for_the_common_media_types(viewer, accept, content_type):
+    response = viewer.get("/api/v1/schema/", HTTP_ACCEPT=accept)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith(content_type)
+    if "json" in accept:
+        assert json.loads(response.content)["openapi"].startswith("3.")
+    else:
+        assert response.content.startswith(b"openapi: 3.")
+
+
+@override_settings(DEBUG=True)
+@pytest.mark.parametrize(("page", "asset"), [("docs", "swagger-ui-bundle.js"), ("redoc", "redoc")])
+def test_the_docs_pages_load_nothing_from_elsewhere(viewer, page, asset):
+    html = viewer.get(f"/api/v1/{page}/").content.decode()
+    assert "/api/v1/docs/assets/" in html and asset in html
+    for marker in ("https://", "http://", "//cdn", "googleapis"):
+        assert marker not in html, marker
+
+
+@override_settings(DEBUG=True)
+@pytest.mark.parametrize("name", DOCS_ASSETS)
+def test_each_docs_asset_is_served(anon, name):
+    response = anon.get(f"/api/v1/docs/assets/{name}")
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content)
+
+
+@override_settings(DEBUG=True)
+@pytest.mark.parametrize("name", ["../../../settings.py", "swagger-ui.css.map", "LICENSE", "x"])
+def test_nothing_else_is_served_as_an_asset(anon, name):
+    assert anon.get(f"/api/v1/docs/assets/{name}").status_code == 404
+
+
+def test_without_debug_neither_pages_nor_assets_are_served(viewer):
+    assert viewer.get("/api/v1/docs/").status_code == 404
+    assert viewer.get("/api/v1/redoc/").status_code == 404
+    assert viewer.get("/api/v1/docs/assets/swagger-ui-bundle.js").status_code == 404

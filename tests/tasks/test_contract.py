@@ -1,0 +1,211 @@
+"""Django's Tasks contract, as Django documents it, checked against HeadgateBackend.
+
+Written from the framework's documentation (the Task, TaskResult and backend reference),
+one behaviour per test: what a task is after ``using()``, what a result says at each stage
+and after ``refresh()``, how failures and return values read back, which signals fire with
+which status, and which errors are raised for what. Where headgate departs from Django's
+built-in backends on purpose (retries), the test says so; the ``once`` alias
+(``OPTIONS["MAX_ATTEMPTS"] = 1``) gives Django's run-once semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+
+from headgate_django import testing
+from headgate_django.exceptions import PayloadError
+from headgate_django.models import Job
+from tests.app import django_tasks_defs as defs
+
+try:
+    from django.tasks import TaskResultStatus, task_backends
+    from django.tasks.exceptions import InvalidTask as InvalidTaskError
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError:
+    from django_tasks import TaskResultStatus, task_backends
+    from django_tasks.exceptions import InvalidTaskError
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+pytestmark = pytest.mark.django_db
+
+LATER = timedelta(hours=2)
+
+
+@contextmanager
+def signals_seen() -> Iterator[list[tuple[str, object]]]:
+    seen: list[tuple[str, object]] = []
+    receivers = {}
+    for name, signal in (
+        ("enqueued", task_enqueued),
+        ("started", task_started),
+        ("finished", task_finished),
+    ):
+
+        def receiver(sender, task_result, _name=name, **kwargs):
+            seen.append((_name, task_result.status))
+
+        receivers[signal] = receiver
+        signal.connect(receiver)
+    try:
+        yield seen
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+
+
+# -- using() round-trips --------------------------------------------------------------
+def test_what_using_set_reads_back_from_get_result_and_refresh():
+    when = (timezone.now() + LATER).replace(microsecond=123456)
+    task = defs.add.using(priority=7, queue_name="emails", run_after=when)
+    result = task.enqueue(1, 2)
+    for seen in (result.task, defs.add.get_result(result.id).task):
+        assert (seen.priority, seen.queue_name, seen.run_after) == (7, "emails", when)
+        assert seen.backend == "default" and seen.func is defs.add.func
+    result.refresh()
+    assert result.task.run_after == when
+
+
+def test_run_after_survives_a_retry():
+    when = timezone.now() + timedelta(milliseconds=1)
+    result = defs.explode.using(run_after=when).enqueue()
+    testing.run_jobs(include_scheduled=True, max_jobs=1)  # a failure moves the schedule
+    assert Job.objects.get(pk=result.id).attempt == 1
+    assert defs.explode.get_result(result.id).task.run_after == when
+
+
+def test_a_task_enqueued_through_another_alias_is_read_back_through_it():
+    result = defs.add.using(backend="once").enqueue(2, 2)
+    assert result.backend == "once" and result.task.backend == "once"
+    again = task_backends["once"].get_result(result.id)
+    assert again.task.backend == "once"
+    testing.run_jobs()
+    result.refresh()  # through the task's backend, the one that holds the job
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 4)
+
+
+def test_the_running_task_sees_the_fields_it_was_enqueued_with():
+    result = defs.describe.using(priority=3, queue_name="emails").enqueue()
+    testing.run_jobs()
+    result.refresh()
+    assert result.return_value == {
+        "status": str(TaskResultStatus.RUNNING),
+        "queue_name": "emails",
+        "priority": 3,
+        "backend": "default",
+        "started": True,
+    }
+
+
+# -- statuses, timestamps, return values -----------------------------------------------
+def test_a_result_moves_ready_then_successful_with_ordered_timestamps():
+    result = defs.add.enqueue(20, 22)
+    assert result.status == TaskResultStatus.READY
+    assert result.enqueued_at is not None
+    assert (result.started_at, result.finished_at, result.last_attempted_at) == (None,) * 3
+    assert not result.is_finished and result.attempts == 0
+    testing.run_jobs()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.is_finished
+    assert result.return_value == 42
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.last_attempted_at == result.started_at
+    assert result.attempts == 1 and len(result.worker_ids) == 1
+
+
+def test_a_return_value_that_is_not_json_fails_with_its_real_class_and_traceback():
+    with signals_seen() as seen:
+        result = defs.returns_a_set.using(backend="once").enqueue()
+        testing.run_jobs()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.TypeError"
+    assert error.exception_class is TypeError
+    assert "not JSON-serialisable" in error.traceback
+    assert "Traceback (most recent call last)" in error.traceback
+    # The signal said what the store holds: never SUCCESSFUL for a value it refused.
+    assert seen == [
+        ("enqueued", TaskResultStatus.READY),
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+    ]
+
+
+def test_errors_carry_the_exception_class_path():
+    result = defs.explode.using(backend="once").enqueue()
+    testing.run_jobs()
+    result.refresh()
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.KeyError"
+    assert "no such thing" in error.traceback
+
+
+def test_the_once_alias_gives_django_run_once_semantics():
+    result = defs.explode.using(backend="once").enqueue()
+    assert Job.objects.get(pk=result.id).max_attempts == 1
+    with signals_seen() as seen:
+        testing.run_jobs(include_scheduled=True)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 1
+    assert seen == [("started", TaskResultStatus.RUNNING), ("finished", TaskResultStatus.FAILED)]
+
+
+def test_headgate_retries_by_default_and_finished_fires_once_at_the_end():
+    result = defs.limited.enqueue()  # @task(max_attempts=2)
+    with signals_seen() as seen:
+        testing.run_jobs(include_scheduled=True)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and len(result.errors) == 2
+    assert [name for name, _ in seen] == ["started", "started", "finished"]
+
+
+# -- errors for bad calls --------------------------------------------------------------
+def test_arguments_that_are_not_json_raise_type_error_and_store_nothing():
+    with pytest.raises(TypeError) as info:
+        defs.add.enqueue(datetime.now(), 1)
+    assert isinstance(info.value, PayloadError)  # headgate's own class, both at once
+    with pytest.raises(TypeError):
+        defs.add.enqueue(1, b=object())
+    assert Job.objects.count() == 0
+
+
+def test_a_queue_the_backend_does_not_list_is_refused():
+    with pytest.raises(InvalidTaskError):
+        defs.add.using(queue_name="elsewhere")
+    assert Job.objects.count() == 0
+
+
+def test_a_bad_max_attempts_option_is_a_configuration_error():
+    from django.core.exceptions import ImproperlyConfigured
+
+    from headgate_django.tasks import HeadgateBackend
+
+    with pytest.raises(ImproperlyConfigured, match="MAX_ATTEMPTS"):
+        HeadgateBackend("broken", {"OPTIONS": {"MAX_ATTEMPTS": 0}})
+
+
+# -- async API -------------------------------------------------------------------------
+def test_aenqueue_aget_result_and_arefresh():
+    result = async_to_sync(defs.add.aenqueue)(5, 6)
+    assert result.status == TaskResultStatus.READY
+    fetched = async_to_sync(defs.add.aget_result)(result.id)
+    assert fetched.id == result.id and fetched.args == [5, 6]
+    testing.run_jobs()
+    async_to_sync(result.arefresh)()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 11)
+
+
+# -- transactions ----------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_a_deferred_enqueue_rolled_back_leaves_nothing():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        defs.add.using(run_after=timezone.now() + LATER).enqueue(1, 2)
+        raise RuntimeError("roll back")
+    assert Job.objects.count() == 0

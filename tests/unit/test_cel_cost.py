@@ -1,0 +1,205 @@
+"""The cost bound of CEL conditions: the static estimate refuses what a tick cannot afford,
+the step limit stops what the estimate could not see, and compiling evaluates once."""
+
+from __future__ import annotations
+
+import pytest
+
+from headgate_django.exceptions import ConditionError, ConditionEvaluationError
+from headgate_django.kernel import cel, cel_cost, cel_runtime
+from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, combine, validate
+from headgate_django.kernel.workflow import Checkpoint, NodeRow, evaluate
+
+TEN = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"
+
+
+def nested(levels: int, method: str = "all") -> str:
+    """``TEN.all(a, TEN.all(b, … true))``: the issue's shape, 10**levels body evaluations."""
+    names = "abcdefgh"
+    expression = "true"
+    for level in reversed(range(levels)):
+        expression = f"{TEN}.{method}({names[level]}, {expression})"
+    return expression
+
+
+def names(count: int) -> dict[str, str]:
+    return {f"node-{i}": "completed" for i in range(count)}
+
+
+def estimate(expression: str, nodes: int = 0) -> int:
+    tree = cel_runtime._get_environment().compile(expression)
+    return cel_cost.estimate(tree, nodes)
+
+
+def refused(expression: str, nodes: int = 0) -> str:
+    with pytest.raises(ConditionError) as info:
+        cel.compile(expression, nodes=nodes)
+    return info.value.message
+
+
+# -- the static estimate -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "nodes"),
+    [
+        ("completed.prepare && states['fraud-check'] == 'completed'", 4),
+        ("revision == 3u && generation > 1u && size(states) == 2 && !completed.b", 999),
+        ("states.exists(name, states[name] == 'archived')", 20),
+        ("completed.all(n, completed[n])", 20),
+        ("['a', 'b', 'c'].all(n, completed[n])", 999),
+        ("'prepare' in states && states.prepare.startsWith('comp')", 999),
+        (nested(1, "exists"), 0),
+        ("[1, 2, 3].exists(a, [4, 5, 6].exists(b, a + 3 == b))", 0),
+    ],
+)
+def test_ordinary_conditions_are_accepted(expression: str, nodes: int) -> None:
+    assert estimate(expression, nodes) <= cel.MAX_EVALUATION_STEPS
+    assert cel.compile(expression, nodes=nodes).source == expression
+
+
+@pytest.mark.parametrize("method", ["all", "exists", "exists_one", "map", "filter"])
+@pytest.mark.parametrize("levels", [2, 3, 4, 5, 6])
+def test_nested_comprehensions_are_refused(levels: int, method: str) -> None:
+    expression = nested(levels, method)
+    if method in ("map", "filter"):
+        expression = f"size({expression}) > 0"
+    message = refused(expression)
+    assert "too expensive" in message
+    assert f"budget of {cel.MAX_EVALUATION_STEPS:,}" in message
+    assert f"{estimate(expression):,} evaluation steps" in message
+
+
+def test_nesting_multiplies_the_estimate() -> None:
+    one, two, three = (estimate(nested(n)) for n in (1, 2, 3))
+    assert 9 * one < two < 11 * one
+    assert 9 * two < three < 11 * two
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        # A long literal list, iterated.
+        "[" + ", ".join(["1"] * 120) + "].all(x, x == 1)",
+        # Map and filter chains keep the size of their input.
+        f"{TEN}.map(a, {TEN}.map(b, {TEN})).filter(l, l.exists(x, x > 8)).size() > 0",
+        # Concatenation adds sizes: the iterated list has 40 elements, each a 10-list.
+        f"({TEN} + {TEN} + {TEN} + {TEN}).all(a, {TEN}.all(b, a != b))",
+        # Elements of nested literals are collections of known size.
+        f"[{TEN}, {TEN}, {TEN}].all(l, l.all(a, l.all(b, a + b >= 0)))",
+        # String growth inside nested comprehensions.
+        "states.all(a, states.all(b, size(a + b + a + b) > 0))",
+    ],
+)
+def test_other_adversarial_shapes_are_refused(expression: str) -> None:
+    assert "too expensive" in refused(expression, nodes=30)
+
+
+def test_input_collections_are_bounded_by_the_node_count() -> None:
+    expression = "completed.all(n, completed[n])"
+    small, large = estimate(expression, 10), estimate(expression, 100)
+    assert small < cel.MAX_EVALUATION_STEPS < large
+    cel.compile(expression, nodes=10)
+    message = refused(expression, nodes=100)
+    assert "in a workflow of 100 nodes" in message and f"{large:,}" in message
+
+
+def test_reduce_is_refused() -> None:
+    # Its accumulator doubles with ``r + r``: 2**999 characters over a full workflow.
+    message = refused("size(states.reduce(r, k, 'a', r + r)) > 0")
+    assert "reduce() is not available" in message
+
+
+@pytest.mark.parametrize(
+    ("expression", "nodes"),
+    [
+        ("completed.prepare && states['fraud-check'] == 'completed'", 2),
+        ("states.exists(name, states[name] == 'archived')", 18),
+        ("completed.all(n, completed[n]) ? true : false", 18),
+        (nested(1), 0),
+        ("[1, 2, 3].all(a, [4, 5, 6].all(b, a < b))", 0),
+        (f"{TEN}.map(a, a * 2).filter(x, x > 3).size() > 0", 0),
+        (f"[{TEN}, {TEN}].exists(l, l.exists(a, a == 10))", 0),
+        ("states.map(k, k).filter(k, k.startsWith('n')).size() >= 0", 8),
+    ],
+)
+def test_the_estimate_bounds_the_steps_counted_at_run_time(expression: str, nodes: int) -> None:
+    compiled = cel.compile(expression, nodes=nodes)
+    states = names(nodes) | {"fraud-check": "completed", "prepare": "completed"}
+    activation = cel_runtime._activation(1, 1, states, dict.fromkeys(states, True))
+    _, steps = cel_runtime.run(compiled.program, activation)
+    assert 0 < steps <= estimate(expression, len(states))
+
+
+# -- prepare and graft time (the graph validator passes the node count) ------------------
+
+
+def graph(count: int, expression: str) -> GraphSpec:
+    tasks = tuple(NodeSpec(f"t{i}", f"w:t{i}", NodeKind.TASK, (), "k") for i in range(count))
+    condition = NodeSpec(
+        "gate", "w:gate", NodeKind.CONDITION, ("t0",), "headgate:condition", condition=expression
+    )
+    return GraphSpec("w", (*tasks, condition))
+
+
+def test_a_graft_that_grows_the_workflow_past_a_conditions_budget_is_refused() -> None:
+    base = validate(graph(3, "completed.exists(n, completed[n])"))
+    grafted = [NodeSpec(f"g{i}", f"w:g{i}", NodeKind.TASK, ("t0",), "k") for i in range(80)]
+    with pytest.raises(ConditionError) as info:
+        combine(base, grafted)
+    assert info.value.node == "gate"
+    assert f"budget of {cel.MAX_EVALUATION_STEPS:,}" in info.value.message
+    assert "in a workflow of 84 nodes" in info.value.message
+
+
+# -- the runtime step limit --------------------------------------------------------------
+
+
+def test_the_step_limit_stops_an_expression_on_a_large_input() -> None:
+    expression = "completed.all(n, completed[n])"
+    compiled = cel.compile(expression)  # no node count: the estimate sees empty maps
+    big = names(999)
+    with pytest.raises(ConditionEvaluationError) as info:
+        cel.evaluate(compiled, 1, 1, big, dict.fromkeys(big, True))
+    assert f"stopped after {cel.MAX_EVALUATION_STEPS:,} evaluation steps" in info.value.message
+    assert isinstance(info.value.__cause__, cel_runtime.StepLimitExceeded)
+
+
+def test_the_step_limit_is_checked_inside_the_interpreter() -> None:
+    compiled = cel.compile("completed.all(n, completed[n])")
+    big = names(999)
+    activation = cel_runtime._activation(1, 1, big, dict.fromkeys(big, True))
+    _, full = cel_runtime.run(compiled.program, activation, limit=10**9)
+    with pytest.raises(cel_runtime.StepLimitExceeded) as info:
+        cel_runtime.run(compiled.program, activation, limit=100)
+    assert info.value.limit == 100
+    assert full > 20_000  # every element visited when allowed, none past 100 steps when not
+
+
+def test_a_stopped_condition_fails_its_node_like_any_evaluation_error() -> None:
+    # The graph is not validated here (the coordinator validates it first), so the only
+    # bound left is the step limit, and the plan fails the node with the guard's reason.
+    spec = graph(300, "completed.all(n, completed[n])")
+    rows = {f"t{i}": NodeRow("completed", 1) for i in range(300)} | {"gate": NodeRow("pending")}
+    checkpoint = Checkpoint()
+    plan = evaluate(spec, checkpoint, rows)
+    assert [job_id for job_id, _ in plan.fail] == ["w:gate"]
+    assert "evaluation steps" in plan.fail[0][1]
+    failed = [e for e in checkpoint.history if e["event"] == "condition_failed"]
+    assert failed and "evaluation steps" in failed[0]["reason"]
+
+
+# -- compiling evaluates once ------------------------------------------------------------
+
+
+def test_compiling_evaluates_the_condition_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[object] = []
+    original = cel_runtime._SampleMap.__missing__
+
+    def counting(self: cel_runtime._SampleMap, key: object) -> object:
+        reads.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(cel_runtime._SampleMap, "__missing__", counting)
+    cel.compile("states.evaluated_once == 'pending'")
+    assert reads == ["evaluated_once"]
