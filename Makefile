@@ -9,7 +9,7 @@ TEST_WORKERS ?= 3
 # The chaos runs start their own database servers and take minutes: `make chaos-ci` / `make chaos`.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not chaos"
 
-.PHONY: demo test test-sqlite test-postgres test-mysql chaos chaos-ci lint docs dist clean
+.PHONY: demo test test-sqlite test-postgres test-mysql schemathesis chaos chaos-ci lint docs dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ test-postgres: $(STAMP)
 test-mysql: $(VENV)/.mysql
 	@echo "== tests on MariaDB/MySQL"
 	DATABASE_URL="$$HEADGATE_TEST_MYSQL" $(PYTEST) --create-db
+
+## schemathesis: every schemathesis check, bounded and seeded, against a live sample-project
+## server it starts and stops itself (temporary SQLite, operator token); prints the case count
+schemathesis: $(STAMP)
+	$(BIN)/python tests/schema/run_schemathesis.py
 
 ## chaos: the full chaos run by hand — kills and a restart of a private PostgreSQL under
 ## 10,000 jobs + 200 DAG + 200 durable workflows for 2 minutes, then the outage scenario.

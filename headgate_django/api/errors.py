@@ -38,9 +38,18 @@ class ApiError(HeadgateError):
 
 
 class InvalidQueryParameter(ApiError):
-    """A query parameter is invalid."""
+    """A query parameter is invalid.
+
+    ``detail`` has the shape of a body's validation errors, keyed by the parameter:
+    ``{"limit": ["limit must be an integer from 1 to 200"]}``, so a client reads both the
+    same way. Raise it with :meth:`of`.
+    """
 
     default_code = "invalid_query_parameter"
+
+    @classmethod
+    def of(cls, parameter: str, message: str) -> InvalidQueryParameter:
+        return cls(message, **{parameter: [message]})
 
 
 class IdempotencyKeyRequired(ApiError):
@@ -83,6 +92,13 @@ class UnsupportedMediaType(ApiError):
 
     status_code = 415
     default_code = "unsupported_media_type"
+
+
+class UnknownQueue(ApiError):
+    """No job, task or switch uses this queue; pass ``?create=true`` to pause it anyway."""
+
+    status_code = 404
+    default_code = "unknown_queue"
 
 
 class NoResult(ApiError):

@@ -1,8 +1,12 @@
 """List filters (django-filter): what an operator narrows jobs and quarantine by.
 
 Search is a prefix match on id or kind, not ``LIKE '%…%'``: prefixes use the primary key
-and can be served from an index on a large table; a substring scan cannot. Text filters
-refuse NUL characters (Django's form fields do), which PostgreSQL could not compare.
+and can be served from an index on a large table; a substring scan cannot.
+
+The filters are as strict as their OpenAPI declarations (:mod:`headgate_django.api.query`):
+an empty value is an error, text has no control characters, an instant is RFC 3339 with
+its offset, and a bad ``state`` lists the valid ones. Errors are 400
+``invalid_query_parameter`` keyed by parameter, raised by :class:`StrictFilterBackend`.
 """
 
 from __future__ import annotations
@@ -12,21 +16,30 @@ from typing import Any
 
 import django_filters
 from django import forms
+from django.core.validators import RegexValidator
 from django.db.models import Q, QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework.request import Request
 
+from headgate_django.api import query
+from headgate_django.api.errors import InvalidQueryParameter
+from headgate_django.api.serializers.common import parse_instant
 from headgate_django.models import STATE_CHOICES, Job, Quarantine
+
+NO_CONTROL = RegexValidator(r"^[^\x00-\x1f]+\Z", "must not contain control characters")
 
 
 class SafeIsoDateTimeField(django_filters.fields.IsoDateTimeField):
-    """An out-of-range instant (year 1 at +14:00) is a 400, not an OverflowError."""
+    """An RFC 3339 instant; one outside 1970–9998 is clamped to that range."""
 
     def to_python(self, value: Any) -> datetime | None:
-        try:
-            result = super().to_python(value)
-        except OverflowError:
-            raise forms.ValidationError("instant out of range", code="invalid") from None
-        if result is not None and not 1970 <= result.year <= 9998:
-            raise forms.ValidationError("year must be between 1970 and 9998", code="invalid")
+        if value in self.empty_values:
+            return None
+        result = parse_instant(value) if isinstance(value, str) else None
+        if result is None:
+            raise forms.ValidationError(
+                "must be an RFC 3339 date-time with an offset", code="invalid"
+            )
         return result
 
 
@@ -34,22 +47,53 @@ class InstantFilter(django_filters.IsoDateTimeFilter):
     field_class = SafeIsoDateTimeField
 
 
+class TextFilter(django_filters.CharFilter):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("validators", [NO_CONTROL])
+        super().__init__(*args, **kwargs)
+
+
+STATES = [value for value, _ in STATE_CHOICES]
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """Refuses empty filter values and answers filter errors as ``invalid_query_parameter``."""
+
+    def filter_queryset(self, request: Request, queryset: Any, view: Any) -> Any:
+        filterset = self.get_filterset(request, queryset, view)
+        if filterset is None:
+            return queryset
+        for name in filterset.filters:
+            if "" in request.query_params.getlist(name):
+                raise InvalidQueryParameter.of(name, f"{name} must not be empty")
+        if not filterset.is_valid():
+            name, messages = next(iter(filterset.errors.items()))
+            raise InvalidQueryParameter(
+                f"{name}: {' '.join(messages)}",
+                **{field: list(errors) for field, errors in filterset.errors.items()},
+            )
+        return filterset.qs
+
+
 class JobFilter(django_filters.FilterSet):
-    queue = django_filters.CharFilter(help_text="Exact queue name.")
-    kind = django_filters.CharFilter(help_text="Exact job kind.")
+    queue = TextFilter(help_text="Exact queue name.")
+    kind = TextFilter(help_text="Exact job kind.")
     # distinct=False: a filter on one column of one table cannot repeat a row, and a
     # SELECT DISTINCT would make the database sort the whole match before the first page.
     state = django_filters.MultipleChoiceFilter(
         choices=STATE_CHOICES,
         distinct=False,
         help_text="One or more states (repeat the parameter).",
+        error_messages={
+            "invalid_choice": f"%(value)s is not a job state; valid states: {', '.join(STATES)}"
+        },
     )
-    workflow_id = django_filters.CharFilter(help_text="Jobs of one workflow.")
+    workflow_id = TextFilter(help_text="Jobs of one workflow.")
     created_after = InstantFilter(field_name="enqueued_at", lookup_expr="gte")
     created_before = InstantFilter(field_name="enqueued_at", lookup_expr="lt")
     finalized_after = InstantFilter(field_name="finalized_at", lookup_expr="gte")
     finalized_before = InstantFilter(field_name="finalized_at", lookup_expr="lt")
-    q = django_filters.CharFilter(method="search", help_text="Prefix of the job id or of the kind.")
+    q = TextFilter(method="search", help_text="Prefix of the job id or of the kind.")
 
     class Meta:
         model = Job
@@ -60,8 +104,22 @@ class JobFilter(django_filters.FilterSet):
 
 
 class QuarantineFilter(django_filters.FilterSet):
-    kind = django_filters.CharFilter(help_text="Exact job kind.")
+    kind = TextFilter(help_text="Exact job kind.")
 
     class Meta:
         model = Quarantine
         fields: list[str] = []
+
+
+def openapi_parameters(filterset: type[django_filters.FilterSet]) -> list[Any]:
+    """The filters' OpenAPI declarations, exact where django-filter's own are loose (it
+    states neither the text pattern nor that an instant is RFC 3339)."""
+    params = []
+    for name, spec in filterset.base_filters.items():
+        description = str(spec.field.help_text or "")
+        if isinstance(spec, TextFilter):
+            params.append(query.text(name, description).openapi())
+        elif isinstance(spec, InstantFilter):
+            schema = {"type": "string", "format": "date-time"}
+            params.append(query.QueryParam(name, schema, str, description).openapi())
+    return params

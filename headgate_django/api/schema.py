@@ -19,6 +19,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers
 
 from headgate_django import __version__
+from headgate_django.api.serializers.common import RequestSerializer
 
 ERRORS: dict[str, str] = {
     "400": "Invalid request: validation failed, malformed JSON, a bad query parameter, or a "
@@ -72,7 +73,27 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class HeadgateAutoSchema(AutoSchema):
-    """Adds the error envelope per status and the ``Idempotency-Key`` header."""
+    """Adds the error envelope per status, the ``Idempotency-Key`` header, and the
+    strictness of request bodies (no unknown fields, the cross-field rules)."""
+
+    def _map_basic_serializer(self, serializer: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        for name, field in serializer.fields.items():
+            # drf-spectacular states a ListField's bounds but not a nested many=True one's.
+            prop = schema["properties"].get(name)
+            if isinstance(field, serializers.ListSerializer) and prop is not None:
+                if field.min_length is not None:
+                    prop["minItems"] = field.min_length
+                if field.max_length is not None:
+                    prop["maxItems"] = field.max_length
+        if direction == "request" and isinstance(serializer, RequestSerializer):
+            schema["additionalProperties"] = False
+            schema.update(serializer.schema_rules)
+        return schema
+
+    def _get_request_for_media_type(self, serializer: Any, direction: Any = "request") -> Any:
+        schema, required = super()._get_request_for_media_type(serializer, direction)
+        return schema, required or getattr(serializer, "body_required", False)
 
     def get_description(self) -> str:
         """The action's docstring, else the view class's own (never one inherited from a

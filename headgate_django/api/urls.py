@@ -6,7 +6,10 @@ Mount it in the project's URLconf::
 
 which serves ``/api/v1/…``, with an index at ``/api/v1/``. Paths have no trailing slash (as
 in Headgate's API), except the index, schema and docs pages; ``…/jobs/`` is redirected to
-``…/jobs``. Anything else under ``v1/`` is a 404 in the error envelope.
+``…/jobs``. Anything else under ``v1/`` is a 404 in the error envelope — newlines
+included: Django decodes ``%0A`` before routing, and ``.`` does not match a newline, so
+the catch-all is a character class that matches newlines too (Django cannot reverse a
+``(?s)`` flag).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ v1 = [
     path("redoc/", RedocView.as_view(url_name="headgate_api:schema"), name="redoc"),
     *router.urls,
     re_path(r"^(?P<path>.+)/$", strip_slash),
-    re_path(r"^.*$", not_found),
+    re_path(r"^[\s\S]*$", not_found),
 ]
 
-urlpatterns = [path("v1/", include(v1)), re_path(r"^v1$", not_found)]
+urlpatterns = [path("v1/", include(v1)), re_path(r"^v1\s*$", not_found)]

@@ -18,7 +18,7 @@ from typing import Any
 from headgate_django.conf import headgate_settings
 from headgate_django.envelope import id_prefix
 from headgate_django.kernel.states import State
-from headgate_django.models import DutyLease, QueueState
+from headgate_django.models import DutyLease, Job, QueueState
 from headgate_django.store import vendor as v
 from headgate_django.store.estimates import Count, capped_count, planner_rows
 from headgate_django.store.vendor import db_now
@@ -176,6 +176,14 @@ def eviction_status(using: str = "default") -> EvictionStatus:
         backlog_estimated=backlog.estimated,
         rows_per_second=result.get("rows_per_second"),
         last_run_at=duty.last_run_at if duty is not None else None,
+    )
+
+
+def queue_is_known(name: str, using: str = "default") -> bool:
+    """Whether anything uses ``name``: a job in any state, or a switch set before."""
+    return (
+        QueueState.objects.using(using).filter(name=name).exists()
+        or Job.objects.using(using).filter(queue=name).exists()
     )
 
 

@@ -137,8 +137,10 @@ ROUTES = [
     Route("GET", "/api/v1/jobs/{id}/progress", _job(State.AVAILABLE, "/progress"), 200),
     # queues and quarantine
     Route("GET", "/api/v1/queues", _static("/api/v1/queues"), 200),
-    Route("POST", "/api/v1/queues/{name}/pause", _static("/api/v1/queues/q1/pause"), 204),
-    Route("POST", "/api/v1/queues/{name}/resume", _static("/api/v1/queues/q1/resume"), 204),
+    Route(
+        "POST", "/api/v1/queues/{name}/pause", _static("/api/v1/queues/q1/pause?create=true"), 204
+    ),
+    Route("POST", "/api/v1/queues/{name}/resume", _static("/api/v1/queues/default/resume"), 204),
     Route("GET", "/api/v1/quarantine", _static("/api/v1/quarantine"), 200),
     Route("DELETE", "/api/v1/quarantine/{fingerprint}", _quarantined, 204),
     # workflows

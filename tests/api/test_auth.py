@@ -24,7 +24,7 @@ def test_token_authentication(operator_user: Any) -> None:
     response = client.get("/api/v1/jobs", HTTP_AUTHORIZATION=f"Token {token.key}")
     assert response.status_code == 200
     paused = client.post(
-        "/api/v1/queues/q/pause",
+        "/api/v1/queues/q/pause?create=true",
         HTTP_AUTHORIZATION=f"Token {token.key}",
         HTTP_IDEMPOTENCY_KEY="k",
     )
@@ -37,12 +37,14 @@ def test_session_authentication_with_csrf(operator_user: Any) -> None:
     client = APIClient(enforce_csrf_checks=True)
     client.login(username="operator", password="pw")
     assert client.get("/api/v1/jobs").status_code == 200
-    refused = client.post("/api/v1/queues/q/pause", HTTP_IDEMPOTENCY_KEY="k")
+    refused = client.post("/api/v1/queues/q/pause?create=true", HTTP_IDEMPOTENCY_KEY="k")
     assert refused.status_code == 403  # a session mutation needs the CSRF token
     assert refused.json()["error"]["code"] == "permission_denied"
     client.get("/admin/login/")  # sets the CSRF cookie
     token = client.cookies["csrftoken"].value
-    ok = client.post("/api/v1/queues/q/pause", HTTP_IDEMPOTENCY_KEY="k", HTTP_X_CSRFTOKEN=token)
+    ok = client.post(
+        "/api/v1/queues/q/pause?create=true", HTTP_IDEMPOTENCY_KEY="k", HTTP_X_CSRFTOKEN=token
+    )
     assert ok.status_code == 204
 
 

@@ -13,9 +13,9 @@ from django.test import override_settings
 from rest_framework.throttling import UserRateThrottle
 
 from headgate_django.kernel.states import State
-from headgate_django.models import Job
+from headgate_django.models import DURABLE_STATES, STATE_CHOICES, Job
 from tests.api.conftest import Api, onboarding_workflow
-from tests.conformance.helpers import job_in_state, unique_payload
+from tests.conformance.helpers import enqueue_job, job_in_state, unique_payload
 
 pytestmark = pytest.mark.django_db
 
@@ -50,9 +50,49 @@ def test_400_json_strings_with_nul(operator: Api) -> None:
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=201", "limit=x", "cursor=zzzz", "state=nope"])
 def test_400_bad_query_parameters(operator: Api, query: str) -> None:
-    response = operator.get(f"/api/v1/jobs?{query}")
-    code = "invalid" if query.startswith("state") else "invalid_query_parameter"
-    envelope(response, 400, code)
+    error = envelope(operator.get(f"/api/v1/jobs?{query}"), 400, "invalid_query_parameter")
+    assert list(error["detail"]) == [query.split("=")[0]]
+
+
+@pytest.mark.parametrize(
+    ("path", "cursor"),
+    [
+        ("/api/v1/jobs", "%00"),
+        ("/api/v1/jobs", "AAAA"),  # base64 of NULs: DRF's decoder read it as the first page
+        ("/api/v1/jobs", "cD0wMUFCQw=="),  # DRF's own token form ("p=01ABC")
+        ("/api/v1/jobs", "jobs:"),
+        ("/api/v1/jobs", "jobs:a%01b"),
+        ("/api/v1/jobs", "quarantine:0123"),  # another collection's cursor
+        ("/api/v1/quarantine", "jobs:01ABC"),
+        ("/api/v1/quarantine", "quarantine:" + "f" * 256),
+    ],
+)
+def test_400_malformed_cursor_names_the_parameter(operator: Api, path: str, cursor: str) -> None:
+    enqueue_job()
+    error = envelope(operator.get(f"{path}?cursor={cursor}"), 400, "invalid_query_parameter")
+    assert list(error["detail"]) == ["cursor"] and "cursor" in error["message"]
+
+
+def test_a_returned_cursor_is_accepted(operator: Api) -> None:
+    first, second = enqueue_job(), enqueue_job()
+    page = operator.get("/api/v1/jobs", {"limit": 1}).json()
+    assert page["next_cursor"] == f"jobs:{max(first, second)}"
+    (rest,) = operator.get("/api/v1/jobs", {"limit": 1, "cursor": page["next_cursor"]}).json()[
+        "jobs"
+    ]
+    assert rest["id"] == min(first, second)
+
+
+def test_400_bad_enum_filters_list_the_valid_choices(operator: Api) -> None:
+    error = envelope(operator.get("/api/v1/jobs?state=failed"), 400, "invalid_query_parameter")
+    for state in [value for value, _ in STATE_CHOICES]:
+        assert state in error["message"] and state in error["detail"]["state"][0]
+    error = envelope(
+        operator.get("/api/v1/durable/executions?state=AAA"), 400, "invalid_query_parameter"
+    )
+    assert error["detail"] == {"state": [error["message"]]}
+    for state in DURABLE_STATES:
+        assert state in error["message"]
 
 
 def test_401_without_credentials(anon: Api) -> None:
@@ -76,10 +116,31 @@ def test_404_unknown_object(operator: Api) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/v1/nope", "/api/v1/jobs/a/b/c", "/api/v1", "/api/v1/nope/", "/api/v1/jobs/%01"]
+    "path",
+    [
+        "/api/v1/nope",
+        "/api/v1/jobs/a/b/c",
+        "/api/v1",
+        "/api/v1/nope/",
+        "/api/v1/jobs/%01",
+        # A decoded newline: ``.`` in the catch-all did not match it (Django's HTML 404).
+        "/api/v1/jobs/%0A",
+        "/api/v1/jobs/a%0Ab/checkpoint",
+        "/api/v1/%0A",
+        "/api/v1%0A",
+        "/api/v1/durable/executions/x%0A/history",
+        "/api/v1/workflows/w/nodes/%0A/dependents",
+    ],
 )
-def test_404_unknown_route(anon: Api, path: str) -> None:
-    envelope(anon.get(path), 404, "not_found")
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_404_unknown_route(anon: Api, path: str, method: str) -> None:
+    envelope(anon.send(method, path, key=None), 404, "not_found")
+
+
+def test_the_project_keeps_its_own_404_outside_the_api(anon: Api) -> None:
+    response = anon.get("/elsewhere/%0A")
+    assert response.status_code == 404
+    assert not response["Content-Type"].startswith("application/json")
 
 
 def test_405_wrong_method_says_what_is_allowed(operator: Api) -> None:

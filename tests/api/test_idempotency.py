@@ -65,8 +65,8 @@ def test_a_different_body_with_the_same_key_is_409(operator: Api) -> None:
 
 
 def test_a_different_route_with_the_same_key_is_409(operator: Api) -> None:
-    assert operator.post("/api/v1/queues/a/pause", key="k").status_code == 204
-    response = operator.post("/api/v1/queues/b/pause", key="k")
+    assert operator.post("/api/v1/queues/a/pause?create=true", key="k").status_code == 204
+    response = operator.post("/api/v1/queues/b/pause?create=true", key="k")
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "idempotency_key_reused"
 
@@ -79,8 +79,8 @@ def test_keys_belong_to_their_user(operator: Api, operator_user: Any) -> None:
     other.user_permissions.set(operator_user.user_permissions.all())
     client = APIClient()
     client.force_authenticate(User.objects.get(pk=other.pk))
-    assert operator.post("/api/v1/queues/a/pause", key="shared").status_code == 204
-    assert Api(client).post("/api/v1/queues/b/pause", key="shared").status_code == 204
+    assert operator.post("/api/v1/queues/a/pause?create=true", key="shared").status_code == 204
+    assert Api(client).post("/api/v1/queues/b/pause?create=true", key="shared").status_code == 204
 
 
 @pytest.mark.parametrize("route", [r for r in ROUTES if not r.is_read], ids=str)
@@ -93,7 +93,7 @@ def test_every_mutation_needs_a_key(operator: Api, route: Any) -> None:
 
 @pytest.mark.parametrize("key", ["", " ", "x" * 256, "tab\there", "é"])
 def test_malformed_keys_are_400(operator: Api, key: str) -> None:
-    response = operator.post("/api/v1/queues/a/pause", key=key)
+    response = operator.post("/api/v1/queues/a/pause?create=true", key=key)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "idempotency_key_required"
 
@@ -127,18 +127,18 @@ def test_signal_emission_reuses_the_key_as_its_idempotency_key(operator: Api) ->
 
 def test_records_expire_after_the_configured_window(operator: Api, settings: Any) -> None:
     settings.HEADGATE = {"IDEMPOTENCY_TTL": timedelta(hours=1)}
-    assert operator.post("/api/v1/queues/a/pause", key="k").status_code == 204
+    assert operator.post("/api/v1/queues/a/pause?create=true", key="k").status_code == 204
     record = IdempotencyRecord.objects.get()
     assert timedelta(minutes=59) < record.expires_at - record.created_at <= timedelta(hours=1)
     IdempotencyRecord.objects.update(expires_at=record.created_at - timedelta(seconds=1))
     # Expired: the key is free again even before the purge ran.
-    assert operator.post("/api/v1/queues/b/pause", key="k").status_code == 204
-    assert IdempotencyRecord.objects.get().path == "/api/v1/queues/b/pause"
+    assert operator.post("/api/v1/queues/b/pause?create=true", key="k").status_code == 204
+    assert IdempotencyRecord.objects.get().path == "/api/v1/queues/b/pause?create=true"
 
 
 def test_the_purge_duty_deletes_expired_records(operator: Api) -> None:
     for n in range(3):
-        operator.post(f"/api/v1/queues/q{n}/pause", key=f"k{n}")
+        operator.post(f"/api/v1/queues/q{n}/pause?create=true", key=f"k{n}")
     IdempotencyRecord.objects.filter(key__in=["k0", "k1"]).update(
         expires_at=IdempotencyRecord.objects.get(key="k2").created_at - timedelta(seconds=1)
     )

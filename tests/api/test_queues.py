@@ -9,7 +9,7 @@ import pytest
 
 from headgate_django import store
 from headgate_django.kernel.states import State
-from headgate_django.models import Job
+from headgate_django.models import Job, QueueState
 from tests.api.conftest import Api
 from tests.conformance.helpers import enqueue_job, job_in_state, unique_payload
 
@@ -45,6 +45,38 @@ def test_pause_makes_claims_skip_the_queue(operator: Api) -> None:
 
 def test_pausing_an_invalid_queue_name_is_422(operator: Api) -> None:
     assert operator.post("/api/v1/queues/-bad/pause").status_code == 422
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_a_queue_nothing_uses_is_404_and_gets_no_state(operator: Api, verb: str) -> None:
+    response = operator.post(f"/api/v1/queues/typo/{verb}")
+    assert response.status_code == 404, response.content
+    assert response.json()["error"]["code"] == "unknown_queue"
+    assert not QueueState.objects.exists()
+
+
+def test_create_pre_pauses_a_queue_before_its_producers_exist(operator: Api) -> None:
+    assert operator.post("/api/v1/queues/future/pause?create=true").status_code == 204
+    assert QueueState.objects.get(name="future").paused is True
+    # Now it has a switch, so resuming it (and pausing again) needs no flag.
+    assert operator.post("/api/v1/queues/future/resume").status_code == 204
+    assert QueueState.objects.get(name="future").paused is False
+
+
+@pytest.mark.parametrize("create", ["", "maybe", "TRUE"])
+def test_create_must_be_a_listed_flag(operator: Api, create: str) -> None:
+    response = operator.post(f"/api/v1/queues/future/pause?create={create}")
+    assert response.status_code == 400
+    assert list(response.json()["error"]["detail"]) == ["create"]
+    assert not QueueState.objects.exists()
+
+
+def test_queues_of_jobs_and_of_registered_tasks_are_known(operator: Api) -> None:
+    enqueue_job(queue="mail")
+    assert operator.post("/api/v1/queues/mail/pause").status_code == 204
+    assert not Job.objects.filter(queue="default").exists()  # the test tasks' queue
+    assert operator.post("/api/v1/queues/default/pause").status_code == 204
+    assert set(QueueState.objects.values_list("name", flat=True)) == {"mail", "default"}
 
 
 def test_quarantine_list_hides_sample_payloads(operator: Api) -> None:

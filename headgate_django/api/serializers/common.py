@@ -1,13 +1,16 @@
 """Field types the resources share: base64 bytes, bounded instants, names, any JSON, and
-the base of every shape that carries user data."""
+the strict request body, and the base of every shape that carries user data."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from django.core.validators import RegexValidator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -37,36 +40,96 @@ class Base64Field(serializers.Field):
         return base64.b64encode(bytes(value)).decode("ascii")
 
 
+#: RFC 3339 (what OpenAPI's ``date-time`` means): a date, a time and an offset. Python's
+#: parser alone also takes a bare date or a naive time, which the schema does not allow.
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
+#: Every instant the store holds or acts on lies in this range (every database stores
+#: it). An instant outside is moved to its edge, which means the same to a filter (no row
+#: lies outside) and to a schedule (long due, or never).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9998, 12, 31, tzinfo=UTC)
+
+
+def parse_instant(text: str) -> datetime | None:
+    """An RFC 3339 instant clamped to 1970–9998; None when ``text`` is not one."""
+    if not _RFC3339.fullmatch(text):
+        return None
+    year = int(text[:4])  # year 0, and year 1 at +14:00, do not even parse
+    if year < EARLIEST.year:
+        return EARLIEST
+    if year > LATEST.year:
+        return LATEST
+    try:
+        result = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    except ValueError:  # 30 February, hour 24
+        return None
+    # In UTC: RFC 3339 allows offsets up to ±23:59, PostgreSQL only up to ±15:59.
+    return min(max(result.astimezone(UTC), EARLIEST), LATEST)
+
+
 class InstantField(serializers.DateTimeField):
-    """An aware instant in a range every database stores (1970–9998)."""
+    """An RFC 3339 instant, clamped to the range every database stores (1970–9998)."""
 
     def to_internal_value(self, value: Any) -> datetime:
-        try:
-            result = super().to_internal_value(value)
-        except OverflowError:
-            self.fail("invalid", format="ISO 8601")
-        if not 1970 <= result.year <= 9998:
-            raise serializers.ValidationError("year must be between 1970 and 9998")
+        result = parse_instant(value) if isinstance(value, str) else None
+        if result is None:
+            raise serializers.ValidationError("must be an RFC 3339 date-time with an offset")
         return result
 
 
 @extend_schema_field(OpenApiTypes.ANY)
 class AnyJSONField(serializers.JSONField):
-    """Any JSON value (the parser has already refused NUL and lone surrogates)."""
+    """Any JSON value, null included (the parser has already refused NUL and lone
+    surrogates)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
+#: No control characters; drf-spectacular states it as the field's ``pattern``.
+NO_CONTROL = RegexValidator(r"^[^\x00-\x1f]*\Z", "control characters are not allowed")
 
 
 class NameField(serializers.CharField):
-    """A short identifier (node, signal, queue …): no control characters."""
+    """A short identifier (node, signal, queue …): no control characters, taken exactly
+    as sent (not trimmed: ``" a"`` is not silently ``"a"``)."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", 255)
+        kwargs.setdefault("trim_whitespace", False)
+        kwargs.setdefault("validators", [NO_CONTROL])
         super().__init__(**kwargs)
 
-    def to_internal_value(self, data: Any) -> str:
-        value = super().to_internal_value(data)
-        if any(ord(c) < 32 for c in value):
-            raise serializers.ValidationError("control characters are not allowed")
-        return value
+
+class RequestSerializer(serializers.Serializer):
+    """A request body, as strict as its schema says.
+
+    Unknown fields are refused (400 naming them) and the schema says so
+    (``additionalProperties: false``): a misspelt option must not be dropped silently.
+    ``schema_rules`` are the JSON Schema keywords (``oneOf``, ``not`` …) stating the
+    cross-field rules ``validate`` enforces; :mod:`headgate_django.api.schema` adds them.
+    """
+
+    schema_rules: ClassVar[dict[str, Any]] = {}
+    #: The body must be sent even though no single field is required (``oneOf`` rules).
+    body_required: ClassVar[bool] = False
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+def exactly_one(*names: str) -> dict[str, Any]:
+    return {"oneOf": [{"required": [name]} for name in names]}
+
+
+def not_together(name: str, *others: str) -> dict[str, Any]:
+    """Schema: ``name`` may not come with any of ``others``."""
+    return {"not": {"required": [name], "anyOf": [{"required": [o]} for o in others]}}
 
 
 class RedactingSerializer(serializers.Serializer):

@@ -6,7 +6,13 @@ from typing import Any
 
 from rest_framework import serializers
 
-from headgate_django.api.serializers.common import AnyJSONField, NameField, RedactingSerializer
+from headgate_django.api.serializers.common import (
+    AnyJSONField,
+    NameField,
+    RedactingSerializer,
+    RequestSerializer,
+    exactly_one,
+)
 from headgate_django.models import DURABLE_STATES
 
 DECISIONS = ["complete", "fail", "retry"]
@@ -19,8 +25,8 @@ class ExecutionSummarySerializer(serializers.Serializer):
     name = serializers.CharField()
     version = serializers.CharField()
     state = serializers.ChoiceField(choices=DURABLE_STATES)
-    failure_reason = serializers.CharField(allow_blank=True)
-    suspended_reason = serializers.CharField(allow_blank=True)
+    failure_reason = serializers.CharField(allow_blank=True, allow_null=True)
+    suspended_reason = serializers.CharField(allow_blank=True, allow_null=True)
     business_idempotency_key = serializers.CharField(allow_null=True)
     task_queue = serializers.CharField()
     history_length = serializers.IntegerField()
@@ -36,7 +42,7 @@ class ExecutionSerializer(RedactingSerializer, ExecutionSummarySerializer):
 
     input = AnyJSONField(allow_null=True)
     result = AnyJSONField(allow_null=True)
-    meta = serializers.DictField(child=AnyJSONField(allow_null=True), allow_null=True)
+    meta = serializers.DictField(child=AnyJSONField(), allow_null=True)
 
 
 class ExecutionListSerializer(serializers.Serializer):
@@ -44,7 +50,7 @@ class ExecutionListSerializer(serializers.Serializer):
     next_cursor = serializers.CharField(allow_null=True, help_text="An execution id, or null.")
 
 
-class StartSerializer(serializers.Serializer):
+class StartSerializer(RequestSerializer):
     name = NameField(max_length=128)
     version = NameField(max_length=64)
     input = AnyJSONField(required=False, allow_null=True, default=None)
@@ -61,7 +67,7 @@ class StartResultSerializer(serializers.Serializer):
     )
 
 
-class DurableSignalSerializer(serializers.Serializer):
+class DurableSignalSerializer(RequestSerializer):
     name = NameField(max_length=128)
     payload = AnyJSONField(required=False, allow_null=True, default=None)
     message_id = NameField(
@@ -76,11 +82,11 @@ class DeliveredSerializer(serializers.Serializer):
     )
 
 
-class ReasonSerializer(serializers.Serializer):
+class ReasonSerializer(RequestSerializer):
     reason = serializers.CharField(required=False, max_length=2000)
 
 
-class ResolveSerializer(serializers.Serializer):
+class ResolveSerializer(RequestSerializer):
     """Decide an uncertain Operation, named by ``command_id`` (from the history's
     ``OperationUncertain`` event) or by its ``job_id``."""
 
@@ -89,6 +95,8 @@ class ResolveSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=DECISIONS)
     result = AnyJSONField(required=False, allow_null=True, default=None)
     error = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000)
+
+    schema_rules = exactly_one("command_id", "job_id")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("command_id" in attrs) == ("job_id" in attrs):

@@ -16,6 +16,9 @@ from headgate_django.api.serializers.common import (
     Base64Field,
     InstantField,
     NameField,
+    RequestSerializer,
+    exactly_one,
+    not_together,
 )
 from headgate_django.envelope import Envelope
 from headgate_django.models import STATE_CHOICES, Job
@@ -106,7 +109,17 @@ class JobDetailSerializer(serializers.ModelSerializer):
         return job.state == "completed" and job.result is not None
 
 
-class JobCreateSerializer(serializers.Serializer):
+#: ``pending: true`` together with a schedule.
+_PENDING_AND_SCHEDULED = {
+    "not": {
+        "required": ["pending"],
+        "properties": {"pending": {"enum": [True]}},
+        "anyOf": [{"required": ["scheduled_at"]}, {"required": ["delay_ms"]}],
+    }
+}
+
+
+class JobCreateSerializer(RequestSerializer):
     """Enqueue one job of a registered kind.
 
     Give the call as ``args``/``kwargs`` (encoded the way ``task.enqueue`` encodes them), or
@@ -128,9 +141,22 @@ class JobCreateSerializer(serializers.Serializer):
     pending = serializers.BooleanField(default=False)
     unique_key = NameField(required=False)
 
+    schema_rules = {
+        "allOf": [
+            not_together("payload", "args", "kwargs"),
+            not_together("scheduled_at", "delay_ms"),
+            _PENDING_AND_SCHEDULED,
+        ]
+    }
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "payload" in attrs and ("args" in attrs or "kwargs" in attrs):
             raise serializers.ValidationError("give either payload or args/kwargs, not both")
+        timing = ["scheduled_at" in attrs, "delay_ms" in attrs, attrs["pending"]]
+        if sum(timing) > 1:
+            raise serializers.ValidationError(
+                "give at most one of scheduled_at, delay_ms and pending: true"
+            )
         return attrs
 
     def envelope(self) -> Envelope:
@@ -154,8 +180,11 @@ class JobCreatedSerializer(serializers.Serializer):
     id = serializers.CharField()
 
 
-class RescheduleSerializer(serializers.Serializer):
+class RescheduleSerializer(RequestSerializer):
     """Exactly one of ``scheduled_at`` (an instant) or ``delay_ms`` (from the store clock)."""
+
+    schema_rules = exactly_one("scheduled_at", "delay_ms")
+    body_required = True
 
     scheduled_at = InstantField(required=False)
     delay_ms = serializers.IntegerField(min_value=0, max_value=MAX_DELAY_MS, required=False)
@@ -166,7 +195,7 @@ class RescheduleSerializer(serializers.Serializer):
         return attrs
 
 
-class ReplacePayloadSerializer(serializers.Serializer):
+class ReplacePayloadSerializer(RequestSerializer):
     payload = Base64Field()
     schema_version = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
 
@@ -180,7 +209,7 @@ class JobProgressSerializer(serializers.Serializer):
 
 
 class JobCheckpointSerializer(serializers.Serializer):
-    checkpoint = serializers.DictField(child=AnyJSONField(allow_null=True))
+    checkpoint = serializers.DictField(child=AnyJSONField(), allow_null=True)
     cursor = Base64Field(allow_null=True, help_text="Position of the cursor step, base64.")
 
 

@@ -12,6 +12,8 @@ from headgate_django.api.serializers.common import (
     Base64Field,
     NameField,
     RedactingSerializer,
+    RequestSerializer,
+    not_together,
 )
 
 MAX_GRAFT_TASKS = 999
@@ -100,7 +102,7 @@ class SignalListSerializer(serializers.Serializer):
     )
 
 
-class SignalEmitSerializer(serializers.Serializer):
+class SignalEmitSerializer(RequestSerializer):
     """The emission; its idempotency key is the request's ``Idempotency-Key``.
 
     ``source`` is caller-supplied metadata, not identity: fill it from your authenticated
@@ -121,7 +123,7 @@ class SignalReceiptSerializer(serializers.Serializer):
     emission = SignalRecordSerializer()
 
 
-class GraftTaskSerializer(serializers.Serializer):
+class GraftTaskSerializer(RequestSerializer):
     name = NameField()
     deps = serializers.ListField(child=NameField(), required=False, default=list)
     kind = NameField(max_length=128)
@@ -132,13 +134,15 @@ class GraftTaskSerializer(serializers.Serializer):
     queue = NameField(max_length=128, required=False)
     schema_version = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
 
+    schema_rules = not_together("payload", "args", "kwargs")
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "payload" in attrs and ("args" in attrs or "kwargs" in attrs):
             raise serializers.ValidationError("give either payload or args/kwargs, not both")
         return attrs
 
 
-class GraftSerializer(serializers.Serializer):
+class GraftSerializer(RequestSerializer):
     expected_revision = serializers.IntegerField(min_value=1, max_value=INT32_MAX)
     queue = NameField(max_length=128, required=False)
     tasks = GraftTaskSerializer(many=True, min_length=1, max_length=MAX_GRAFT_TASKS)
@@ -149,14 +153,14 @@ class GraftReceiptSerializer(serializers.Serializer):
     revision = serializers.IntegerField(help_text="The revision the graft creates if accepted.")
 
 
-class RecoverySerializer(serializers.Serializer):
+class RecoverySerializer(RequestSerializer):
     node = NameField()
     payload = Base64Field(required=False, help_text="Replacement for an undecodable node.")
     schema_version = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
     release_quarantine = serializers.BooleanField(default=False)
 
 
-class RetrySerializer(serializers.Serializer):
+class RetrySerializer(RequestSerializer):
     expected_revision = serializers.IntegerField(min_value=1, max_value=INT32_MAX)
     recoveries = RecoverySerializer(many=True, required=False, default=list, max_length=999)
 
@@ -168,7 +172,7 @@ class RetryReceiptSerializer(serializers.Serializer):
     receipt_id = serializers.CharField(source="receipt_job_id")
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(RequestSerializer):
     propagate_children = serializers.BooleanField(default=True)
 
 

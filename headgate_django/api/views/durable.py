@@ -15,16 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from headgate_django.api import query
 from headgate_django.api.base import ID_REGEX, HeadgateViewSet
-from headgate_django.api.errors import InvalidQueryParameter
 from headgate_django.api.idempotency import require_key
-from headgate_django.api.pagination import limit_parameter, parse_limit
+from headgate_django.api.pagination import limit_param
 from headgate_django.api.permissions import require_payload_permission
 from headgate_django.api.schema import document
 from headgate_django.api.serializers import durable as s
@@ -32,22 +31,15 @@ from headgate_django.durable import Client, Manager
 from headgate_django.exceptions import NotFoundError
 from headgate_django.models import DURABLE_STATES, Execution
 
-FILTERS = ("state", "name", "version", "task_queue", "business_idempotency_key")
-LIST_PARAMETERS = [
-    OpenApiParameter("state", str, enum=DURABLE_STATES),
-    OpenApiParameter("name", str, description="Workflow name."),
-    OpenApiParameter("version", str),
-    OpenApiParameter("task_queue", str),
-    OpenApiParameter("business_idempotency_key", str),
-    OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+FILTERS = [
+    query.choice("state", DURABLE_STATES, "The execution's state."),
+    query.text("name", "Workflow name."),
+    query.text("version", "Workflow version."),
+    query.text("task_queue", "The queue its replay jobs use."),
+    query.text("business_idempotency_key", "The business key it was started with."),
 ]
-
-
-def _query_text(request: Request, name: str) -> str | None:
-    raw = request.query_params.get(name)
-    if raw is not None and any(ord(c) < 32 for c in raw):
-        raise InvalidQueryParameter(f"{name} must not contain control characters")
-    return raw or None
+CURSOR = query.text("cursor", "`next_cursor` of the previous page (an execution id).")
+LIMIT = limit_param(50)
 
 
 def _view(request: Request, workflow_id: str) -> Response:
@@ -64,12 +56,12 @@ class ExecutionViewSet(HeadgateViewSet):
 
     @document(
         summary="Executions ordered by id (without input and result)",
-        parameters=[*LIST_PARAMETERS, limit_parameter(50)],
+        parameters=[p.openapi() for p in (*FILTERS, CURSOR, LIMIT)],
         responses=s.ExecutionListSerializer,
     )
     def list(self, request: Request) -> Response:
-        filters = {k: v for k in FILTERS if (v := _query_text(request, k)) is not None}
-        page = Manager().list(filters, _query_text(request, "cursor"), parse_limit(request, 50))
+        filters = {p.name: v for p in FILTERS if (v := p.read(request)) is not None}
+        page = Manager().list(filters, CURSOR.read(request), LIMIT.read(request, 50))
         body = {
             "executions": s.ExecutionSummarySerializer(page.items, many=True).data,
             "next_cursor": page.cursor,

@@ -14,17 +14,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db.models import QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from headgate_django import store
+from headgate_django.api import query
 from headgate_django.api.base import ID_REGEX, HeadgateGenericViewSet
-from headgate_django.api.errors import InvalidQueryParameter, NoResult
-from headgate_django.api.filters import JobFilter
+from headgate_django.api.errors import NoResult
+from headgate_django.api.filters import JobFilter, StrictFilterBackend, openapi_parameters
 from headgate_django.api.pagination import cursor_pagination
 from headgate_django.api.permissions import require_payload_permission
 from headgate_django.api.schema import document
@@ -47,23 +46,11 @@ from headgate_django.exceptions import InvalidTransitionError, NotFoundError
 from headgate_django.models import Job
 from headgate_django.store.stats import job_counts
 
-INCLUDE_PAYLOAD = OpenApiParameter(
+INCLUDE_PAYLOAD = query.flag(
     "include_payload",
-    bool,
-    description="Reveal the payload (base64). Needs `headgate_django.view_job_payload`.",
+    "Reveal the payload (base64). Needs `headgate_django.view_job_payload`.",
 )
-QUEUE = OpenApiParameter("queue", str, description="Count one queue only.")
-_TRUE = {"1", "true", "yes"}
-_FALSE = {"", "0", "false", "no"}
-
-
-def _flag(request: Request, name: str) -> bool:
-    raw = request.query_params.get(name, "").lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise InvalidQueryParameter(f"{name} must be true or false")
+QUEUE = query.text("queue", "Count one queue only.")
 
 
 def _job(pk: str, fields: list[str] | None = None) -> Job:
@@ -84,7 +71,7 @@ class JobViewSet(HeadgateGenericViewSet):
     permission_model = Job
     queryset = Job.objects.all()
     lookup_value_regex = ID_REGEX
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = JobFilter
     # Keyset on the primary key alone: unique, so no page repeats or skips a row, and
     # generated ids are ULIDs, so this is newest first. (enqueued_at is not unique, and on
@@ -95,7 +82,11 @@ class JobViewSet(HeadgateGenericViewSet):
     def get_queryset(self) -> QuerySet[Job]:
         return Job.objects.only(*SUMMARY_FIELDS)
 
-    @document(summary="List jobs (never payloads)", responses=JobSummarySerializer)
+    @document(
+        summary="List jobs (never payloads)",
+        parameters=openapi_parameters(JobFilter),
+        responses=JobSummarySerializer,
+    )
     def list(self, request: Request) -> Response:
         """Newest first (by id). Never carries payloads, whatever is asked."""
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -103,13 +94,13 @@ class JobViewSet(HeadgateGenericViewSet):
 
     @document(
         summary="One job with its attempt timeline",
-        parameters=[INCLUDE_PAYLOAD],
+        parameters=[INCLUDE_PAYLOAD.openapi()],
         responses=JobDetailSerializer,
     )
     def retrieve(self, request: Request, pk: str) -> Response:
         """``include_payload=1`` adds the base64 payload, for holders of
         ``headgate_django.view_job_payload`` only (403 otherwise)."""
-        reveal = _flag(request, "include_payload")
+        reveal = INCLUDE_PAYLOAD.read(request, False)
         if reveal:
             require_payload_permission(request)
         job = _job(pk)
@@ -228,13 +219,12 @@ class JobViewSet(HeadgateGenericViewSet):
         job = _job(pk, ["id", "progress"])
         return Response({"progress": job.progress})
 
-    @document(summary="Job counts by state", parameters=[QUEUE], responses=JobCountsSerializer)
+    @document(
+        summary="Job counts by state", parameters=[QUEUE.openapi()], responses=JobCountsSerializer
+    )
     @action(detail=False, methods=["get"], filter_backends=[], pagination_class=None)
     def counts(self, request: Request) -> Response:
-        queue = request.query_params.get("queue")
-        if queue is not None and "\x00" in queue:
-            raise InvalidQueryParameter("queue must not contain NUL")
-        counts = job_counts(queue=queue)
+        counts = job_counts(queue=QUEUE.read(request))
         estimated = [state for state in STATES if counts[state].estimated]
         return Response(
             {

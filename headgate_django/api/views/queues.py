@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django.db.models import QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.decorators import action
@@ -13,15 +12,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from headgate_django import store
+from headgate_django.api import query
 from headgate_django.api.base import ID_REGEX, HeadgateGenericViewSet, HeadgateViewSet
-from headgate_django.api.filters import QuarantineFilter
+from headgate_django.api.errors import UnknownQueue
+from headgate_django.api.filters import QuarantineFilter, StrictFilterBackend, openapi_parameters
 from headgate_django.api.pagination import cursor_pagination
 from headgate_django.api.schema import document
 from headgate_django.api.serializers.ops import QuarantineSerializer, QueueListSerializer
-from headgate_django.kernel.names import validate_queue
+from headgate_django.kernel.names import MAX_QUEUE_BYTES, validate_queue
 from headgate_django.models import Quarantine, QueueState
 from headgate_django.registry import registered_queues
-from headgate_django.store.stats import eviction_status, queue_overview
+from headgate_django.store.stats import eviction_status, queue_is_known, queue_overview
 
 RELEASED = OpenApiResponse(
     description="Released; `X-Released-Jobs` says how many quarantined jobs became available."
@@ -34,6 +35,29 @@ RELEASED_HEADER = OpenApiParameter(
     response=[204],
     description="How many quarantined jobs became available.",
 )
+
+
+CREATE = query.flag(
+    "create",
+    "Pause a queue nothing uses yet (no job, no registered task, no earlier switch) — "
+    "pre-pausing before its producers are deployed. Without it such a queue is a 404.",
+)
+#: The queue-name grammar of :func:`headgate_django.kernel.names.validate_queue`.
+QUEUE_NAME = OpenApiParameter(
+    "name",
+    {"type": "string", "pattern": f"^[A-Za-z0-9_][A-Za-z0-9_.:-]{{0,{MAX_QUEUE_BYTES - 1}}}$"},
+    OpenApiParameter.PATH,
+    description="Queue name.",
+)
+
+
+def _known_queue(name: str, *, create: bool = False) -> str:
+    """The validated name of a queue something uses; 404 ``unknown_queue`` otherwise, so a
+    typo cannot silently switch a queue that nothing will ever read."""
+    validate_queue(name)
+    if not (create or name in registered_queues() or queue_is_known(name)):
+        raise UnknownQueue(f"no job, task or switch uses queue {name!r}", queue=name)
+    return name
 
 
 class QueueViewSet(HeadgateViewSet):
@@ -54,16 +78,29 @@ class QueueViewSet(HeadgateViewSet):
         ]
         return Response({"queues": queues, "eviction": asdict(eviction_status())})
 
-    @document(summary="Pause a queue: claims skip it", request=None, responses={204: None})
+    @document(
+        summary="Pause a queue: claims skip it",
+        parameters=[QUEUE_NAME, CREATE.openapi()],
+        request=None,
+        responses={204: None},
+    )
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, name: str) -> Response:
-        store.queue_set_paused(validate_queue(name), True)
+        """A queue no job, registered task or earlier switch uses is a 404
+        ``unknown_queue`` unless ``?create=true`` asks to pre-pause it."""
+        store.queue_set_paused(_known_queue(name, create=CREATE.read(request, False)), True)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @document(summary="Resume a paused queue", request=None, responses={204: None})
+    @document(
+        summary="Resume a paused queue",
+        parameters=[QUEUE_NAME],
+        request=None,
+        responses={204: None},
+    )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, name: str) -> Response:
-        store.queue_set_paused(validate_queue(name), False)
+        """A queue nothing uses is a 404 ``unknown_queue``: it has nothing to resume."""
+        store.queue_set_paused(_known_queue(name), False)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -74,7 +111,7 @@ class QuarantineViewSet(HeadgateGenericViewSet):
     serializer_class = QuarantineSerializer
     lookup_field = "fingerprint"
     lookup_value_regex = ID_REGEX
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = QuarantineFilter
     pagination_class = cursor_pagination("quarantine", ("fingerprint",))
 
@@ -83,6 +120,7 @@ class QuarantineViewSet(HeadgateGenericViewSet):
 
     @document(
         summary="Quarantined fingerprints (no sample payloads)",
+        parameters=openapi_parameters(QuarantineFilter),
         responses=QuarantineSerializer,
     )
     def list(self, request: Request) -> Response:

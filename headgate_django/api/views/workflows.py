@@ -20,10 +20,10 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from headgate_django.api import query
 from headgate_django.api.base import ID_REGEX, HeadgateViewSet
-from headgate_django.api.errors import InvalidQueryParameter
 from headgate_django.api.idempotency import require_key
-from headgate_django.api.pagination import limit_parameter, parse_limit
+from headgate_django.api.pagination import limit_param
 from headgate_django.api.schema import document
 from headgate_django.api.serializers import workflows as s
 from headgate_django.models import WorkflowCheckpoint
@@ -44,33 +44,13 @@ from headgate_django.workflows import (
 )
 
 NODE_PATH = rf"nodes/(?P<node>{ID_REGEX})"
-WORKFLOW_CURSOR = OpenApiParameter(
-    "cursor", str, description="`next_cursor` of the previous page (a workflow id)."
+WORKFLOW_CURSOR = query.text("cursor", "`next_cursor` of the previous page (a workflow id).")
+SIGNAL_CURSOR = query.integer(
+    "cursor", 1, 2**63 - 1, "`next_cursor` of the previous page (an emission id)."
 )
-SIGNAL_CURSOR = OpenApiParameter(
-    "cursor", int, description="`next_cursor` of the previous page (an emission id)."
-)
+WORKFLOW_LIMIT = limit_param(50)
+SIGNAL_LIMIT = limit_param(100)
 NODE = OpenApiParameter("node", str, OpenApiParameter.PATH, description="Node name.")
-
-
-def _cursor_text(request: Request) -> str | None:
-    raw = request.query_params.get("cursor")
-    if raw is not None and "\x00" in raw:
-        raise InvalidQueryParameter("cursor must not contain NUL")
-    return raw or None
-
-
-def _cursor_int(request: Request) -> int | None:
-    raw = request.query_params.get("cursor")
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidQueryParameter("cursor must be a positive integer") from None
-    if not 1 <= value <= 2**63 - 1:
-        raise InvalidQueryParameter("cursor must be a positive integer")
-    return value
 
 
 class WorkflowViewSet(HeadgateViewSet):
@@ -82,11 +62,11 @@ class WorkflowViewSet(HeadgateViewSet):
 
     @document(
         summary="Workflows (coordinators), ordered by id",
-        parameters=[WORKFLOW_CURSOR, limit_parameter(50)],
+        parameters=[WORKFLOW_CURSOR.openapi(), WORKFLOW_LIMIT.openapi()],
         responses=s.WorkflowListSerializer,
     )
     def list(self, request: Request) -> Response:
-        page = list_workflows(_cursor_text(request), parse_limit(request, 50))
+        page = list_workflows(WORKFLOW_CURSOR.read(request), WORKFLOW_LIMIT.read(request, 50))
         body = {
             "workflows": s.WorkflowSummarySerializer(page.items, many=True).data,
             "next_cursor": page.next_cursor,
@@ -124,13 +104,13 @@ class WorkflowViewSet(HeadgateViewSet):
 
     @document(
         summary="Signal history, newest first (the latest 100 are kept)",
-        parameters=[SIGNAL_CURSOR, limit_parameter(100)],
+        parameters=[SIGNAL_CURSOR.openapi(), SIGNAL_LIMIT.openapi()],
         responses=s.SignalListSerializer,
     )
     @action(detail=True, methods=["get"])
     def signals(self, request: Request, workflow_id: str) -> Response:
-        limit = parse_limit(request, 100)
-        records = list_signals(workflow_id, before=_cursor_int(request), limit=limit)
+        limit = SIGNAL_LIMIT.read(request, 100)
+        records = list_signals(workflow_id, before=SIGNAL_CURSOR.read(request), limit=limit)
         return Response(
             {
                 "signals": s.SignalRecordSerializer(
