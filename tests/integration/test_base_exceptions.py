@@ -12,7 +12,7 @@ import pytest
 from headgate_django.worker.runner import Worker
 from tests.app import tasks
 from tests.conftest import wait_for
-from tests.integration.helpers import FAST, headgate_env, job, runs, state_is
+from tests.integration.helpers import FAST, headgate_env, job, runs, state_is, wait_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -39,11 +39,12 @@ def test_a_burst_worker_fails_each_attempt_keeps_its_thread_and_exits(start_work
 def test_os_exit_in_a_handler_is_a_crash(start_worker):
     env = headgate_env(**FAST)
     keeper = start_worker("--queue", "keeper-only", "--lease-ttl", "1", env=env)
+    wait_serving(keeper)  # its duties reclaim the lease; a loaded machine starts it slowly
     job_id = tasks.hard_exit.enqueue()
     victim = start_worker("--no-duties", "--lease-ttl", "1", env=env)
-    assert victim.proc.wait(timeout=60) == 3
+    assert victim.proc.wait(timeout=120) == 3, victim.output()
     assert [e.label for e in runs(job_id)] == ["hard_exit"]
-    wait_for(lambda: job(job_id).crash_attempt == 1)
+    wait_for(lambda: job(job_id).crash_attempt == 1, timeout=60)
     row = job(job_id)
     assert row.attempt == 0
     assert row.state in ("retryable", "available")
