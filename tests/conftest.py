@@ -119,9 +119,12 @@ def start_worker(
 
 
 def wait_for(
-    predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05
+    predicate: Callable[[], object], timeout: float = 60.0, interval: float = 0.05
 ) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail the test on timeout."""
+    """Poll ``predicate`` until it returns something truthy; fail the test on timeout.
+
+    The default is generous: a worker subprocess on a loaded two-core machine can take tens
+    of seconds to import Django and start, and a passing test never waits it out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

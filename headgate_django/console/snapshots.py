@@ -22,6 +22,7 @@ _BUFFERED = {"signal", "timer", "condition"}
 _STATUS_BY_COORDINATOR = {"completed": "succeeded", "archived": "failed", "cancelled": "cancelled"}
 HEADER_KEYS = (
     "status",
+    "status_detail",
     "coordinator",
     "revision",
     "generation",
@@ -101,10 +102,40 @@ def _signal(record: Any, reveal: bool) -> dict[str, Any]:
     return item
 
 
-def _status(coordinator_state: str, failed: bool) -> str:
+#: Node states in which a workflow is making progress by itself.
+_ACTIVE = {"available", "running", "retryable"}
+
+
+def _status(
+    coordinator_state: str, failed: bool, nodes: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> tuple[str, str]:
+    """The workflow's status word and what it is about, in words a person reads.
+
+    A running workflow in which nothing runs but one or more signal or timer nodes whose
+    dependencies are done is *waiting*, for that signal or until that instant; a failed
+    one says why (its ``workflow_failed`` event).
+    """
     if coordinator_state in _STATUS_BY_COORDINATOR:
-        return _STATUS_BY_COORDINATOR[coordinator_state]
-    return "failed" if failed else "running"
+        status = _STATUS_BY_COORDINATOR[coordinator_state]
+    else:
+        status = "failed" if failed else "running"
+    if status == "failed":
+        reasons = [e.get("reason") for e in events if e.get("event") == "workflow_failed"]
+        return status, str(reasons[0] or "") if reasons else ""
+    if status != "running" or any(n["state"] in _ACTIVE and not n["wait"] for n in nodes):
+        return status, ""
+    done = {n["name"] for n in nodes if n["done"]}
+    waits = [
+        n for n in nodes if n["wait"] and not n["done"] and all(d in done for d in n["deps"])
+    ]
+    what = [
+        f"signal {n['wait']['signal']}"
+        if "signal" in n["wait"]
+        else f"timer until {n['wait']['wake_at']}"
+        for n in waits
+        if "signal" in n["wait"] or n["wait"].get("wake_at")
+    ]
+    return ("waiting", ", ".join(what)) if what else (status, "")
 
 
 def workflow_snapshot(
@@ -125,10 +156,13 @@ def workflow_snapshot(
         counts[node["state"]] = counts.get(node["state"], 0) + 1
     has_signals = any(n.kind == "signal" for n in snap.nodes)
     signals = list_signals(workflow_id, limit=100) if has_signals else []
+    events = [_event(e) for e in reversed(workflow_events(workflow_id))]
+    status, status_detail = _status(snap.coordinator_state, snap.failed, nodes, events)
     return {
         "workflow_id": workflow_id,
         "graph_key": key,
-        "status": _status(snap.coordinator_state, snap.failed),
+        "status": status,
+        "status_detail": status_detail,
         "coordinator": {
             "job_id": snap.coordinator_job_id,
             "state": snap.coordinator_state,
@@ -141,7 +175,7 @@ def workflow_snapshot(
         "counts": counts,
         "nodes": nodes,
         "layout": layered_layout(key, len(nodes), edges),
-        "events": [_event(e) for e in reversed(workflow_events(workflow_id))],
+        "events": events,
         "signals": [_signal(s, reveal) for s in signals],
         "signals_revealed": reveal,
     }

@@ -143,7 +143,7 @@
   Page.prototype.header = function () {
     var snap = this.snap;
     var status = document.getElementById("hg-status");
-    status.textContent = snap.status;
+    status.textContent = snap.status + (snap.status_detail ? " (" + snap.status_detail + ")" : "");
     status.className = "hg-badge hg-wf-" + snap.status;
     var coordinator = document.getElementById("hg-coordinator");
     coordinator.textContent = snap.coordinator.state;
