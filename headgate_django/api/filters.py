@@ -85,7 +85,8 @@ class JobFilter(django_filters.FilterSet):
         distinct=False,
         help_text="One or more states (repeat the parameter).",
         error_messages={
-            "invalid_choice": f"%(value)s is not a job state; valid states: {', '.join(STATES)}"
+            "invalid_choice": f"%(value)s is not a job state; valid states: {', '.join(STATES)} "
+            "(a job that failed for good is archived; one that will be retried is retryable)"
         },
     )
     workflow_id = TextFilter(help_text="Jobs of one workflow.")

@@ -87,6 +87,7 @@ def test_400_bad_enum_filters_list_the_valid_choices(operator: Api) -> None:
     error = envelope(operator.get("/api/v1/jobs?state=failed"), 400, "invalid_query_parameter")
     for state in [value for value, _ in STATE_CHOICES]:
         assert state in error["message"] and state in error["detail"]["state"][0]
+    assert "a job that failed for good is archived" in error["message"]
     error = envelope(
         operator.get("/api/v1/durable/executions?state=AAA"), 400, "invalid_query_parameter"
     )
