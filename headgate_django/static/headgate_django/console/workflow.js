@@ -6,6 +6,14 @@
 (function () {
   "use strict";
 
+  // What each recorded error was, in words: only "error" counts as a failed attempt.
+  var ERROR_KINDS = {
+    error: "failed",
+    crash: "crashed (lease lapsed)",
+    undecodable: "payload undecodable (not counted as a failure)",
+    skip: "skipped",
+    timeout: "timed out"
+  };
   var STATE_ORDER = ["running", "available", "scheduled", "retryable", "pending", "completed",
     "archived", "cancelled", "quarantined", "undecodable", "missing"];
 
@@ -236,7 +244,7 @@
       ["Job", node.url ? h("a", { href: node.url }, [node.job_id]) : node.job_id + " (no row)"],
       ["Queue", node.queue || "—"],
       ["Attempts", node.attempt === null ? "—"
-        : node.attempt + " failed of " + node.max_attempts + " · " + node.crash_attempt + " crashed"],
+        : node.attempt + " failed · " + node.crash_attempt + " crashed · at most " + node.max_attempts],
       ["Claimed", when(node.claimed_at)],
       ["Finished", when(node.finalized_at)],
       ["Completion evidence", when(node.completed_at)]
@@ -256,7 +264,8 @@
     }
     if (node.last_error) {
       parts.push(h("h3", {}, ["Last error"]), h("p", {}, [
-        "#" + node.last_error.attempt + " " + node.last_error.kind + " at " + node.last_error.at + ": "
+        "Attempt " + node.last_error.attempt + ", " + (ERROR_KINDS[node.last_error.kind] || node.last_error.kind)
+          + ", at " + node.last_error.at + ":"
       ]), h("pre", { "class": "hg-json" }, [node.last_error.error]));
     }
     parts.push(h("h3", {}, ["Dependencies"]), this.nodeLinks(item ? item.deps : node.deps));
