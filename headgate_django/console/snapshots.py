@@ -115,19 +115,14 @@ def _status(
     dependencies are done is *waiting*, for that signal or until that instant; a failed
     one says why (its ``workflow_failed`` event).
     """
-    if coordinator_state in _STATUS_BY_COORDINATOR:
-        status = _STATUS_BY_COORDINATOR[coordinator_state]
-    else:
-        status = "failed" if failed else "running"
+    status = _STATUS_BY_COORDINATOR.get(coordinator_state, "failed" if failed else "running")
     if status == "failed":
         reasons = [e.get("reason") for e in events if e.get("event") == "workflow_failed"]
         return status, str(reasons[0] or "") if reasons else ""
     if status != "running" or any(n["state"] in _ACTIVE and not n["wait"] for n in nodes):
         return status, ""
     done = {n["name"] for n in nodes if n["done"]}
-    waits = [
-        n for n in nodes if n["wait"] and not n["done"] and all(d in done for d in n["deps"])
-    ]
+    waits = [n for n in nodes if n["wait"] and not n["done"] and all(d in done for d in n["deps"])]
     what = [
         f"signal {n['wait']['signal']}"
         if "signal" in n["wait"]
