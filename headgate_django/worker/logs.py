@@ -64,3 +64,14 @@ def start_details(*, using: str, duties: bool) -> str:
         f"{conn.vendor} database {conn.settings_dict.get('NAME')!s} ({using}), "
         f"{len(registered_kinds())} kinds registered, duties {'on' if duties else 'off'}"
     )
+
+
+def announce(processes: int, concurrency: int) -> None:
+    """The command's first line: how many processes and threads it is about to start
+    (each worker process then gives its own start line)."""
+    logging.getLogger("headgate_django.worker").info(
+        "runworkers: %d process%s × %d handler threads",
+        processes,
+        "" if processes == 1 else "es",
+        concurrency,
+    )

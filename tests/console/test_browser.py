@@ -213,6 +213,7 @@ def test_live_workflow_in_chromium(
     assert focused in ("extract", "load")
     page.keyboard.press("Enter")
     assert page.locator("#hg-panel h2").inner_text() == focused
+    assert "0 failed · 0 crashed · at most " in page.locator("#hg-panel").inner_text()
 
     start_worker("--burst", "--queue", "default")  # runs extract only: coordinators wait
     committed = wait_db(lambda: job_state("browser-wf:extract") == "completed")

@@ -75,6 +75,7 @@ def test_the_worker_speaks_with_time_and_level_and_v3_shows_each_attempt(project
     # The system checks' report comes first (a fresh project's SQLite gets headgate.W001).
     lines = [line for line in out.stderr.splitlines() if "headgate_django." in line]
     assert lines and all(LINE.match(line) for line in lines), out.stderr
+    assert "headgate_django.worker: runworkers: 1 process × 10 handler threads" in lines[0]
     start = next(line for line in lines if " serving " in line)
     assert re.search(
         r"INFO +\[\d+\] headgate_django\.worker: worker \S+ serving every queue with "
@@ -116,3 +117,28 @@ def test_v0_leaves_only_errors(project):
     assert re.search(r"WARNING +\[\d+\] headgate_django\.worker: 1 available job", loud.stderr)
     quiet = manage(project, "runworkers", "--burst", "-v", "0")
     assert "available job" not in quiet.stderr and "headgate_django." not in quiet.stderr
+
+
+def test_every_option_of_runworkers_says_its_default():
+    from headgate_django.management.commands.runworkers import Command
+
+    parser = Command().create_parser("manage.py", "runworkers")
+    ours = [
+        a
+        for a in parser._actions
+        if a.dest
+        in {
+            "queues",
+            "concurrency",
+            "processes",
+            "burst",
+            "lease_ttl",
+            "no_duties",
+            "worker_id",
+            "metrics_port",
+            "durable_mode",
+        }
+    ]
+    assert len(ours) == 9
+    for action in ours:
+        assert action.help and "default" in action.help.lower(), action.dest

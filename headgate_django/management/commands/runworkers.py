@@ -43,7 +43,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--processes", type=int, default=1, help="Worker processes to start (default 1)."
         )
-        parser.add_argument("--burst", action="store_true", help="Drain what is due, then exit.")
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Drain what is due, then exit (default: run until a signal).",
+        )
         parser.add_argument(
             "--lease-ttl",
             type=float,
@@ -65,13 +69,14 @@ class Command(BaseCommand):
             "--metrics-port",
             type=int,
             default=None,
-            help="Serve Prometheus metrics on 127.0.0.1:PORT (needs prometheus-client).",
+            help="Serve Prometheus metrics on 127.0.0.1:PORT (needs prometheus-client; "
+            "default: none).",
         )
         parser.add_argument(
             "--durable-mode",
             choices=["combined", "workflow-only", "operation-only"],
             default="combined",
-            help="Durable jobs to claim: workflow tasks, Operations, or both (default).",
+            help="Durable jobs to claim: workflow tasks, Operations, or both (default combined).",
         )
 
     def run_from_argv(self, argv: list[str]) -> None:
@@ -93,6 +98,7 @@ class Command(BaseCommand):
         logs.configure(options["verbosity"], settings.LOGGING)
         if options["concurrency"] < 1 or options["processes"] < 1:
             raise CommandError("--concurrency and --processes must be at least 1")
+        logs.announce(options["processes"], options["concurrency"])
         if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
             raise CommandError("--lease-ttl must be positive")
         self._check_schema()
