@@ -79,6 +79,7 @@ def fire_schedule(row: ScheduleRow, now: datetime, *, using: str = "default") ->
         expected=row.next_run_at,
         next_run_at=plan.next_run_at,
         fire=fire,
+        decided_at=now,
         skipped=skipped,
         using=using,
     )

@@ -152,14 +152,17 @@ def schedule_advance(
     expected: datetime,
     next_run_at: datetime | None,
     fire: Callable[[datetime], list[EventRow]],
+    decided_at: datetime,
     skipped: EventRow | None = None,
     using: str = "default",
 ) -> list[EventRow] | None:
     """Move ``name`` from ``expected`` to ``next_run_at`` and, in the same transaction,
     ``fire(now)`` (the ticks' enqueues, returning their events) and record the events.
 
-    None when the compare-and-set matched no row: another pass handled these ticks (or the
-    schedule was paused, changed or deleted since it was read), and nothing was written.
+    The events are stamped ``decided_at``, the store-clock instant the pass planned at, so
+    which ticks were on time and which were missed can be read back from them. None when
+    the compare-and-set matched no row: another pass handled these ticks (or the schedule
+    was paused, changed or deleted since it was read), and nothing was written.
     """
     with transaction.atomic(using=using):
         now = db_now(using)
@@ -175,7 +178,7 @@ def schedule_advance(
             Schedule.objects.using(using).filter(name=name).update(last_enqueued_at=now)
         if skipped is not None:
             events = [skipped, *events]
-        schedule_events_record(events, now=now, using=using)
+        schedule_events_record(events, now=decided_at, using=using)
         return events
 
 
