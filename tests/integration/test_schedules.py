@@ -4,16 +4,21 @@ stopped. Jobs are counted from what their handlers saw (``ctx.periodic_origin``)
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from headgate_django import schedules
 from headgate_django.kernel.schedule_origin import origin_of
-from headgate_django.models import DutyLease, Job
+from headgate_django.kernel.schedule_spec import parse_spec, previous_ticks
+from headgate_django.models import DutyLease, Job, Schedule
+from headgate_django.schedules import scheduler, targets
 from headgate_django.store import db_now
+from headgate_django.store.schedules import schedule_due
 from tests.app import tasks
 from tests.app.models import Execution
 from tests.conftest import wait_for
@@ -116,3 +121,45 @@ def test_on_missed_after_every_worker_was_stopped(start_worker, on_missed, limit
     assert [e.outcome for e in after if e.outcome == "skipped"] == ["skipped"]
     seen = jobs_per_tick(name)
     assert all(len(ids) == 1 for ids in seen.values())
+
+
+def test_two_overlapping_passes_enqueue_each_tick_once(monkeypatch):
+    """Two holders at once (one stalled while its lease lapsed, as under SIGSTOP): both
+    read the same due schedule; the first stalls inside its transaction, holding the
+    schedule's row, while the second tries the same ticks."""
+    schedules.upsert("it-overlap", "@every 1h", tasks.periodic.envelope(), on_missed="backfill")
+    current = previous_ticks(parse_spec("@every 1h"), db_now(), 1)[0]
+    Schedule.objects.filter(name="it-overlap").update(next_run_at=current - 2 * timedelta(hours=1))
+    now, (stale,) = schedule_due(limit=10)
+    stalled, resume = threading.Event(), threading.Event()
+    write = targets.write
+
+    def stalling_write(firing, using):
+        outcome = write(firing, using)
+        if threading.current_thread().name == "first":
+            stalled.set()
+            resume.wait(30)
+        return outcome
+
+    monkeypatch.setattr(targets, "write", stalling_write)
+    results: dict[str, Counter[str]] = {}
+
+    def holder(name: str) -> None:
+        try:
+            results[name] = scheduler.fire_schedule(stale, now)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=holder, args=("first",), name="first")
+    second = threading.Thread(target=holder, args=("second",), name="second")
+    first.start()
+    assert stalled.wait(30)
+    second.start()
+    time.sleep(0.5)  # let the second reach the first's lock before it commits
+    resume.set()
+    first.join(30)
+    second.join(30)
+    assert results == {"first": Counter(enqueued=3), "second": Counter(deduplicated=3)}
+    assert Job.objects.filter(id__startswith="sched:it-overlap:").count() == 3
+    outcomes = Counter(e.outcome for e in schedules.events("it-overlap"))
+    assert outcomes == Counter(enqueued=3, deduplicated=3)
