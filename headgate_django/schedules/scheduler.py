@@ -67,7 +67,7 @@ def fire_schedule(row: ScheduleRow, now: datetime, *, using: str = "default") ->
     if plan.skipped is not None:
         skipped = EventRow(row.name, plan.skipped, "skipped", f"missed ({row.on_missed})")
 
-    def fire(_now: datetime) -> list[EventRow]:
+    def fire() -> list[EventRow]:
         events = []
         for firing in firings:
             outcome, reason = targets.write(firing, using)
@@ -80,6 +80,7 @@ def fire_schedule(row: ScheduleRow, now: datetime, *, using: str = "default") ->
         next_run_at=plan.next_run_at,
         fire=fire,
         decided_at=now,
+        starts=any(f.write is not None for f in firings),
         skipped=skipped,
         using=using,
     )

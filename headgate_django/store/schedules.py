@@ -24,8 +24,9 @@ from headgate_django.kernel.schedule_spec import ScheduleSpec, next_tick, parse_
 from headgate_django.models import Schedule, ScheduleEvent
 from headgate_django.store.vendor import db_now
 
-#: Events kept per schedule: the newest ones.
+#: Events kept per schedule: the newest ones (up to TRIM_SLACK more wait for a trim).
 EVENTS_KEPT = 100
+TRIM_SLACK = 20
 MAX_REASON = 64
 
 
@@ -151,31 +152,31 @@ def schedule_advance(
     *,
     expected: datetime,
     next_run_at: datetime | None,
-    fire: Callable[[datetime], list[EventRow]],
+    fire: Callable[[], list[EventRow]],
     decided_at: datetime,
+    starts: bool,
     skipped: EventRow | None = None,
     using: str = "default",
 ) -> list[EventRow] | None:
     """Move ``name`` from ``expected`` to ``next_run_at`` and, in the same transaction,
-    ``fire(now)`` (the ticks' enqueues, returning their events) and record the events.
+    ``fire()`` (the ticks' enqueues, returning their events) and record the events.
 
-    The events are stamped ``decided_at``, the store-clock instant the pass planned at, so
-    which ticks were on time and which were missed can be read back from them. None when
-    the compare-and-set matched no row: another pass handled these ticks (or the schedule
-    was paused, changed or deleted since it was read), and nothing was written.
+    Every instant written is ``decided_at``, the store-clock instant the pass planned at:
+    the events' (so which ticks were on time and which missed can be read back from
+    them), ``updated_at`` and, when the pass ``starts`` ticks, ``last_enqueued_at``. None
+    when the compare-and-set matched no row: another pass handled these ticks (or the
+    schedule was paused, changed or deleted since it was read), and nothing was written.
     """
+    stamps = {"updated_at": decided_at, **({"last_enqueued_at": decided_at} if starts else {})}
     with transaction.atomic(using=using):
-        now = db_now(using)
         moved = (
             Schedule.objects.using(using)
             .filter(name=name, paused=False, next_run_at=expected)
-            .update(next_run_at=next_run_at, updated_at=now)
+            .update(next_run_at=next_run_at, **stamps)
         )
         if not moved:
             return None
-        events = fire(now)
-        if any(e.outcome == "enqueued" for e in events):
-            Schedule.objects.using(using).filter(name=name).update(last_enqueued_at=now)
+        events = fire()
         if skipped is not None:
             events = [skipped, *events]
         schedule_events_record(events, now=decided_at, using=using)
@@ -195,7 +196,8 @@ def schedule_tick_write(write: Callable[[], str], *, using: str = "default") -> 
 def schedule_events_record(
     events: Sequence[EventRow], *, now: datetime | None = None, using: str = "default"
 ) -> None:
-    """Append events and trim each schedule's to the newest :data:`EVENTS_KEPT`."""
+    """Append events; a schedule past :data:`EVENTS_KEPT` + :data:`TRIM_SLACK` events is
+    trimmed to its newest :data:`EVENTS_KEPT` (reads never return more than those)."""
     if not events:
         return
     at = now or db_now(using)
@@ -211,14 +213,14 @@ def schedule_events_record(
             )
             for e in events
         )
+        # Trimmed in steps of TRIM_SLACK: one cheap look-up per schedule and pass, and a
+        # delete only every TRIM_SLACK events, instead of a delete on every pass.
         for name in {e.schedule_name for e in events}:
-            mine = ScheduleEvent.objects.using(using).filter(schedule_name=name)
-            oldest_kept = mine.order_by("-id").values_list("id", flat=True)[
-                EVENTS_KEPT - 1 : EVENTS_KEPT
-            ]
-            first = list(oldest_kept)
-            if first:
-                mine.filter(id__lt=first[0]).delete()
+            mine = ScheduleEvent.objects.using(using).filter(schedule_name=name).order_by("-id")
+            if not mine[EVENTS_KEPT + TRIM_SLACK - 1 : EVENTS_KEPT + TRIM_SLACK].exists():
+                continue
+            oldest_kept = mine.values_list("id", flat=True)[EVENTS_KEPT - 1]
+            mine.filter(id__lt=oldest_kept).delete()
 
 
 def schedule_events(

@@ -261,10 +261,13 @@ def test_events_keep_the_newest_hundred_and_outlive_the_schedule():
     hourly()
     base = datetime(2027, 1, 1, tzinfo=UTC)
     schedule_events_record(
-        [EventRow("hourly", base + k * HOUR, "enqueued", f"e{k}") for k in range(105)]
+        [EventRow("hourly", base + k * HOUR, "enqueued", f"e{k}") for k in range(119)]
     )
     kept = schedules.events("hourly")
-    assert len(kept) == 100 and kept[0].reason == "e104" and kept[-1].reason == "e5"
+    assert len(kept) == 100 and kept[0].reason == "e118" and kept[-1].reason == "e19"
+    assert ScheduleEvent.objects.count() == 119  # within the trim's slack
+    schedule_events_record([EventRow("hourly", base, "enqueued", "e119")])
+    assert ScheduleEvent.objects.count() == 100
     assert len(schedules.events("hourly", limit=3)) == 3
     schedules.delete("hourly")
     assert len(schedules.events("hourly")) == 100
