@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from datetime import datetime
 
+from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.exceptions import HeadgateError
 from headgate_django.kernel.schedule_spec import plan_pass
@@ -97,4 +98,7 @@ def fire_schedule(row: ScheduleRow, now: datetime, *, using: str = "default") ->
         ]
         schedule_events_record(lost, using=using)
         return Counter(deduplicated=len(lost))
+    for event in events:
+        if event.outcome == "enqueued":
+            metrics.observe_schedule_lag((now - event.tick_at).total_seconds())
     return Counter(e.outcome for e in events)
