@@ -6,7 +6,8 @@ holders of ``headgate_django.view_job_payload`` (:mod:`headgate_django.visibilit
 admin names its displays of it in ``private``.
 The console pages (queues, workflows, live graphs, durable timelines) are mounted through
 ``JobAdmin`` and ``ExecutionAdmin`` so they work on whichever admin site registers them.
-Durable and API models are registered in :mod:`headgate_django.console.admin_durable`.
+Durable and API models are registered in :mod:`headgate_django.console.admin_durable`,
+schedules in :mod:`headgate_django.console.admin_schedules`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from headgate_django.console import admin_durable  # noqa: F401  (registers its admins)
+from headgate_django.console import (
+    admin_durable,  # noqa: F401  (registers its admins)
+    admin_schedules,  # noqa: F401  (registers its admins)
+)
 from headgate_django.console.filters import KindFilter, QueueFilter
 from headgate_django.console.readonly import (
     ReadOnlyAdmin,

@@ -17,7 +17,7 @@ from headgate_django.exceptions import ConfigurationError
 
 _DURATIONS = ("LEASE_TTL", "BACKOFF_BASE", "BACKOFF_CAP", "COORDINATOR_POLL", "SHUTDOWN_TIMEOUT")
 _OPTIONAL_DURATIONS = ("SQLITE_WAKE_INTERVAL",)
-_COUNTS = ("CRASH_LIMIT", "MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BATCH")
+_COUNTS = ("CRASH_LIMIT", "MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BATCH", "SCHEDULE_BATCH")
 
 
 @register(Tags.compatibility)
@@ -32,7 +32,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     problems = _durations(headgate_settings)
     if not problems:
         problems += _duration_order(headgate_settings)
-    return problems + _counts(headgate_settings) + _environment()
+    return problems + _counts(headgate_settings) + _schedules(headgate_settings) + _environment()
 
 
 def _durations(s: Any) -> list[Any]:
@@ -74,6 +74,30 @@ def _counts(s: Any) -> list[Any]:
         or isinstance(getattr(s, key), bool)
         or getattr(s, key) < 1
     ]
+
+
+def _schedules(s: Any) -> list[Any]:
+    """Declared schedules are checked as ``runworkers`` would sync them (headgate.E008), so
+    a typo in a spec or a task path fails ``manage.py check``, not a worker start."""
+    from headgate_django.exceptions import ScheduleError
+    from headgate_django.schedules.declared import declared, options
+
+    problems: list[Any] = []
+    grace = s.SCHEDULE_GRACE
+    if not isinstance(grace, timedelta) or grace < timedelta(0):
+        problems.append(
+            Error("HEADGATE['SCHEDULE_GRACE'] must be a timedelta ≥ 0", id="headgate.E008")
+        )
+    try:
+        entries = declared()
+    except ScheduleError as exc:
+        return [*problems, Error(str(exc), id="headgate.E008")]
+    for name, entry in entries.items():
+        try:
+            options(name, entry)
+        except ScheduleError as exc:
+            problems.append(Error(str(exc), id="headgate.E008", hint="See HEADGATE['SCHEDULES']."))
+    return problems
 
 
 def _environment() -> list[Any]:

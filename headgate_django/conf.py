@@ -58,6 +58,14 @@ DEFAULTS: dict[str, Any] = {
     "DURABLE_RETENTION": timedelta(days=30),
     # Modules named like this in each installed app are imported so @task runs.
     "AUTODISCOVER_MODULES": ["tasks"],
+    # Periodic schedules (headgate_django.schedules). Declared schedules, synced by every
+    # starting worker: name → {"task"|"workflow"|"durable": …, "spec": …, …}.
+    "SCHEDULES": {},
+    # A due tick older than this when the scheduler reaches it was missed (its on_missed
+    # applies); younger ones always fire. Covers a scheduler takeover (a duty lease).
+    "SCHEDULE_GRACE": timedelta(seconds=60),
+    # Due schedules one scheduler batch reads and fires.
+    "SCHEDULE_BATCH": 500,
     # HTTP control API (headgate_django.api).
     # Answer every mutation 403 "read_only" (reads keep working).
     "API_READ_ONLY": False,

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 from asgiref.sync import sync_to_async
 
 from headgate_django.exceptions import DefinitionError, LeaseLostError
+from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import (
     LeaseRef,
@@ -99,6 +100,12 @@ class JobContext:
     @property
     def workflow_id(self) -> str | None:
         return self._claimed.workflow_id
+
+    @property
+    def periodic_origin(self) -> PeriodicOrigin | None:
+        """The schedule and tick this job was enqueued for (``.schedule``, ``.tick_at``),
+        read back from the tick's job id or workflow id; None for any other job."""
+        return origin_of(self.job_id) or origin_of(self.workflow_id)
 
     @property
     def lease(self) -> LeaseRef:

@@ -127,6 +127,12 @@ class GraphLimitError(GraphError):
     default_code = "graph_limit"
 
 
+class ScheduleError(DefinitionError):
+    """The schedule is invalid."""
+
+    default_code = "invalid_schedule"
+
+
 class UnknownTaskError(DefinitionError):
     """No task is registered under this kind."""
 

@@ -74,6 +74,11 @@ class _Metrics:
         self.eviction_rate = c.Gauge(
             "headgate_eviction_rows_per_second", "Delete rate of the last eviction pass"
         )
+        self.schedule_lag = c.Histogram(
+            "headgate_schedule_lag_seconds",
+            "Scheduler lag: the pass's store-clock now minus the tick it enqueued",
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+        )
         c.REGISTRY.register(_StoreCollector())
 
 
@@ -237,6 +242,12 @@ def observe_durable(outcome: str) -> None:
     m = metrics()
     if m is not None:
         m.durable.labels(outcome).inc()
+
+
+def observe_schedule_lag(seconds: float) -> None:
+    m = metrics()
+    if m is not None:
+        m.schedule_lag.observe(seconds)
 
 
 def metrics_view(request: Any) -> Any:

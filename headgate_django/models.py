@@ -489,3 +489,61 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} ({self.key})"
+
+
+# -- periodic schedules -----------------------------------------------------------------
+
+ON_MISSED_CHOICES = [(s, s) for s in ("skip", "run_once", "backfill")]
+SCHEDULE_OUTCOMES = ["enqueued", "deduplicated", "failed", "skipped"]
+
+
+class Schedule(models.Model):
+    """A periodic schedule: what to start (``target``) on every tick of ``spec``.
+
+    ``next_run_at`` is the first tick not yet handled; the scheduler advances it with a
+    compare-and-set in the transaction that enqueues the tick, so a tick is handled once
+    however many schedulers reach it. Instants are store-clock values.
+    """
+
+    name = models.CharField(max_length=128, unique=True)
+    target = models.JSONField(help_text="What each tick starts: a task, workflow or durable.")
+    spec = models.CharField(max_length=255)
+    timezone = models.CharField(max_length=64, default="UTC")
+    on_missed = models.CharField(max_length=16, choices=ON_MISSED_CHOICES, default="skip")
+    backfill_limit = models.IntegerField(default=10, validators=[MinValueValidator(0)])
+    paused = models.BooleanField(default=False)
+    declared = models.BooleanField(
+        default=False, help_text="Declared in HEADGATE['SCHEDULES'] (synced by workers)."
+    )
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_enqueued_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_schedule"
+        ordering = ["name"]
+        indexes = [models.Index(fields=["paused", "next_run_at"], name="headgate_schedule_due")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ScheduleEvent(models.Model):
+    """What one tick of a schedule became. Keyed by the schedule's name, not a foreign
+    key, so the audit outlives the schedule; the newest 100 per schedule are kept."""
+
+    schedule_name = models.CharField(max_length=128)
+    tick_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=[(o, o) for o in SCHEDULE_OUTCOMES])
+    reason = models.CharField(max_length=64, blank=True, default="")
+    target_id = models.CharField(max_length=255, blank=True, default="")
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_schedule_event"
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["schedule_name", "-id"], name="headgate_schedule_ev")]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_name} {self.tick_at:%Y-%m-%dT%H:%M:%SZ} {self.outcome}"

@@ -32,6 +32,7 @@ REVEAL_PAYLOADS = "headgate_django.view_job_payload"
 PRIVATE_FIELDS: dict[str, frozenset[str]] = {
     "job": frozenset({"payload", "result", "checkpoint", "cp_cursor"}),
     "quarantine": frozenset({"sample_payload"}),
+    "schedule": frozenset({"target"}),  # the template of the jobs it enqueues, payload included
     "signalemission": frozenset({"payload", "source", "content_hash"}),
     "execution": frozenset({"input", "result", "meta"}),
     "historyevent": frozenset({"payload"}),

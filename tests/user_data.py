@@ -10,7 +10,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from headgate_django import durable, enqueue, task, testing
+from headgate_django import durable, enqueue, schedules, task, testing
 from headgate_django.models import IdempotencyRecord, Quarantine
 from headgate_django.workflows import SignalEmission, Workflow, emit_signal_with
 
@@ -85,4 +85,5 @@ def seed_user_data() -> UserData:
         created_at=timezone.now(),
         expires_at=timezone.now() + timedelta(days=1),
     )
+    schedules.upsert("secret-schedule", "@every 60s", keep_secret.envelope(secret=SECRET))
     return UserData(job_id, workflow_id, done)

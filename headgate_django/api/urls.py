@@ -24,6 +24,7 @@ from headgate_django.api.views.health import HealthzView, MetaView, ReadyzView
 from headgate_django.api.views.index import IndexView, strip_slash
 from headgate_django.api.views.jobs import JobViewSet
 from headgate_django.api.views.queues import QuarantineViewSet, QueueViewSet
+from headgate_django.api.views.schedules import ScheduleViewSet
 from headgate_django.api.views.workflows import WorkflowViewSet
 
 app_name = "headgate_api"
@@ -34,6 +35,7 @@ router.register("queues", QueueViewSet, basename="queue")
 router.register("quarantine", QuarantineViewSet, basename="quarantine")
 router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("durable/executions", ExecutionViewSet, basename="execution")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 v1 = [
     path("healthz", HealthzView.as_view(), name="healthz"),

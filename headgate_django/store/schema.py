@@ -20,12 +20,19 @@ APP_LABEL = "headgate_django"
 def schema_problem(using: str = "default") -> str | None:
     """What keeps headgate from working on database ``using``, in words; None if nothing.
 
-    Tables first: every headgate table must exist. Then migrations, for a database whose
-    history records any of headgate's: every migration this release ships must be
-    applied. A database with the tables and no record of headgate's migrations was built
-    from the models (a test run with ``--nomigrations``) and is taken as it is.
+    Migrations first, for a database whose history records any of headgate's: every
+    migration this release ships must be applied (a pending one is the precise fix even
+    when the tables it creates are what is missing). Then tables: every headgate table
+    must exist. A database with the tables and no record of headgate's migrations was
+    built from the models (a test run with ``--nomigrations``) and is taken as it is.
     """
     conn = connections[using]
+    recorder = MigrationRecorder(conn)
+    if recorder.has_table():
+        applied = {name for app, name in recorder.applied_migrations() if app == APP_LABEL}
+        pending = [name for name in shipped_migrations() if name not in applied]
+        if applied and pending:
+            return f"database {using!r} lacks headgate migrations {', '.join(pending)}"
     with conn.cursor() as cursor:
         existing = set(conn.introspection.table_names(cursor))
     config = apps.get_app_config(APP_LABEL)
@@ -36,15 +43,6 @@ def schema_problem(using: str = "default") -> str | None:
     )
     if missing:
         return f"database {using!r} has no table {', '.join(missing)}"
-    recorder = MigrationRecorder(conn)
-    if not recorder.has_table():
-        return None
-    applied = {name for app, name in recorder.applied_migrations() if app == APP_LABEL}
-    if not applied:
-        return None
-    pending = [name for name in shipped_migrations() if name not in applied]
-    if pending:
-        return f"database {using!r} lacks headgate migrations {', '.join(pending)}"
     return None
 
 

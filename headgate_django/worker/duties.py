@@ -84,6 +84,12 @@ def _purge_idempotency_records() -> dict[str, Any]:
     return {"purged": idempotency_purge_expired()}
 
 
+def _schedule() -> dict[str, Any]:
+    from headgate_django.schedules.scheduler import run_pass
+
+    return run_pass()
+
+
 #: Extra duties registered by the workflow and durable layers.
 EXTRA_DUTIES: list[Callable[[], Duty]] = []
 EXTRA_DUTIES.append(lambda: Duty("idempotency-purge", 60.0, _purge_idempotency_records))
@@ -97,6 +103,8 @@ def default_duties() -> list[Duty]:
             "reclaim", base, _reclaim, after_outage=headgate_settings.renew_interval.total_seconds()
         ),
         Duty("evict", base * 5, _evict),
+        # Periodic schedules: one holder fires every due tick (schedules.scheduler).
+        Duty("scheduler", min(base, 0.5), _schedule),
     ]
     return duties + [make() for make in EXTRA_DUTIES]
 
@@ -139,7 +147,7 @@ class DutyRunner:
             result = duty.run()
             if result.get("more"):
                 duty.last = float("-inf")  # a backlog remains: run again on the next tick
-            if duty.name != "promote" or result.get("promoted"):
+            if duty.name not in ("promote", "scheduler") or any(result.values()):
                 duty_record(duty.name, holder=self.holder, result=result)
 
     def release_all(self) -> None:

@@ -29,6 +29,7 @@ VIEW_PERMS = [
     "view_quarantine",
     "view_workflowcheckpoint",
     "view_execution",
+    "view_schedule",
 ]
 _keys = itertools.count()
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from headgate_django import durable, testing
+from headgate_django import durable, schedules, testing
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.workflows import Workflow
@@ -103,6 +103,14 @@ def _uncertain() -> tuple[str, Any]:
         f"/api/v1/durable/executions/{wf}/resolve-uncertain",
         {"command_id": "op:1", "decision": "complete", "result": "ok"},
     )
+
+
+def _schedule(suffix: str = "", listed: bool = False) -> Setup:
+    def setup() -> tuple[str, Any]:
+        schedules.upsert("api-nightly", "0 3 * * *", tasks.echo.envelope(value=1))
+        return "/api/v1/schedules" if listed else f"/api/v1/schedules/api-nightly{suffix}", None
+
+    return setup
 
 
 PAYLOAD = base64.b64encode(b'{"args":[],"kwargs":{}}').decode()
@@ -211,4 +219,18 @@ ROUTES = [
         200,
     ),
     Route("POST", "/api/v1/durable/executions/{workflow_id}/resolve-uncertain", _uncertain, 200),
+    # periodic schedules
+    Route("GET", "/api/v1/schedules", _schedule(listed=True), 200),
+    Route("GET", "/api/v1/schedules/{name}", _schedule(), 200),
+    Route(
+        "PUT",
+        "/api/v1/schedules/{name}",
+        _static("/api/v1/schedules/api-new", {"spec": "@hourly", "task": "test.echo"}),
+        200,
+    ),
+    Route("DELETE", "/api/v1/schedules/{name}", _schedule(), 204),
+    Route("POST", "/api/v1/schedules/{name}/pause", _schedule("/pause"), 200),
+    Route("POST", "/api/v1/schedules/{name}/resume", _schedule("/resume"), 200),
+    Route("POST", "/api/v1/schedules/{name}/run", _schedule("/run"), 201),
+    Route("GET", "/api/v1/schedules/{name}/events", _schedule("/events"), 200),
 ]

@@ -128,6 +128,9 @@ def sweep(data: UserData) -> dict[str, str]:
         "/api/v1/durable/executions": "/api/v1/durable/executions",
         "/api/v1/durable/executions/{workflow_id}": ex,
         "/api/v1/durable/executions/{workflow_id}/history": f"{ex}/history",
+        "/api/v1/schedules": "/api/v1/schedules",
+        "/api/v1/schedules/{name}": "/api/v1/schedules/secret-schedule",
+        "/api/v1/schedules/{name}/events": "/api/v1/schedules/secret-schedule/events",
     }
     assert set(paths) == {r.template for r in ROUTES if r.is_read}, "a read route is missing"
     return paths

@@ -284,3 +284,32 @@ def hard_exit(ctx):
     """Ends the worker process on the spot, as a segfault or the OOM killer would."""
     record(ctx, "hard_exit")
     os._exit(3)
+
+
+@task(kind="test.periodic")
+def periodic(ctx, label: str = ""):
+    """Records which schedule tick it ran for: ``<schedule>@<tick epoch seconds>``."""
+    origin = ctx.periodic_origin
+    record(ctx, f"{origin.schedule}@{int(origin.tick_at.timestamp())}" if origin else "none")
+    return None
+
+
+def _schedule_defs() -> None:
+    """A workflow factory and a durable workflow for the schedule tests."""
+    from headgate_django import durable, schedules
+    from headgate_django.workflows import Workflow
+
+    @schedules.workflow_factory("test-nightly-import")
+    def nightly_import(workflow_id, tick_at):
+        return Workflow(workflow_id).add("run", periodic.envelope(), [])
+
+    @schedules.workflow_factory("test-broken")
+    def broken(workflow_id, tick_at):
+        raise RuntimeError("the report source is down")
+
+    @durable.workflow("test-scheduled", version="1")
+    def scheduled(ctx, inp):
+        return {"ok": True}
+
+
+_schedule_defs()

@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
-from headgate_django import enqueue, store, testing
+from headgate_django import enqueue, schedules, store, testing
 from headgate_django.models import DutyLease, IdempotencyRecord, Quarantine
 from headgate_django.workflows import (
     SignalEmission,
@@ -94,6 +94,8 @@ def console_data(db: Any) -> ConsoleData:
     )
     testing.run_jobs(include_scheduled=True)
     store.queue_set_paused("paused-queue", True)
+    schedules.upsert("console-schedule", "@every 1h", tasks.echo.envelope(value=1))
+    schedules.run_now("console-schedule")  # its event
     store.duty_acquire("console-duty", holder="tests", ttl=timedelta(seconds=30))
     DutyLease.objects.filter(pk="console-duty").update(last_result={"promoted": 3})
     Quarantine.objects.create(

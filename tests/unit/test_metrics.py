@@ -113,3 +113,26 @@ def test_attempt_durations_are_a_cumulative_histogram():
         )
         == 5
     )
+
+
+@pytest.mark.django_db
+def test_the_scheduler_observes_its_lag():
+    from datetime import timedelta
+
+    from prometheus_client import REGISTRY
+
+    from headgate_django import schedules
+    from headgate_django.models import Schedule
+    from headgate_django.schedules.scheduler import run_pass
+    from headgate_django.store import db_now
+
+    def sample(name, **labels):
+        return REGISTRY.get_sample_value(f"headgate_schedule_lag_seconds_{name}", labels) or 0.0
+
+    m.metrics()
+    before = (sample("count"), sample("bucket", le="1.0"), sample("bucket", le="10.0"))
+    schedules.upsert("metrics-lag", "@every 1h", tasks.noop.envelope())
+    Schedule.objects.update(next_run_at=db_now() - timedelta(seconds=5))
+    assert run_pass() == {"enqueued": 1}
+    after = (sample("count"), sample("bucket", le="1.0"), sample("bucket", le="10.0"))
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 0, 1]  # 5 s late

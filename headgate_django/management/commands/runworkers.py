@@ -102,6 +102,7 @@ class Command(BaseCommand):
         if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
             raise CommandError("--lease-ttl must be positive")
         self._check_schema()
+        self._sync_schedules(options["verbosity"])
         if options["metrics_port"] is not None:
             if options["processes"] > 1:
                 raise CommandError(
@@ -127,6 +128,26 @@ class Command(BaseCommand):
                 raise CommandError(f"--processes: {exc}") from exc
             sys.exit(code)
         self._serve(options, options["worker_id"])
+
+    def _sync_schedules(self, verbosity: int) -> None:
+        """Sync ``HEADGATE["SCHEDULES"]`` into the store and say which ones it paused
+        because they left the settings. An unreachable database is left to the worker."""
+        from headgate_django.exceptions import ScheduleError
+        from headgate_django.schedules import sync_declared
+
+        try:
+            report = sync_declared()
+        except DatabaseError:
+            return
+        except ScheduleError as exc:
+            raise CommandError(f"HEADGATE['SCHEDULES']: {exc}") from exc
+        if report["paused"]:
+            self.stderr.write(
+                "paused schedules no longer in HEADGATE['SCHEDULES']: "
+                + ", ".join(report["paused"])
+            )
+        if report["synced"] and verbosity > 1:
+            self.stderr.write(f"synced schedules: {', '.join(report['synced'])}")
 
     def _check_schema(self) -> None:
         """Refuse to start on a database without headgate's tables or its migrations.

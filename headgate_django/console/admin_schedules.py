@@ -1,0 +1,31 @@
+"""Read-only admins of periodic schedules and their tick events. A schedule's target holds
+its payload, so it is shown only with the reveal permission, like a job's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+
+from headgate_django.console.readonly import ReadOnlyAdmin, pretty_json
+from headgate_django.models import Schedule, ScheduleEvent
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(ReadOnlyAdmin):
+    list_display = ["name", "spec", "timezone", "paused", "next_run_at", "last_enqueued_at"]
+    list_filter = ["paused", "on_missed", "declared"]
+    search_fields = ["^name"]
+    readonly_fields = ["target_view"]
+    private = ("target_view",)
+
+    @admin.display(description="target")
+    def target_view(self, obj: Schedule) -> Any:
+        return pretty_json(obj.target)
+
+
+@admin.register(ScheduleEvent)
+class ScheduleEventAdmin(ReadOnlyAdmin):
+    list_display = ["schedule_name", "tick_at", "outcome", "reason", "target_id", "recorded_at"]
+    list_filter = ["outcome"]
+    search_fields = ["=schedule_name"]

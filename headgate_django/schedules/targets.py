@@ -1,0 +1,203 @@
+"""What a schedule starts on each tick, stored as JSON, and starting it.
+
+Three targets: a task (an envelope template), a registered workflow factory (a function
+that returns the ``Workflow`` for a tick) and a durable workflow. Each tick's job id,
+workflow id or durable execution id and business key is ``tick_id(schedule, tick)``, so
+starting the same tick twice leaves one job, one workflow, one execution.
+
+User code (a factory) runs in :func:`prepare`, before the scheduler's transaction opens;
+:meth:`Firing.write` only writes, inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+from headgate_django.envelope import Envelope, check_fields
+from headgate_django.exceptions import IdConflictError, ScheduleError
+from headgate_django.kernel.schedule_origin import tick_id
+
+log = logging.getLogger("headgate_django.schedules")
+
+#: ``factory(workflow_id, tick_at)`` → a ``Workflow`` (or its prepared batch) with that id.
+Factory = Callable[[str, datetime], Any]
+_FACTORIES: dict[str, Factory] = {}
+# Envelope fields a tick decides, which a template must leave alone.
+_PER_TICK = ("id", "scheduled_at", "delay", "pending", "unique_key", "workflow_id")
+_SECONDS = ("retention", "timeout")
+_KEPT = ("kind", "queue", "priority", "schema_version", "max_attempts", *_SECONDS)
+
+
+@dataclass(frozen=True)
+class WorkflowTarget:
+    factory: str
+
+
+@dataclass(frozen=True)
+class DurableTarget:
+    name: str
+    version: str
+    input: Any = None
+    task_queue: str = "default"
+
+
+Target = Envelope | WorkflowTarget | DurableTarget
+
+
+def workflow_factory(name: str) -> Callable[[Factory], Factory]:
+    """Register ``fn(workflow_id, tick_at)`` as the workflow factory ``name``."""
+
+    def register(fn: Factory) -> Factory:
+        existing = _FACTORIES.get(name)
+        if existing is not None and existing is not fn and _origin(existing) != _origin(fn):
+            raise ScheduleError(f"workflow factory {name!r} is already registered")
+        _FACTORIES[name] = fn
+        return fn
+
+    return register
+
+
+def _origin(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def encode(target: Target) -> dict[str, Any]:
+    """The JSON a schedule stores for ``target``; :class:`ScheduleError` if it cannot fire."""
+    if isinstance(target, Envelope):
+        return _encode_envelope(target)
+    if isinstance(target, WorkflowTarget):
+        if target.factory not in _FACTORIES:
+            raise ScheduleError(f"no workflow factory {target.factory!r} is registered")
+        return {"type": "workflow", "factory": target.factory}
+    if isinstance(target, DurableTarget):
+        from headgate_django.durable.registry import find_workflow
+
+        if find_workflow(target.name, target.version) is None:
+            raise ScheduleError(f"no durable workflow {target.name!r} {target.version!r}")
+        _json(target.input)
+        return {"type": "durable", **{f.name: getattr(target, f.name) for f in fields(target)}}
+    raise ScheduleError(
+        "a schedule target is an Envelope (task.envelope(...)), schedules.workflow(name) "
+        f"or schedules.durable(name, version, input), not {type(target).__name__}"
+    )
+
+
+def _encode_envelope(env: Envelope) -> dict[str, Any]:
+    set_per_tick = [name for name in _PER_TICK if getattr(env, name) not in (None, False)]
+    if set_per_tick:
+        raise ScheduleError(f"a schedule's envelope cannot set {', '.join(set_per_tick)}")
+    check_fields(env)
+    try:
+        payload = bytes(env.payload).decode()
+    except UnicodeDecodeError as exc:
+        raise ScheduleError("a schedule's envelope payload must be UTF-8 text") from exc
+    out: dict[str, Any] = {"type": "task", "payload": payload}
+    for name in _KEPT:
+        value = getattr(env, name)
+        out[name] = value.total_seconds() if name in _SECONDS and value is not None else value
+    return out
+
+
+def _json(value: Any) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ScheduleError(f"a durable target's input must be JSON: {exc}") from exc
+
+
+def envelope_of(target: dict[str, Any], job_id: str) -> Envelope:
+    kept = {name: target[name] for name in _KEPT}
+    for name in _SECONDS:
+        if kept[name] is not None:
+            kept[name] = timedelta(seconds=kept[name])
+    return Envelope(payload=target["payload"].encode(), id=job_id, **kept)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One tick made ready to start: ``write()`` starts it, or ``failure`` says why not."""
+
+    tick_at: datetime
+    target_id: str
+    write: Callable[[str], str] | None = None  # using → outcome
+    failure: str = ""
+
+
+def prepare(schedule: str, target: dict[str, Any], tick_at: datetime, suffix: str = "") -> Firing:
+    """Make ``schedule``'s tick ready to start, running a workflow factory if there is one.
+
+    A factory that raises, or returns a workflow without the tick's id, yields a failed
+    firing: the tick's event says why and the schedule keeps ticking.
+    """
+    ident = tick_id(schedule, tick_at, suffix)
+    kind = target.get("type")
+    try:
+        if kind == "task":
+            env = envelope_of(target, ident)
+            return Firing(tick_at, ident, lambda using: _insert(env, using))
+        if kind == "workflow":
+            batch = _workflow_batch(target["factory"], ident, tick_at)
+            return Firing(tick_at, ident, lambda using: _enqueue_batch(batch, using))
+        if kind == "durable":
+            return Firing(tick_at, ident, lambda using: _start_durable(target, ident, using))
+    except Exception as exc:  # a user's factory: anything it raises is the tick's failure
+        log.warning("schedule %s: tick %s failed: %s", schedule, tick_at, exc, exc_info=True)
+        return Firing(tick_at, ident, failure=f"{type(exc).__name__}: {exc}")
+    return Firing(tick_at, ident, failure=f"unknown target type {kind!r}")
+
+
+def _workflow_batch(factory: str, workflow_id: str, tick_at: datetime) -> Any:
+    fn = _FACTORIES.get(factory)
+    if fn is None:
+        raise ScheduleError(f"no workflow factory {factory!r} is registered in this worker")
+    made = fn(workflow_id, tick_at)
+    prepared = made.prepare() if hasattr(made, "prepare") else made
+    if getattr(prepared, "workflow_id", None) != workflow_id:
+        raise ScheduleError(f"factory {factory!r} must build Workflow(workflow_id)")
+    return prepared
+
+
+def _insert(env: Envelope, using: str) -> str:
+    from headgate_django.store import job_insert_many
+
+    job_insert_many([env], using=using)
+    return "enqueued"
+
+
+def _enqueue_batch(batch: Any, using: str) -> str:
+    from headgate_django.enqueue import enqueue
+
+    enqueue(batch, using=using)
+    return "enqueued"
+
+
+def _start_durable(target: dict[str, Any], ident: str, using: str) -> str:
+    from headgate_django.durable.client import Client
+
+    try:
+        result = Client(using=using).start(
+            target["name"],
+            target["version"],
+            target["input"],
+            business_idempotency_key=ident,
+            workflow_id=ident,
+            task_queue=target["task_queue"],
+        )
+    except IdConflictError:
+        return "deduplicated"  # this tick's execution ran already and finished
+    return "deduplicated" if result.deduplicated else "enqueued"
+
+
+def write(firing: Firing, using: str) -> tuple[str, str]:
+    """Start a prepared tick inside the scheduler's transaction: (outcome, reason)."""
+    from headgate_django.store.schedules import schedule_tick_write
+
+    if firing.write is None:
+        return "failed", firing.failure
+    write = firing.write
+    return schedule_tick_write(lambda: write(using), using=using)

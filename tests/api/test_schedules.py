@@ -1,0 +1,71 @@
+"""``/schedules``: upsert from a body shaped like a HEADGATE["SCHEDULES"] entry, bad input
+refused in the error envelope with nothing written, run deduplicated by Idempotency-Key."""
+
+from __future__ import annotations
+
+import pytest
+
+from headgate_django.models import Job, Schedule, ScheduleEvent
+from tests.api.conftest import Api
+
+pytestmark = pytest.mark.django_db
+
+PATH = "/api/v1/schedules/nightly"
+
+
+def test_upsert_read_and_list(operator: Api) -> None:
+    body = {"spec": "30 2 * * *", "tz": "Europe/Berlin", "task": "test.echo", "kwargs": {"v": 1}}
+    created = operator.put(PATH, body)
+    assert created.status_code == 200, created.content
+    data = created.json()
+    assert (data["name"], data["target_type"], data["target_name"]) == (
+        "nightly",
+        "task",
+        "test.echo",
+    )
+    assert len(data["next_runs"]) == 5 and data["next_runs"][0] == data["next_run_at"]
+    assert "payload" not in str(data)
+    again = operator.put(PATH, {**body, "on_missed": "backfill"}).json()
+    assert again["next_run_at"] == data["next_run_at"]  # the same spec keeps its phase
+    listed = operator.get("/api/v1/schedules").json()["schedules"]
+    assert [s["name"] for s in listed] == ["nightly"] and listed[0]["on_missed"] == "backfill"
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"spec": "61 * * * *", "task": "test.echo"}, "invalid_schedule"),
+        ({"spec": "@hourly", "tz": "Nowhere/Land", "task": "test.echo"}, "invalid_schedule"),
+        ({"spec": "@every 0s", "task": "test.echo"}, "invalid_schedule"),
+        ({"spec": "@hourly", "task": "no.such.task"}, "invalid_schedule"),
+        ({"spec": "@hourly"}, "invalid_schedule"),
+        ({"spec": "@hourly", "task": "test.echo", "backfill_limit": -1}, "invalid"),
+    ],
+)
+def test_bad_input_is_refused_and_writes_nothing(operator: Api, body: dict, code: str) -> None:
+    response = operator.put(PATH, body)
+    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["code"] == code
+    assert not Schedule.objects.exists()
+
+
+def test_run_is_deduplicated_by_its_idempotency_key(operator: Api) -> None:
+    operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
+    first = operator.post(f"{PATH}/run", key="run-once")
+    again = operator.post(f"{PATH}/run", key="run-once")
+    assert first.status_code == again.status_code == 201
+    assert first.json() == again.json()
+    assert list(Job.objects.values_list("id", flat=True)) == [first.json()["id"]]
+    events = operator.get(f"{PATH}/events").json()["events"]
+    assert [(e["outcome"], e["target_id"]) for e in events] == [("enqueued", first.json()["id"])]
+
+
+def test_pause_resume_delete_and_unknown(operator: Api) -> None:
+    operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
+    assert operator.post(f"{PATH}/pause").json()["paused"] is True
+    assert operator.post(f"{PATH}/resume").json()["paused"] is False
+    operator.post(f"{PATH}/run")
+    assert operator.delete(PATH).status_code == 204
+    assert operator.get(PATH).status_code == 404
+    assert operator.get(PATH).json()["error"]["code"] == "not_found"
+    assert ScheduleEvent.objects.filter(schedule_name="nightly").count() == 1

@@ -1,0 +1,308 @@
+"""Periodic schedules on each database: upsert and phase, one job per tick under replayed
+and overlapping passes, on_missed after downtime, targets, events, declared schedules.
+
+A schedule's past is made by moving its ``next_run_at`` back (the test's stand-in for
+"no scheduler ran for a while"); every pass then reads the store clock as in production.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.test import override_settings
+
+from headgate_django import schedules, testing
+from headgate_django.envelope import Envelope
+from headgate_django.exceptions import NotFoundError, ScheduleError
+from headgate_django.kernel.schedule_origin import tick_id
+from headgate_django.kernel.schedule_spec import parse_spec, previous_ticks
+from headgate_django.models import Execution as DurableExecution
+from headgate_django.models import Job, Schedule, ScheduleEvent
+from headgate_django.schedules.scheduler import fire_schedule, run_pass
+from headgate_django.store import db_now
+from headgate_django.store.schedules import (
+    EventRow,
+    schedule_due,
+    schedule_events_record,
+    schedule_get,
+)
+from tests.app import tasks
+from tests.app.models import Execution
+
+pytestmark = pytest.mark.django_db
+
+HOUR = timedelta(hours=1)
+#: Every due tick counts as missed: on_missed decides all of them.
+NO_GRACE = override_settings(HEADGATE={"SCHEDULE_GRACE": timedelta(0)})
+#: Every tick of the last day is on time.
+LONG_GRACE = override_settings(HEADGATE={"SCHEDULE_GRACE": timedelta(days=1)})
+
+
+def hourly(name: str = "hourly", **kwargs: object) -> schedules.ScheduleView:
+    return schedules.upsert(name, "@every 1h", tasks.periodic.envelope(), **kwargs)  # type: ignore[arg-type]
+
+
+def rewind(name: str, ticks: int) -> datetime:
+    """Make ``name``'s first unfired tick ``ticks`` hours before the current hour's tick."""
+    current = previous_ticks(parse_spec("@every 1h"), db_now(), 1)[0]
+    first = current - ticks * HOUR
+    Schedule.objects.filter(name=name).update(next_run_at=first)
+    return current
+
+
+def tick_jobs(name: str) -> list[str]:
+    return sorted(Job.objects.filter(id__startswith=f"sched:{name}:").values_list("id", flat=True))
+
+
+def outcomes(name: str) -> list[str]:
+    return [e.outcome for e in schedules.events(name)]
+
+
+# -- upsert, phase, bad input ----------------------------------------------------------
+
+
+def test_upsert_anchors_after_now_and_same_spec_keeps_phase():
+    view = hourly()
+    now = db_now()
+    assert view.next_run_at is not None and now < view.next_run_at <= now + HOUR
+    assert view.name == "hourly" and view.spec == "@every 1h" and view.last_enqueued_at is None
+    rewind("hourly", 3)
+    kept = schedule_get("hourly").next_run_at
+    again = hourly(on_missed="backfill")  # same spec: the phase (and the backlog) stay
+    assert again.next_run_at == kept and again.on_missed == "backfill"
+    changed = schedules.upsert("hourly", "@every 30m", tasks.periodic.envelope())
+    assert changed.next_run_at is not None and changed.next_run_at > db_now()
+
+
+@pytest.mark.parametrize(
+    ("spec", "kwargs"),
+    [
+        ("61 * * * *", {}),
+        ("0 3 * * *", {"tz": "Mars/Olympus_Mons"}),
+        ("@every 0s", {}),
+        ("@every 1h", {"backfill_limit": -1}),
+        ("@every 1h", {"on_missed": "sometimes"}),
+    ],
+)
+def test_bad_input_is_refused_and_writes_nothing(spec, kwargs):
+    with pytest.raises(ScheduleError):
+        schedules.upsert("bad", spec, tasks.periodic.envelope(), **kwargs)
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        schedules.workflow("no-such-factory"),
+        schedules.durable("no-such-workflow", "1"),
+        Envelope(kind="test.periodic", id="fixed-id"),
+        "test.periodic",
+    ],
+)
+def test_bad_targets_are_refused(target):
+    with pytest.raises(ScheduleError):
+        schedules.upsert("bad", "@hourly", target)
+    with pytest.raises(ScheduleError):
+        schedules.upsert("bad name!", "@hourly", tasks.periodic.envelope())
+    assert not Schedule.objects.exists()
+
+
+# -- one job per tick -----------------------------------------------------------------
+
+
+@LONG_GRACE
+def test_a_due_tick_is_enqueued_once_and_the_handler_sees_its_origin():
+    hourly()
+    current = rewind("hourly", 0)
+    assert run_pass() == {"enqueued": 1}
+    assert run_pass() == {}  # nothing due any more
+    assert tick_jobs("hourly") == [tick_id("hourly", current)]
+    view = schedules.get("hourly")
+    assert view.next_run_at == current + HOUR and view.last_enqueued_at is not None
+    testing.run_jobs()
+    assert [e.label for e in Execution.objects.all()] == [f"hourly@{int(current.timestamp())}"]
+    assert outcomes("hourly") == ["enqueued"]
+
+
+@LONG_GRACE
+def test_a_pass_replayed_from_a_stale_read_is_deduplicated():
+    hourly()
+    rewind("hourly", 2)
+    now, (stale,) = schedule_due(limit=10)
+    first = fire_schedule(stale, now)
+    second = fire_schedule(stale, now)  # a second holder that read the same row
+    assert first == {"enqueued": 3} and second == {"deduplicated": 3}
+    assert len(tick_jobs("hourly")) == 3
+    assert outcomes("hourly") == ["deduplicated"] * 3 + ["enqueued"] * 3
+
+
+def test_other_jobs_have_no_origin():
+    tasks.periodic.enqueue()
+    testing.run_jobs()
+    assert [e.label for e in Execution.objects.all()] == ["none"]
+
+
+# -- on_missed after downtime ---------------------------------------------------------
+
+
+@NO_GRACE
+def test_skip_enqueues_none_of_the_missed_ticks():
+    hourly(on_missed="skip")
+    current = rewind("hourly", 5)
+    assert run_pass() == {"skipped": 1}
+    assert tick_jobs("hourly") == []
+    assert schedule_get("hourly").next_run_at == current + HOUR
+    (event,) = schedules.events("hourly")
+    assert (event.outcome, event.tick_at, event.reason) == ("skipped", current, "missed (skip)")
+
+
+@NO_GRACE
+def test_run_once_enqueues_exactly_one_catch_up():
+    hourly(on_missed="run_once")
+    current = rewind("hourly", 5)
+    run_pass()
+    assert tick_jobs("hourly") == [tick_id("hourly", current)]
+
+
+@NO_GRACE
+def test_backfill_enqueues_the_newest_missed_ticks_up_to_the_limit():
+    hourly(on_missed="backfill", backfill_limit=3)
+    current = rewind("hourly", 5)
+    assert run_pass() == {"enqueued": 3, "skipped": 1}
+    assert tick_jobs("hourly") == sorted(tick_id("hourly", current - k * HOUR) for k in range(3))
+    assert schedule_get("hourly").next_run_at == current + HOUR
+
+
+def test_paused_schedules_do_not_fire_and_resume_starts_after_now():
+    hourly()
+    schedules.pause("hourly")
+    rewind("hourly", 3)
+    assert run_pass() == {}
+    view = schedules.resume("hourly")
+    assert view.next_run_at is not None and view.next_run_at > db_now() and not view.paused
+
+
+# -- targets ---------------------------------------------------------------------------
+
+
+@LONG_GRACE
+def test_workflow_factory_target_starts_one_workflow_per_tick():
+    schedules.upsert("wf", "@every 1h", schedules.workflow("test-nightly-import"))
+    current = rewind("wf", 1)
+    now, (stale,) = schedule_due(limit=10)
+    fire_schedule(stale, now)
+    fire_schedule(stale, now)
+    workflow_ids = set(Job.objects.exclude(workflow_id=None).values_list("workflow_id", flat=True))
+    assert workflow_ids == {tick_id("wf", current), tick_id("wf", current - HOUR)}
+    testing.run_jobs(include_scheduled=True)
+    labels = sorted(e.label for e in Execution.objects.all())
+    assert labels == sorted(f"wf@{int(t.timestamp())}" for t in (current, current - HOUR))
+
+
+@LONG_GRACE
+def test_a_factory_that_raises_fails_its_tick_and_the_schedule_keeps_ticking():
+    schedules.upsert("broken", "@every 1h", schedules.workflow("test-broken"))
+    current = rewind("broken", 0)
+    assert run_pass() == {"failed": 1}
+    (event,) = schedules.events("broken")
+    assert event.outcome == "failed"
+    assert event.reason.startswith("RuntimeError: the report source is down")
+    assert schedule_get("broken").next_run_at == current + HOUR
+    assert not Job.objects.exists()
+
+
+@LONG_GRACE
+def test_durable_target_starts_one_execution_per_tick():
+    schedules.upsert("dur", "@every 1h", schedules.durable("test-scheduled", "1", {"n": 1}))
+    current = rewind("dur", 0)
+    now, (stale,) = schedule_due(limit=10)
+    fire_schedule(stale, now)
+    fire_schedule(stale, now)
+    assert list(DurableExecution.objects.values_list("id", "business_idempotency_key")) == [
+        (tick_id("dur", current), tick_id("dur", current))
+    ]
+
+
+# -- run_now, next_runs, events, delete -------------------------------------------------
+
+
+def test_run_now_enqueues_without_moving_the_schedule():
+    before = hourly().next_run_at
+    job_id = schedules.run_now("hourly")
+    assert Job.objects.filter(pk=job_id).exists() and job_id != schedules.run_now("hourly")
+    assert schedules.get("hourly").next_run_at == before
+    assert outcomes("hourly") == ["enqueued", "enqueued"]
+    with pytest.raises(NotFoundError):
+        schedules.run_now("missing")
+
+
+def test_next_runs_across_dst_in_berlin_and_new_york():
+    berlin = ZoneInfo("Europe/Berlin")
+    schedules.upsert("b", "CRON_TZ=Europe/Berlin 30 2 * * *", tasks.periodic.envelope())
+    first = datetime(2027, 3, 27, 2, 30, tzinfo=berlin).astimezone(UTC)
+    Schedule.objects.filter(name="b").update(next_run_at=first)
+    assert [t.astimezone(berlin).day for t in schedules.next_runs("b", 3)] == [27, 29, 30]
+    autumn = datetime(2027, 10, 30, 2, 30, tzinfo=berlin).astimezone(UTC)
+    Schedule.objects.filter(name="b").update(next_run_at=autumn)
+    runs = schedules.next_runs("b", 3)
+    assert runs[1] == datetime(2027, 10, 31, 0, 30, tzinfo=UTC)  # the first 02:30, once
+    assert [t.astimezone(berlin).day for t in runs] == [30, 31, 1]
+    schedules.upsert("ny", "30 2 * * *", tasks.periodic.envelope(), tz="America/New_York")
+    ny = ZoneInfo("America/New_York")
+    Schedule.objects.filter(name="ny").update(
+        next_run_at=datetime(2027, 3, 13, 2, 30, tzinfo=ny).astimezone(UTC)
+    )
+    assert [t.astimezone(ny).day for t in schedules.next_runs("ny", 3)] == [13, 15, 16]
+
+
+def test_events_keep_the_newest_hundred_and_outlive_the_schedule():
+    hourly()
+    base = datetime(2027, 1, 1, tzinfo=UTC)
+    schedule_events_record(
+        [EventRow("hourly", base + k * HOUR, "enqueued", f"e{k}") for k in range(119)]
+    )
+    kept = schedules.events("hourly")
+    assert len(kept) == 100 and kept[0].reason == "e118" and kept[-1].reason == "e19"
+    assert ScheduleEvent.objects.count() == 119  # within the trim's slack
+    schedule_events_record([EventRow("hourly", base, "enqueued", "e119")])
+    assert ScheduleEvent.objects.count() == 100
+    assert len(schedules.events("hourly", limit=3)) == 3
+    schedules.delete("hourly")
+    assert len(schedules.events("hourly")) == 100
+    assert ScheduleEvent.objects.count() == 100
+    with pytest.raises(NotFoundError):
+        schedules.get("hourly")
+    assert schedules.list_schedules() == []
+
+
+# -- declared in settings ------------------------------------------------------------
+
+
+def test_declared_schedules_sync_and_removed_ones_are_paused():
+    declared = {
+        "nightly": {"task": "tests.app.tasks.periodic", "spec": "0 3 * * *", "kwargs": {}},
+        "wf": {"workflow": "test-nightly-import", "spec": "@daily", "tz": "Europe/Berlin"},
+    }
+    with override_settings(HEADGATE={"SCHEDULES": declared}):
+        assert schedules.sync_declared() == {"synced": ["nightly", "wf"], "paused": []}
+        phase = schedules.get("nightly").next_run_at
+        schedules.sync_declared()
+        assert schedules.get("nightly").next_run_at == phase
+    with override_settings(HEADGATE={"SCHEDULES": {"wf": declared["wf"]}}):
+        assert schedules.sync_declared() == {"synced": ["wf"], "paused": ["nightly"]}
+    assert schedules.get("nightly").paused and schedules.get("nightly").declared
+
+
+def test_declared_schedules_with_a_bad_entry_write_nothing():
+    declared = {
+        "good": {"task": "test.periodic", "spec": "@hourly"},
+        "bad": {"task": "tests.app.tasks.no_such_task", "spec": "@hourly"},
+    }
+    with (
+        override_settings(HEADGATE={"SCHEDULES": declared}),
+        pytest.raises(ScheduleError, match="unknown task path"),
+    ):
+        schedules.sync_declared()
+    assert not Schedule.objects.exists()
