@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import django
 import pytest
 from django.core.management import call_command, get_commands, load_command_class
 from django.urls import resolve
@@ -140,7 +141,11 @@ def tutorial_settings(settings):
     # session runs; a long poll keeps that true on a slow machine. Emails are printed, as
     # the page's settings have it.
     settings.HEADGATE = {"COORDINATOR_POLL": timedelta(minutes=5)}
-    settings.EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+    console = "django.core.mail.backends.console.EmailBackend"
+    if django.VERSION >= (6, 1):  # EMAIL_BACKEND is deprecated there (warnings are errors)
+        settings.MAILERS = {"default": {"BACKEND": console}}
+    else:
+        settings.EMAIL_BACKEND = console
     return settings
 
 
