@@ -59,7 +59,7 @@ from typing import Any, overload
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
-PG_DB = "headgate_bench"
+PG_DB = os.environ.get("HEADGATE_BENCH_PG_DB", "headgate_bench")
 PAYLOAD = b'{"args":[],"kwargs":{}}'  # what noop.envelope() stores
 BULK = 1000
 SINGLE_BLOCK = 50  # single enqueues per block; the two sides' blocks alternate

@@ -245,7 +245,8 @@ def run_child(url: str, args: argparse.Namespace, out: Path) -> None:
     from django.db import connection
 
     vendor = connection.vendor
-    result: dict[str, Any] = {"vendor": vendor, "sizes": vars(args)}
+    sizes = {k: getattr(args, k) for k in ("terminal", "scheduled", "backlog", "single", "drain")}
+    result: dict[str, Any] = {"vendor": vendor, "sizes": sizes}
     result["empty"] = throughput(url, args.single, args.drain)
     result["empty pages ms"] = page_times()
     result["fill s"] = fill_table(vendor, args.terminal, args.scheduled)

@@ -8,11 +8,17 @@ quietened, because both would be measured otherwise.
 from __future__ import annotations
 
 from sampleproject.settings import *  # noqa: F403
-from sampleproject.settings import INSTALLED_APPS, LOGGING
+from sampleproject.settings import INSTALLED_APPS
 
 DEBUG = False
 INSTALLED_APPS = [*INSTALLED_APPS, "benchmarks.benchapp"]
-LOGGING = {**LOGGING, "loggers": {"headgate_django": {"handlers": ["console"], "level": "WARNING"}}}
+# A configured handler, so `runworkers` adds none of its own: warnings and errors only.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"headgate_django": {"handlers": ["console"], "level": "WARNING"}},
+}
 
 import os  # noqa: E402
 

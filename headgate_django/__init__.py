@@ -9,6 +9,7 @@ from headgate_django.control import Revoke, Skip, Snooze
 from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope
 from headgate_django.exceptions import (
+    BackpressureError,
     ConfigurationError,
     DefinitionError,
     DuplicateError,
@@ -36,6 +37,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "BackpressureError",
     "ConfigurationError",
     "DefinitionError",
     "DuplicateError",

@@ -13,17 +13,24 @@ schedules in :mod:`headgate_django.console.admin_schedules`.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, SEARCH_VAR, ChangeList
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from headgate_django.console import (
     admin_durable,  # noqa: F401  (registers its admins)
     admin_schedules,  # noqa: F401  (registers its admins)
+    admin_workers,  # noqa: F401  (registers its admins)
+    joblist,
+    links,
 )
+from headgate_django.console.attempts import attempts_timeline
 from headgate_django.console.filters import KindFilter, QueueFilter
+from headgate_django.console.jobpage import logs_html, progress_live
 from headgate_django.console.readonly import (
     ReadOnlyAdmin,
     job_link,
@@ -31,45 +38,75 @@ from headgate_django.console.readonly import (
     pretty_json,
     workflow_link,
 )
+from headgate_django.kernel import sealed
 from headgate_django.models import (
+    Backpressure,
+    ConcurrencyLimit,
     DutyLease,
+    Effect,
+    Fairness,
     Graft,
     Job,
+    PartitionDeficit,
     Quarantine,
     QueueState,
+    RateBucket,
     SignalEmission,
+    UniqueWindow,
     WorkflowCheckpoint,
 )
+from headgate_django.store.console import job_live_state
+from headgate_django.store.index_hints import filtered_list, prefix_search
 
 INDEX_TEMPLATE = "headgate_django/admin/index.html"
 
 
+class JobChangeList(ChangeList):
+    """The job list, read through the state or kind index when it shows one state or one
+    kind (see :mod:`headgate_django.store.index_hints`: MariaDB's own choice can read
+    every row)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        return filtered_list(
+            super().get_queryset(request, exclude_parameters),
+            states=request.GET.getlist("state__exact"),
+            kinds=[*request.GET.getlist("kind"), *request.GET.getlist("kind__exact")],
+        )
+
+
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
+    # Cells sized for a 1366 px screen (see console/joblist.py). Only the id sorts: every
+    # other order would sort the filtered table, which no index serves.
     list_display = [
-        "id",
-        "kind",
+        "job_id",
+        "kind_short",
         "queue",
-        "state",
-        "attempt",
-        "crash_attempt",
-        "priority",
-        "scheduled_at",
-        "finalized_at",
-        "workflow",
+        "state_badge",
+        "attempts",
+        "prio",
+        "scheduled",
+        "finished",
+        "workflow_short",
     ]
+    list_display_links = None
+    sortable_by = ["job_id"]
     # Choices from the state enum and the registered tasks, not DISTINCT over the table;
     # newest first by primary key (ULIDs sort by creation), the only order an index serves
     # for every filter; no date hierarchy, which sorts every row.
     list_filter = ["state", ("queue", QueueFilter), ("kind", KindFilter)]
-    # Case-sensitive, as ids and kinds are: "=id" and "^kind" compare UPPER() of the
-    # column, which no index serves.
-    search_fields = ["id__exact", "kind__startswith"]
+    # Shows the search box; the search itself is get_search_results (prefixes of id and
+    # kind, case-sensitive as they are, through an index on every database).
+    search_fields = ["id__startswith", "kind__startswith"]
     ordering = ["-id"]
     change_list_template = "headgate_django/admin/job_change_list.html"
+    change_form_template = "headgate_django/admin/job_change_form.html"
     readonly_fields = [
         "workflow",
+        "admission_view",
         "error_timeline",
+        "logs_view",
+        "progress_view",
         "checkpoint_view",
         "result_view",
         "payload_view",
@@ -80,12 +117,23 @@ class JobAdmin(ReadOnlyAdmin):
         ("Uniqueness", ["unique_key"]),
         (
             "Lifecycle",
-            ["state", "attempt", "max_attempts", "crash_attempt", "enqueued_at", "scheduled_at"],
+            [
+                "state",
+                "attempt",
+                "max_attempts",
+                "crash_attempt",
+                "enqueued_at",
+                "scheduled_at",
+                "deadline",
+            ],
         ),
+        ("Admission", ["partition_key", "rate_class", "weight", "admission_view"]),
         ("Finish", ["claimed_at", "finalized_at", "retention", "expires_at", "timeout"]),
         ("Lease", ["lease_id", "fence", "lease_expires_at", "claimed_by"]),
+        ("Progress", ["progress_view"]),
         ("Attempts", ["error_timeline"]),
-        ("Checkpoint, result and progress", ["checkpoint_view", "result_view", "progress"]),
+        ("Attempt logs", ["logs_view"]),
+        ("Checkpoint and result", ["checkpoint_view", "result_view"]),
         ("Payload", ["payload_view"]),
     ]
     fieldsets = [(title, {"fields": fields}) for title, fields in _fieldsets]
@@ -97,15 +145,62 @@ class JobAdmin(ReadOnlyAdmin):
         if admin_site.index_template is None:
             admin_site.index_template = INDEX_TEMPLATE
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: Any, search_term: str
+    ) -> tuple[Any, bool]:
+        """The whole term as a prefix of the id or of the kind, as the API's ``?q=``, in a
+        plan an index serves on every database (``store.index_hints.prefix_search``)."""
+        term = search_term.strip()
+        return (prefix_search(queryset, term) if term else queryset), False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        """The list, live on its first page in the default order (see JobListConsumer):
+        a later page or another order would shift under the reader."""
+        context = dict(extra_context or {})
+        params = request.GET
+        first_page = params.get(PAGE_VAR, "1") in ("", "1") and not params.get(ORDER_VAR)
+        if first_page:
+            kept = {k: params[k] for k in (*joblist.JOB_LIST_FILTERS, SEARCH_VAR) if params.get(k)}
+            query = urlencode(kept)
+            context["hg_live_ws"] = joblist.LIVE_PATH + (f"?{query}" if query else "")
+            context["hg_site_name"] = self.site_name
+        return super().changelist_view(request, context)
+
     def get_queryset(self, request: HttpRequest) -> Any:
         # A page of 100 jobs must not drag up to 100 payloads and results along; the
         # detail page loads the few it shows on access.
-        heavy = ("payload", "cp_cursor", "result", "errors", "checkpoint", "progress")
+        heavy = (
+            "payload",
+            "cp_cursor",
+            "result",
+            "errors",
+            "checkpoint",
+            "progress",
+            "logs",
+            "output",
+        )
         return super().get_queryset(request).defer(*heavy)
+
+    @admin.display(description="admission now")
+    def admission_view(self, obj: Job) -> str:
+        """What holds a waiting job back (``admission.explain``), in words."""
+        from headgate_django.admission import describe, explain
+
+        return describe(explain(obj.pk))
 
     @admin.display(description="payload")
     def payload_view(self, obj: Job) -> SafeString | str:
-        return pretty_bytes(obj.payload)
+        payload = bytes(obj.payload)
+        if sealed.is_sealed(payload):  # only a worker holds what opens it
+            try:
+                key_id = sealed.key_id_of(payload)
+            except ValueError as exc:
+                return f"encrypted, malformed: {exc}"
+            return f"encrypted with key id {key_id!r} ({len(payload)} bytes)"
+        return pretty_bytes(payload)
 
     @admin.display(description="checkpoint")
     def checkpoint_view(self, obj: Job) -> SafeString | str:
@@ -115,26 +210,57 @@ class JobAdmin(ReadOnlyAdmin):
     def result_view(self, obj: Job) -> SafeString | str:
         return pretty_json(obj.result)
 
-    @admin.display(description="attempt errors")
+    @admin.display(description="progress")
+    def progress_view(self, obj: Job) -> SafeString:
+        """Live: redrawn over the page's socket as the handler reports progress."""
+        return progress_live(obj.pk, job_live_state(obj.pk), self.admin_site.name)
+
+    @admin.display(description="logged")
+    def logs_view(self, obj: Job) -> SafeString | str:
+        """What each attempt logged with ``ctx.log``, by level."""
+        return logs_html(list(obj.logs or []))
+
+    @admin.display(description="attempts")
     def error_timeline(self, obj: Job) -> SafeString | str:
-        if not obj.errors:
+        return attempts_timeline(obj)
+
+    # -- the list's cells -----------------------------------------------------------
+    @admin.display(description="job", ordering="id")
+    def job_id(self, obj: Job) -> SafeString:
+        return joblist.id_cell(obj.id, links.job_url_builder(self.site_name)(obj.id))
+
+    @admin.display(description="kind")
+    def kind_short(self, obj: Job) -> SafeString:
+        return joblist.kind_cell(obj.kind)
+
+    @admin.display(description="state")
+    def state_badge(self, obj: Job) -> SafeString:
+        return joblist.state_cell(obj.state)
+
+    @admin.display(description="tries")
+    def attempts(self, obj: Job) -> SafeString:
+        return joblist.attempts_cell(obj.attempt, obj.crash_attempt)
+
+    @admin.display(description="prio")
+    def prio(self, obj: Job) -> int:
+        return obj.priority
+
+    @admin.display(description="scheduled")
+    def scheduled(self, obj: Job) -> SafeString | str:
+        return joblist.time_cell(obj.scheduled_at)
+
+    @admin.display(description="finished")
+    def finished(self, obj: Job) -> SafeString | str:
+        return joblist.time_cell(obj.finalized_at)
+
+    @admin.display(description="workflow")
+    def workflow_short(self, obj: Job) -> Any:
+        if not obj.workflow_id:
             return "—"
         return format_html(
-            '<ol class="hg-errors">{}</ol>',
-            format_html_join(
-                "",
-                "<li><b>#{} {}</b> at {}: {}<pre>{}</pre></li>",
-                (
-                    (
-                        e.get("attempt"),
-                        e.get("kind"),
-                        e.get("at"),
-                        e.get("error"),
-                        e.get("traceback") or "",
-                    )
-                    for e in obj.errors
-                ),
-            ),
+            '<span class="hg-wf" title="{}">{}</span>',
+            obj.workflow_id,
+            workflow_link(obj.workflow_id, self.site_name, obj.id, joblist.short_id),
         )
 
     @admin.display(description="workflow")
@@ -165,6 +291,27 @@ class QuarantineAdmin(ReadOnlyAdmin):
         return pretty_bytes(obj.sample_payload)
 
 
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdmin):
+    list_display = ["name", "job", "fence", "created_at"]
+    search_fields = ["=job_id", "^name"]
+    exclude = ["result"]  # user data: the API's effects route shows it to payload viewers
+
+    @admin.display(description="job")
+    def job(self, obj: Effect) -> Any:
+        return job_link(obj.job_id, self.site_name)
+
+
+@admin.register(UniqueWindow)
+class UniqueWindowAdmin(ReadOnlyAdmin):
+    list_display = ["unique_key", "job", "expires_at"]
+    search_fields = ["=unique_key", "=job_id"]
+
+    @admin.display(description="job")
+    def job(self, obj: UniqueWindow) -> Any:
+        return job_link(obj.job_id, self.site_name)
+
+
 @admin.register(DutyLease)
 class DutyLeaseAdmin(ReadOnlyAdmin):
     list_display = ["name", "holder", "lease_expires_at", "last_run_at"]
@@ -178,7 +325,37 @@ class DutyLeaseAdmin(ReadOnlyAdmin):
 
 @admin.register(QueueState)
 class QueueStateAdmin(ReadOnlyAdmin):
-    list_display = ["name", "paused", "updated_at"]
+    list_display = ["name", "paused", "admission", "weight", "dispatched", "updated_at"]
+
+
+@admin.register(RateBucket)
+class RateBucketAdmin(ReadOnlyAdmin):
+    """Rate classes as stored; their tokens now are on the console's Admission page."""
+
+    list_display = ["name", "limit_per_window", "window_ms", "burst", "paused", "updated_at"]
+
+
+@admin.register(ConcurrencyLimit)
+class ConcurrencyLimitAdmin(ReadOnlyAdmin):
+    list_display = ["queue", "max_concurrent", "on_saturated", "updated_at"]
+
+
+@admin.register(Backpressure)
+class BackpressureAdmin(ReadOnlyAdmin):
+    list_display = ["queue", "max_unfinished", "updated_at"]
+
+
+@admin.register(Fairness)
+class FairnessAdmin(ReadOnlyAdmin):
+    """Fair queues; their partitions' waiting jobs are on the console's Admission page."""
+
+    list_display = ["queue", "quantum", "credit_cap", "turn", "credit", "updated_at"]
+
+
+@admin.register(PartitionDeficit)
+class PartitionDeficitAdmin(ReadOnlyAdmin):
+    list_display = ["queue", "partition_key", "deficit"]
+    search_fields = ["^queue"]
 
 
 @admin.register(WorkflowCheckpoint)

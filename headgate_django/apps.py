@@ -11,7 +11,11 @@ class HeadgateConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from headgate_django import checks  # noqa: F401  (registers system checks)
+        from headgate_django import (
+            bulk,  # noqa: F401  (the bulk action job's handler)
+            checks,  # noqa: F401  (registers system checks)
+            deaths,  # noqa: F401  (death handlers' store hook)
+        )
         from headgate_django.conf import headgate_settings
         from headgate_django.console import publish  # noqa: F401  (live console hook)
         from headgate_django.durable import handlers as durable_handlers  # noqa: F401

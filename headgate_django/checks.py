@@ -15,9 +15,25 @@ from django.core.checks import Error, Tags, Warning, register
 
 from headgate_django.exceptions import ConfigurationError
 
-_DURATIONS = ("LEASE_TTL", "BACKOFF_BASE", "BACKOFF_CAP", "COORDINATOR_POLL", "SHUTDOWN_TIMEOUT")
+_DURATIONS = (
+    "LEASE_TTL",
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "COORDINATOR_POLL",
+    "SHUTDOWN_TIMEOUT",
+    "WORKER_HEARTBEAT",
+    "WORKER_RETENTION",
+)
 _OPTIONAL_DURATIONS = ("SQLITE_WAKE_INTERVAL",)
-_COUNTS = ("CRASH_LIMIT", "MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BATCH", "SCHEDULE_BATCH")
+_COUNTS = (
+    "CRASH_LIMIT",
+    "MAX_ATTEMPTS",
+    "CLAIM_BATCH",
+    "MAX_BATCH",
+    "SCHEDULE_BATCH",
+    "BULK_MAX_JOBS",
+    "BULK_SYNC_LIMIT",
+)
 
 
 @register(Tags.compatibility)
@@ -32,7 +48,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     problems = _durations(headgate_settings)
     if not problems:
         problems += _duration_order(headgate_settings)
-    return problems + _counts(headgate_settings) + _schedules(headgate_settings) + _environment()
+    return (
+        problems
+        + _counts(headgate_settings)
+        + _schedules(headgate_settings)
+        + _bulk(headgate_settings)
+        + _encryption(headgate_settings)
+        + _admission()
+        + _queue_weights()
+        + _death_handler()
+        + _environment()
+    )
+
+
+def _death_handler() -> list[Any]:
+    """``HEADGATE["ON_DEATH"]`` must name a callable (headgate.E030)."""
+    from headgate_django.deaths import global_handler
+
+    try:
+        global_handler()
+    except ConfigurationError as exc:
+        return [Error(str(exc), id="headgate.E030", hint="A callable taking one DeathNotice.")]
+    return []
 
 
 def _durations(s: Any) -> list[Any]:
@@ -76,6 +113,99 @@ def _counts(s: Any) -> list[Any]:
     ]
 
 
+def _bulk(s: Any) -> list[Any]:
+    """The bulk limits in order and a valid queue for bulk jobs (headgate.E020)."""
+    from headgate_django.exceptions import DefinitionError
+    from headgate_django.kernel.names import validate_queue
+
+    problems = []
+    sync, most = s.BULK_SYNC_LIMIT, s.BULK_MAX_JOBS
+    counts = all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (sync, most))
+    if counts and sync > most:
+        problems.append(
+            Error(
+                "HEADGATE['BULK_SYNC_LIMIT'] must not be above HEADGATE['BULK_MAX_JOBS']",
+                id="headgate.E020",
+            )
+        )
+    try:
+        validate_queue(s.BULK_QUEUE)
+    except DefinitionError as exc:
+        problems.append(Error(f"HEADGATE['BULK_QUEUE']: {exc}", id="headgate.E020"))
+    return problems
+
+
+def _encryption(s: Any) -> list[Any]:
+    """The key ring, the current key id and the library (headgate.E021)."""
+    from headgate_django.kernel import sealed
+
+    ring, current = s.ENCRYPTION_KEYS, s.ENCRYPTION_KEY_ID
+    if not isinstance(ring, dict):
+        return [Error("HEADGATE['ENCRYPTION_KEYS'] must be a dict", id="headgate.E021")]
+    try:
+        keys = sealed.parse_ring(ring)
+    except ValueError as exc:
+        return [Error(f"HEADGATE['ENCRYPTION_KEYS']: {exc}", id="headgate.E021")]
+    problems = []
+    if current is not None and current not in keys:
+        problems.append(
+            Error(
+                f"HEADGATE['ENCRYPTION_KEY_ID'] {current!r} is not in ENCRYPTION_KEYS",
+                id="headgate.E021",
+            )
+        )
+    if (keys or current is not None) and not sealed.AVAILABLE:
+        problems.append(
+            Error(
+                "payload encryption needs the cryptography package",
+                id="headgate.E021",
+                hint='pip install "headgate-django[encryption]"',
+            )
+        )
+    return problems
+
+
+def _admission() -> list[Any]:
+    """Declared admission policies are checked as ``runworkers`` would apply them
+    (headgate.E009)."""
+    from headgate_django.admission import declared
+    from headgate_django.exceptions import DefinitionError
+
+    try:
+        declared()
+    except DefinitionError as exc:
+        return [
+            Error(
+                str(exc),
+                id="headgate.E009",
+                hint=(
+                    "See HEADGATE['RATE_CLASSES'], ['CONCURRENCY_LIMITS'], ['BACKPRESSURE'] "
+                    "and ['FAIRNESS']."
+                ),
+            )
+        ]
+    return []
+
+
+def _queue_weights() -> list[Any]:
+    """``HEADGATE["QUEUE_WEIGHTS"]`` is checked as ``runworkers`` would apply it
+    (headgate.E010)."""
+    from headgate_django.admission import declared_weights
+    from headgate_django.exceptions import DefinitionError
+
+    try:
+        declared_weights()
+    except DefinitionError as exc:
+        return [
+            Error(
+                str(exc),
+                id="headgate.E010",
+                hint="Map each queue name to an integer weight of at least 1.",
+            )
+        ]
+    return []
+
+
 def _schedules(s: Any) -> list[Any]:
     """Declared schedules are checked as ``runworkers`` would sync them (headgate.E008), so
     a typo in a spec or a task path fails ``manage.py check``, not a worker start."""
@@ -83,11 +213,10 @@ def _schedules(s: Any) -> list[Any]:
     from headgate_django.schedules.declared import declared, options
 
     problems: list[Any] = []
-    grace = s.SCHEDULE_GRACE
-    if not isinstance(grace, timedelta) or grace < timedelta(0):
-        problems.append(
-            Error("HEADGATE['SCHEDULE_GRACE'] must be a timedelta ≥ 0", id="headgate.E008")
-        )
+    for key in ("SCHEDULE_GRACE", "SCHEDULE_LOOKAHEAD"):
+        value = getattr(s, key)
+        if not isinstance(value, timedelta) or value < timedelta(0):
+            problems.append(Error(f"HEADGATE[{key!r}] must be a timedelta ≥ 0", id="headgate.E008"))
     try:
         entries = declared()
     except ScheduleError as exc:

@@ -39,6 +39,10 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_TIMEOUT": timedelta(seconds=25),
     "STATUS_INTERVAL": timedelta(seconds=5),
     "DUTY_INTERVAL": timedelta(seconds=1),
+    # Worker registry: each worker upserts its row this often; one that misses 3 beats is
+    # shown as gone, and rows not refreshed for WORKER_RETENTION are deleted.
+    "WORKER_HEARTBEAT": timedelta(seconds=5),
+    "WORKER_RETENTION": timedelta(hours=1),
     "EVICT_BATCH": 1000,
     # One eviction pass deletes batch after batch while they come back full, for at most
     # this long; with rows still left it runs again on the worker's next duty tick.
@@ -66,6 +70,34 @@ DEFAULTS: dict[str, Any] = {
     "SCHEDULE_GRACE": timedelta(seconds=60),
     # Due schedules one scheduler batch reads and fires.
     "SCHEDULE_BATCH": 500,
+    # A task tick's job is written up to this long before its instant, as a job scheduled
+    # for the tick: the scheduler's work is done before the tick, not after (0: at the tick).
+    "SCHEDULE_LOOKAHEAD": timedelta(seconds=5),
+    # Admission policies (headgate_django.admission), applied by every starting worker over
+    # whatever the store holds for the same names; runtime changes may follow.
+    # Rate classes: name → {"limit": n, "window": timedelta or seconds, "burst"?, "paused"?}.
+    "RATE_CLASSES": {},
+    # Concurrency ceilings: queue → n, or {"max_concurrent": n, "on_saturated": …}.
+    "CONCURRENCY_LIMITS": {},
+    # Producer backpressure: queue → max unfinished jobs (0 closes intake).
+    "BACKPRESSURE": {},
+    # Tenant fairness: queue → True, or {"quantum": n, "credit_cap": n} (10 and 40).
+    "FAIRNESS": {},
+    # Queue weights between the queues a worker serves: queue → integer ≥ 1.
+    "QUEUE_WEIGHTS": {},
+    # Death handler for every kind without its own @task(on_death=...): a callable or its
+    # dotted path, called with a DeathNotice once per archive (headgate_django.deaths).
+    "ON_DEATH": None,
+    # Bulk operator actions (headgate_django.bulk): never more jobs than BULK_MAX_JOBS in
+    # one action; above BULK_SYNC_LIMIT it runs as an internal job on BULK_QUEUE.
+    "BULK_MAX_JOBS": 10_000,
+    "BULK_SYNC_LIMIT": 1000,
+    "BULK_QUEUE": "headgate-bulk",
+    # Payload encryption (headgate_django.kernel.sealed; the [encryption] extra): key id →
+    # 32-byte key (bytes or base64 text), and the id new payloads are sealed with (None:
+    # off). Old ids stay in the ring for the jobs sealed with them.
+    "ENCRYPTION_KEYS": {},
+    "ENCRYPTION_KEY_ID": None,
     # HTTP control API (headgate_django.api).
     # Answer every mutation 403 "read_only" (reads keep working).
     "API_READ_ONLY": False,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
-from headgate_django.exceptions import DefinitionError, LeaseLostError
+from headgate_django.exceptions import DeadlineExceededError, DefinitionError, LeaseLostError
+from headgate_django.kernel.attempt_log import AttemptLog
 from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import (
@@ -53,9 +55,10 @@ class WorkerHost(Protocol):
 
     def disown(self, ref: LeaseRef) -> None: ...
 
-    def count_outcome(self, label: str) -> None:
+    def count_outcome(self, label: str, queue: str | None = None) -> None:
         """Count the recorded outcome of an adopted job in the worker's status line
-        (``completed``, ``retried``, ``archived``, … as :func:`settle` labels them)."""
+        (``completed``, ``retried``, ``archived``, … as :func:`settle` labels them) and,
+        given its ``queue``, in the per-minute series."""
         ...
 
 
@@ -74,6 +77,15 @@ class JobContext:
         self._cursor_value = claimed.cursor
         self.worker_id = worker_id
         self.host: WorkerHost | None = None
+        #: What the handler reported its attempt cost (:meth:`charge`); None if it did not.
+        self.charged: int | None = None
+        self._deadline_hit = False  # a fenced write found the deadline passed
+        #: ``(result,)`` once ``once(..., last=True)`` completed the job itself.
+        self.completed: tuple[Any] | None = None
+        #: The attempt's log (:attr:`log`), made when the handler first logs.
+        self.attempt_log: AttemptLog | None = None
+        #: The enqueue's W3C trace context, read by the worker when tracing is on.
+        self.trace_parent: dict[str, str] | None = None
 
     # -- identity ----------------------------------------------------------------------
     @property
@@ -108,6 +120,19 @@ class JobContext:
         return origin_of(self.job_id) or origin_of(self.workflow_id)
 
     @property
+    def deadline(self) -> datetime | None:
+        """When the job stops being worth running (``Envelope.deadline``), or None."""
+        return self._claimed.deadline
+
+    @property
+    def deadline_exceeded(self) -> bool:
+        """True once the deadline has passed: the store archives the job at the attempt's
+        next renewal or fenced write, which then raises ``DeadlineExceededError``. Read
+        before a long step to stop early (the store's clock decides; this one only hints)."""
+        deadline = self._claimed.deadline
+        return deadline is not None and (self._deadline_hit or timezone.now() >= deadline)
+
+    @property
     def lease(self) -> LeaseRef:
         return self._claimed.ref
 
@@ -115,6 +140,38 @@ class JobContext:
     def using(self) -> str:
         """The database alias the attempt's fenced writes go to."""
         return self._using
+
+    @property
+    def rate_class(self) -> str | None:
+        """The rate class whose tokens this job spends (``Envelope.rate_class``)."""
+        return self._claimed.rate_class
+
+    @property
+    def weight(self) -> int:
+        """What the claim charged the job's rate class: its ``weight``."""
+        return self._claimed.weight
+
+    @property
+    def log(self) -> AttemptLog:
+        """This attempt's log: ``ctx.log.info("fetched", rows=12)`` (and ``debug``,
+        ``warning``, ``error``). Entries are kept in memory and saved with the attempt's
+        outcome (success, retry, skip, undecodable); bounds in :mod:`.kernel.attempt_log`.
+        Read them with ``GET /api/v1/jobs/{id}/logs`` or on the job's console page."""
+        log = self.attempt_log
+        if log is None:
+            with _EVENTS_LOCK:
+                if self.attempt_log is None:
+                    self.attempt_log = AttemptLog()
+                log = self.attempt_log
+        return log
+
+    def charge(self, cost: int) -> None:
+        """Report what this attempt really cost against its rate class. When the attempt
+        is acknowledged the bucket is given back (or charged) the difference from the
+        ``weight`` it was charged at the claim. The last call counts."""
+        if type(cost) is not int or cost < 0:
+            raise DefinitionError(f"charge() takes a whole number of tokens from 0, got {cost!r}")
+        self.charged = cost
 
     # -- cancellation ------------------------------------------------------------------
     # Most attempts are never cancelled nor wait to be, so the flag is a plain attribute and
@@ -147,7 +204,8 @@ class JobContext:
     def _fenced(self, write: Callable[[], None]) -> None:
         try:
             write()
-        except LeaseLostError:
+        except LeaseLostError as exc:
+            self._deadline_hit = isinstance(exc, DeadlineExceededError)
             self.cancel()
             raise
 
@@ -200,6 +258,52 @@ class JobContext:
         progress = {"current": current, "total": total, "message": message[:512]}
         self._fenced(lambda: job_save_progress(self.lease, progress, using=self._using))
 
+    def set_output(self, output: bytes | str) -> None:
+        """Replace the job's output (text is stored as UTF-8), fenced like every write.
+
+        At most ``store.output.MAX_OUTPUT_BYTES`` (1 MiB): larger raises
+        ``OutputTooLargeError`` and keeps the previous output. Operators read it with
+        ``GET /api/v1/jobs/{id}/output`` (payload permission)."""
+        from headgate_django.store.output import job_save_output
+
+        if isinstance(output, str):
+            output = output.encode()
+        elif not isinstance(output, bytes | bytearray | memoryview):
+            raise TypeError(f"output must be bytes or str, not {type(output).__name__}")
+        data = bytes(output)
+        self._fenced(lambda: job_save_output(self.lease, data, using=self._using))
+
+    def once(self, name: str, fn: Callable[[], T], *, last: bool = False) -> T:
+        """Run ``fn`` at most once for this job, however often the job is retried.
+
+        ``fn`` runs in a transaction (on the attempt's database alias) that also records
+        the effect ``name`` under this attempt's lease: its writes and the record commit
+        together or not at all. A later attempt gets the recorded result back without
+        running ``fn``; a stale attempt (lease lost) raises ``LeaseLostError`` before it
+        runs. The result must be JSON. With ``last=True`` the effect is the job's last act:
+        the job completes, with ``fn``'s result as its own, in the same commit (what the
+        handler returns afterwards is not recorded). Operators read the records with
+        ``GET /api/v1/jobs/{id}/effects``."""
+        from headgate_django.store.effects import job_effect_once
+        from headgate_django.worker.settle import completion_of
+
+        result: T | None = None
+        complete = completion_of(self._claimed) if last else None
+
+        def write() -> None:
+            nonlocal result
+            result = job_effect_once(self.lease, name, fn, complete=complete, using=self._using)
+
+        self._fenced(write)
+        if last:
+            self.completed = (result,)
+        return result  # type: ignore[return-value]
+
+    async def aonce(self, name: str, fn: Callable[[], T], *, last: bool = False) -> T:
+        """:meth:`once` for ``async def`` handlers. ``fn`` is a plain function: it runs,
+        with its transaction, on Django's thread for database work."""
+        return await sync_to_async(self.once)(name, fn, last=last)
+
     # -- the same writes for ``async def`` handlers --------------------------------------
     # Django refuses database work on an event loop's thread, so each fenced write runs
     # through ``sync_to_async`` (Django's one thread for sync database work), while the
@@ -231,6 +335,10 @@ class JobContext:
 
     async def aset_progress(self, current: int, total: int, message: str = "") -> None:
         await sync_to_async(self.set_progress)(current, total, message)
+
+    async def aset_output(self, output: bytes | str) -> None:
+        """:meth:`set_output` for ``async def`` handlers."""
+        await sync_to_async(self.set_output)(output)
 
     def _finished(self, name: str) -> tuple[bool, Any]:
         """(True, its result) for a step completed by an earlier attempt."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import cache
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from headgate_django import tracing
 from headgate_django.envelope import Envelope
+
+if TYPE_CHECKING:
+    from headgate_django.store.unique_modes import Inserted
 
 
 @runtime_checkable
@@ -38,6 +42,8 @@ def enqueue(
     """
     job_insert_many = _job_insert_many()
     items: Any = batch_or_envelopes
+    if tracing.ENABLED and (carrier := tracing.carrier()) is not None and tracing.active():
+        return _enqueue_traced(items, carrier, using)
     if isinstance(items, Envelope):  # first: the commonest call, and the cheapest test
         return job_insert_many([items], using=using)
     if hasattr(items, "enqueue_with"):
@@ -45,3 +51,29 @@ def enqueue(
         return list(items.enqueue_with(using=using))
     envelopes = list(items.envelopes) if isinstance(items, Batch) else list(items)
     return job_insert_many(envelopes, using=using)
+
+
+def enqueue_one(envelope: Envelope, using: str = "default") -> Inserted:
+    """Store one job and say what became of it: ``Inserted(id, replaced)``.
+
+    ``enqueue`` returns the same id; this also tells a new job (``replaced=False``) from a
+    waiting holder of the envelope's ``unique_key`` that took its values instead
+    (``unique_replace``, ``unique_debounce``: ``replaced=True``, ``id`` the holder's).
+    """
+    from headgate_django.store.unique_modes import job_insert_one
+
+    return job_insert_one(envelope, using=using)
+
+
+def _enqueue_traced(items: Any, carrier: dict[str, str], using: str) -> list[str]:
+    """Enqueue under a current span: the jobs carry its trace context (a graft's own
+    ``enqueue_with`` keeps its rules and is not traced)."""
+    from headgate_django.store.tracing import job_insert_traced
+
+    if hasattr(items, "enqueue_with"):
+        return list(items.enqueue_with(using=using))
+    if isinstance(items, Envelope):
+        envelopes = [items]
+    else:
+        envelopes = list(items.envelopes) if isinstance(items, Batch) else list(items)
+    return job_insert_traced(envelopes, carrier, using=using)

@@ -26,7 +26,9 @@ from headgate_django.kernel.names import (
     is_internal_kind,
     validate_job_id,
     validate_kind,
+    validate_partition_key,
     validate_queue,
+    validate_rate_class,
 )
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -196,6 +198,9 @@ class Envelope:
     ``id`` is generated at enqueue time when left ``None``. ``scheduled_at`` (an absolute
     instant) and ``delay`` (relative to the store clock) are mutually exclusive; so are
     either of them and ``pending`` (a pending job waits for an explicit promotion).
+
+    ``partition_key`` (the tenant), ``rate_class`` and ``weight`` (the job's cost against
+    its rate class) are what admission control reads (:mod:`headgate_django.admission`).
     """
 
     kind: str
@@ -212,7 +217,32 @@ class Envelope:
     pending: bool = False
     unique_key: str | None = None
     workflow_id: str | None = None
+    partition_key: str = ""
+    rate_class: str | None = None
+    weight: int = 1
+    #: Throttle: the ``unique_key`` is held for this long from enqueue (store clock), whatever
+    #: becomes of the job, instead of while the job is live.
+    unique_window: timedelta | None = None
+    #: Replace on conflict: a waiting holder of the ``unique_key`` takes these of this
+    #: envelope's values (:data:`UNIQUE_REPLACE_FIELDS`) instead of refusing it.
+    unique_replace: frozenset[str] | None = None
+    #: Debounce: run this long after the last enqueue of the ``unique_key`` (trailing edge);
+    #: a conflict gives the waiting holder this payload and pushes its run time forward.
+    unique_debounce: timedelta | None = None
+    #: When the job stops being worth running: an aware instant, or a span from enqueue.
+    deadline: datetime | timedelta | None = None
     meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def unique_mode(self) -> str | None:
+        """``throttle``, ``replace`` or ``debounce``; None for a lifecycle key or none."""
+        if self.unique_window is not None:
+            return "throttle"
+        if self.unique_replace is not None:
+            return "replace"
+        if self.unique_debounce is not None:
+            return "debounce"
+        return None
 
     @property
     def fingerprint(self) -> str:
@@ -220,6 +250,9 @@ class Envelope:
 
 
 _INT32 = 2**31 - 1
+#: What ``unique_replace`` may name: the holder takes the new payload (with its schema version
+#: and fingerprint), run time (only a scheduled holder), priority or attempt limit.
+UNIQUE_REPLACE_FIELDS = frozenset({"payload", "scheduled_at", "priority", "max_attempts"})
 #: Set in an envelope's ``__dict__`` once :func:`check_fields` has passed it. An envelope is
 #: frozen, so the verdict cannot go stale. :func:`with_payload` copies it from the template
 #: (every ``task.envelope()``), while ``dataclasses.replace`` builds a new envelope through
@@ -274,7 +307,78 @@ def check_fields(env: Envelope) -> None:
         raise DefinitionError(f"{env.kind}: scheduled_at must be timezone-aware")
     if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
         raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
+    if env.partition_key:
+        _admission_field(env.kind, validate_partition_key, env.partition_key)
+    if env.rate_class is not None:
+        _admission_field(env.kind, validate_rate_class, env.rate_class)
+    if type(env.weight) is not int or not 1 <= env.weight <= _INT32:
+        raise DefinitionError(f"{env.kind}: weight must be an integer from 1, got {env.weight!r}")
+    if not (
+        env.unique_window is None and env.unique_replace is None and env.unique_debounce is None
+    ):
+        check_unique_mode(env)
+    if env.deadline is not None:
+        check_deadline(env.kind, env.deadline)
     env.__dict__[_FIELDS_CHECKED] = True
+
+
+def check_unique_mode(env: Envelope) -> None:
+    """Refuse a uniqueness mode the store cannot honour; a ``unique_replace`` given as any
+    collection of names is kept as a frozenset (the envelope stays hashable).
+
+    A mode without a ``unique_key`` is a task's template, whose calls add the key: the
+    store refuses such an envelope when it is enqueued."""
+    modes = [env.unique_window, env.unique_replace, env.unique_debounce]
+    if sum(m is not None for m in modes) > 1:
+        raise DefinitionError(
+            f"{env.kind}: unique_window, unique_replace and unique_debounce are exclusive"
+        )
+    for name in ("unique_window", "unique_debounce"):
+        span = getattr(env, name)
+        if span is not None and (
+            not isinstance(span, timedelta) or span < timedelta(milliseconds=1)
+        ):
+            raise DefinitionError(f"{env.kind}: {name} must be a timedelta of at least 1 ms")
+    if env.unique_debounce is not None and (
+        env.scheduled_at is not None or env.delay is not None or env.pending
+    ):
+        raise DefinitionError(
+            f"{env.kind}: unique_debounce sets the run time; it excludes scheduled_at, "
+            "delay and pending"
+        )
+    if env.unique_replace is not None:
+        names = env.unique_replace
+        if isinstance(names, str) or not isinstance(names, set | frozenset | list | tuple):
+            raise DefinitionError(
+                f"{env.kind}: unique_replace is a set of field names, not {names!r}"
+            )
+        unknown = set(names) - UNIQUE_REPLACE_FIELDS
+        if unknown or not names:
+            raise DefinitionError(
+                f"{env.kind}: unique_replace names one or more of "
+                f"{sorted(UNIQUE_REPLACE_FIELDS)}, got {sorted(map(str, names))}"
+            )
+        object.__setattr__(env, "unique_replace", frozenset(names))
+
+
+def check_deadline(kind: str, deadline: object) -> None:
+    """A deadline is an aware instant or a positive span (counted from enqueue)."""
+    if isinstance(deadline, datetime):
+        if deadline.tzinfo is None:
+            raise DefinitionError(f"{kind}: deadline must be timezone-aware")
+    elif isinstance(deadline, timedelta):
+        if deadline < timedelta(milliseconds=1):
+            raise DefinitionError(f"{kind}: a deadline span must be at least 1 ms")
+    else:
+        raise DefinitionError(f"{kind}: deadline is a datetime or a timedelta, not {deadline!r}")
+
+
+def _admission_field(kind: str, validate: Any, value: object) -> None:
+    """Run one of the admission fields' validators, naming the job kind in its error."""
+    try:
+        validate(value)
+    except DefinitionError as exc:
+        raise DefinitionError(f"{kind}: {exc}") from None
 
 
 def internal(env: Envelope) -> Envelope:
@@ -291,7 +395,7 @@ def internal(env: Envelope) -> Envelope:
 def with_payload(template: Envelope, payload: bytes) -> Envelope:
     """``dataclasses.replace(template, payload=payload)`` at a fraction of its cost.
 
-    A frozen dataclass's generated ``__init__`` sets each of its fifteen fields through
+    A frozen dataclass's generated ``__init__`` sets each of its eighteen fields through
     ``object.__setattr__``, which made building the envelope one of the largest parts of
     ``task.enqueue()``'s own Python. ``Envelope`` has no ``__post_init__``, so copying the
     template's fields is the same object ``replace`` would build; ``meta`` is a fresh dict,

@@ -91,10 +91,23 @@ class ResultTooLargeError(PayloadTooLargeError):
     default_code = "result_too_large"
 
 
+class OutputTooLargeError(PayloadTooLargeError):
+    """The job's output is larger than the limit."""
+
+    default_code = "output_too_large"
+
+
 class BatchError(DefinitionError):
     """The batch is invalid."""
 
     default_code = "invalid_batch"
+
+
+class BulkLimitError(DefinitionError):
+    """More jobs match the bulk action than one action may change."""
+
+    status_code = 413
+    default_code = "bulk_too_large"
 
 
 class GraphError(DefinitionError):
@@ -133,6 +146,13 @@ class ScheduleError(DefinitionError):
     default_code = "invalid_schedule"
 
 
+class DeclaredScheduleError(ScheduleError):
+    """The schedule is declared in HEADGATE['SCHEDULES']: change it there."""
+
+    status_code = 409
+    default_code = "declared_schedule"
+
+
 class UnknownTaskError(DefinitionError):
     """No task is registered under this kind."""
 
@@ -156,6 +176,15 @@ class LeaseLostError(StoreError):
     default_code = "lease_lost"
 
 
+class DeadlineExceededError(LeaseLostError):
+    """The job's deadline passed: it was archived (deadline_exceeded) and the attempt must stop.
+
+    A :class:`LeaseLostError`, so a handler that stops on a lost lease stops here too.
+    """
+
+    default_code = "deadline_exceeded"
+
+
 class NotFoundError(StoreError):
     """The requested object does not exist."""
 
@@ -171,14 +200,27 @@ class IdConflictError(StoreError):
 
 
 class DuplicateError(StoreError):
-    """A live job already holds this unique key."""
+    """A live job already holds this unique key.
+
+    ``existing_id`` names the holder. ``replaced`` is whether it took the new values
+    (``unique_replace``, ``unique_debounce``); an enqueue that replaced a holder returns
+    its id rather than raising, so a raised error says ``False``.
+    """
 
     status_code = 409
     default_code = "duplicate"
 
-    def __init__(self, message: str | None = None, *, existing_id: str, **details: Any):
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        existing_id: str,
+        replaced: bool = False,
+        **details: Any,
+    ):
         self.existing_id = existing_id
-        super().__init__(message, existing_id=existing_id, **details)
+        self.replaced = replaced
+        super().__init__(message, existing_id=existing_id, replaced=replaced, **details)
 
 
 class RevisionConflictError(StoreError):
@@ -199,11 +241,61 @@ class QuarantinedError(StoreError):
         super().__init__(message, fingerprint=fingerprint, **details)
 
 
+class BackpressureError(StoreError):
+    """The queue holds as many unfinished jobs as its backpressure limit allows."""
+
+    status_code = 429
+    default_code = "backpressure"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        queue: str,
+        limit: int,
+        current: int,
+        incoming: int,
+        **details: Any,
+    ):
+        self.queue, self.limit, self.current, self.incoming = queue, limit, current, incoming
+        super().__init__(
+            message, queue=queue, limit=limit, current=current, incoming=incoming, **details
+        )
+
+
+class CountMismatchError(StoreError):
+    """The selection does not match the number of jobs the caller expected: nothing changed."""
+
+    status_code = 409
+    default_code = "count_mismatch"
+
+
 class InvalidTransitionError(StoreError):
     """The job cannot make this transition from its current state."""
 
     status_code = 409
     default_code = "invalid_transition"
+
+
+# -- waiting for a job (enqueue_and_wait) --------------------------------------------
+
+
+class WaitTimeoutError(HeadgateError, TimeoutError):
+    """The job did not finish within the timeout; it is still queued or running."""
+
+    status_code = 504
+    default_code = "wait_timeout"
+
+    def __init__(self, message: str | None = None, *, job_id: str, state: str, **details: Any):
+        self.job_id = job_id
+        self.state = state
+        super().__init__(message, job_id=job_id, state=state, **details)
+
+
+class WaitInTransactionError(HeadgateError, RuntimeError):
+    """Cannot wait for a job inside a transaction: workers see it only after the commit."""
+
+    default_code = "wait_in_transaction"
 
 
 # -- replay --------------------------------------------------------------------------

@@ -37,7 +37,8 @@ def _counter(help_text: str) -> models.IntegerField:
 
 
 class BytewiseCharField(models.CharField):
-    """A machine-made name (job id, queue, fingerprint) that PostgreSQL compares byte by byte.
+    """A machine-made name (job id, kind, queue, fingerprint) that PostgreSQL compares byte
+    by byte.
 
     PostgreSQL orders text in an index by the column's collation, and unless that is exactly
     "C" it asks the C library's ``strcoll`` for every comparison (``C.UTF-8`` and
@@ -58,7 +59,7 @@ class Job(models.Model):
     """One unit of background work and its whole life: attempts, lease, result."""
 
     id = BytewiseCharField(primary_key=True, max_length=255)
-    kind = models.CharField(max_length=128)
+    kind = BytewiseCharField(max_length=128)
     queue = BytewiseCharField(max_length=128, default="default")
     priority = models.IntegerField(default=0, help_text="Higher runs first within a queue.")
     schema_version = models.IntegerField(default=1, validators=[MinValueValidator(1)])
@@ -96,6 +97,40 @@ class Job(models.Model):
         null=True,
         blank=True,
         help_text="What a Django task's using() set that no other column keeps (run_after).",
+    )
+    # Set by enqueue_and_wait in the enqueue's transaction. On PostgreSQL a trigger notifies
+    # the waiter when such a job finishes (migration 0021); other jobs' acks notify nobody.
+    awaited = models.BooleanField(
+        default=False, db_default=False, help_text="A caller waits for this job to finish."
+    )
+    output = models.BinaryField(
+        null=True, blank=True, help_text="The handler's latest ctx.set_output()."
+    )
+    output_updated_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="Past it the job is archived (deadline_exceeded)."
+    )
+    # ctx.log lines, saved with the outcome of the attempt that logged them (newest 20
+    # attempts; store/attempt_logs.py). Apart from ``errors`` so that the job detail and
+    # every reader of failures stay light; read only by the logs route and the job page.
+    logs = models.JSONField(
+        null=True, blank=True, help_text="ctx.log entries of the newest attempts that logged."
+    )
+    # The enqueuing span's W3C headers, with OpenTelemetry installed (headgate_django.tracing).
+    trace_context = models.JSONField(
+        null=True, blank=True, help_text="W3C trace context of the enqueue (traceparent)."
+    )
+    # Admission control (headgate_django.admission): the tenant, for fairness and the
+    # per-partition ceilings; the rate class whose tokens the job spends; its cost in them.
+    # Database defaults too, so an insert that names none of them (a worker of the previous
+    # release during a rolling deploy, a fill in SQL) still writes a valid row.
+    partition_key = BytewiseCharField(max_length=128, blank=True, default="", db_default="")
+    rate_class = BytewiseCharField(max_length=128, null=True, blank=True)
+    weight = models.IntegerField(
+        default=1,
+        db_default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Cost against its rate class.",
     )
 
     class Meta:
@@ -135,6 +170,14 @@ class Job(models.Model):
                 condition=Q(state=State.AVAILABLE.value),
                 name="headgate_job_claim",
             ),
+            # Waiting jobs by tenant, for a fair queue's round-robin (store/fairness.py):
+            # its partitions in key order, and each one's jobs in claim order.
+            # MySQL/MariaDB index the generated column ``fair_queue`` (migration 0022).
+            models.Index(
+                fields=["queue", "partition_key", "-priority", "scheduled_at", "id"],
+                condition=Q(state=State.AVAILABLE.value),
+                name="headgate_job_fair",
+            ),
             # A worker serving every queue (the default) orders across queues.
             models.Index(
                 fields=["-priority", "scheduled_at", "id"],
@@ -159,6 +202,7 @@ class Job(models.Model):
                 condition=Q(state__in=sorted(s.value for s in EVICTABLE_STATES)),
                 name="headgate_job_evict",
             ),
+            # MySQL/MariaDB index the generated column ``fp_waiting`` instead (migration 0020).
             models.Index(
                 fields=["fingerprint"],
                 condition=Q(state__in=sorted(s.value for s in WAITING_STATES)),
@@ -192,6 +236,18 @@ class Job(models.Model):
                 condition=Q(workflow_id__isnull=False),
                 opclasses=["varchar_pattern_ops"],
                 name="headgate_job_workflow",
+            ),
+            # Jobs of one kind, newest first, and the prefix search on kind (byte-ordered
+            # on PostgreSQL, so LIKE 'x%' is a range of it whatever the collation).
+            models.Index(fields=["kind", "id"], name="headgate_job_kind"),
+            # Waiting jobs with a deadline, soonest first: the deadlines duty's range. Plain
+            # jobs (no deadline) write no entry; MySQL/MariaDB get it without its condition.
+            models.Index(
+                fields=["deadline"],
+                condition=Q(
+                    deadline__isnull=False, state__in=sorted(s.value for s in WAITING_STATES)
+                ),
+                name="headgate_job_deadline",
             ),
             # The workflow lists: coordinators in workflow-id order, one row per workflow.
             models.Index(
@@ -236,6 +292,47 @@ class Quarantine(models.Model):
         return f"{self.kind} {self.fingerprint}"
 
 
+class UniqueWindow(models.Model):
+    """A throttled unique key (``Envelope.unique_window``): held until ``expires_at`` on the
+    store clock, whatever becomes of the job, and released lazily by the next enqueue of
+    the key (or the eviction duty's sweep). A row of its own, so that a job deleted at its
+    ack (retention 0) still holds its key for the window."""
+
+    unique_key = models.CharField(primary_key=True, max_length=255)
+    job_id = models.CharField(max_length=255)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_unique_window"
+        ordering = ["expires_at"]
+        indexes = [models.Index(fields=["expires_at"], name="headgate_unique_window_exp")]
+
+    def __str__(self) -> str:
+        return self.unique_key
+
+
+class Effect(models.Model):
+    """An at-most-once effect of a job (``ctx.once(name, fn)``): committed in the same
+    transaction as ``fn``'s own writes, under the attempt's lease, so no retry and no stale
+    attempt runs it again; ``result`` is what ``fn`` returned, given back to a retry."""
+
+    job_id = models.CharField(max_length=255)
+    name = models.CharField(max_length=255)
+    result = models.JSONField(null=True, blank=True)
+    fence = models.BigIntegerField(help_text="The fence of the attempt that ran it.")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_effect"
+        ordering = ["job_id", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["job_id", "name"], name="headgate_effect_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.name}"
+
+
 class DutyLease(models.Model):
     """Who runs a singleton maintenance duty right now (promote, reclaim, evict, …)."""
 
@@ -255,10 +352,24 @@ class DutyLease(models.Model):
 
 
 class QueueState(models.Model):
-    """Operator switches per queue. A paused queue is skipped by every claim."""
+    """Operator switches per queue. A paused queue is skipped by every claim.
+
+    ``admission`` marks a queue that an admission policy governs: the plain claim skips it
+    as it skips a paused one, and the admitted claim (``store/admitted.py``) serves it
+    under that row's lock, which is what makes its ceilings exact.
+    """
 
     name = models.CharField(primary_key=True, max_length=128)
     paused = models.BooleanField(default=False)
+    admission = models.BooleanField(
+        default=False, help_text="An admission policy governs the queue's claims."
+    )
+    # Weighted-fair selection between queues (kernel/fairness.py): the queue's weight (None:
+    # none set) and the ledger of jobs claims took from it while weights applied.
+    weight = models.IntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    dispatched = models.BigIntegerField(
+        default=0, db_default=0, help_text="Jobs claimed under the weighted ledger."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -267,6 +378,104 @@ class QueueState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+ON_SATURATED_CHOICES = [(c, c) for c in ("queue", "discard", "cancel_incoming", "cancel_running")]
+
+
+class RateBucket(models.Model):
+    """A rate class: ``limit_per_window`` tokens per ``window_ms``, at most ``burst`` saved
+    up, refilled lazily by the claims that spend them (store clock, ``refilled_at_ms``)."""
+
+    name = models.CharField(primary_key=True, max_length=128)
+    limit_per_window = models.IntegerField(validators=[MinValueValidator(1)])
+    window_ms = models.BigIntegerField(validators=[MinValueValidator(1)])
+    burst = models.IntegerField(validators=[MinValueValidator(1)])
+    paused = models.BooleanField(default=False)
+    tokens = models.FloatField(help_text="As of refilled_at_ms; below zero is a debt.")
+    refilled_at_ms = models.BigIntegerField(help_text="Store-clock epoch milliseconds.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "headgate_rate_bucket"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.limit_per_window} per {self.window_ms} ms"
+
+
+class Backpressure(models.Model):
+    """At most ``max_unfinished`` unfinished jobs (pending, scheduled, available, running,
+    retryable) in ``queue``; an enqueue that would pass it is refused. 0 closes intake."""
+
+    queue = models.CharField(primary_key=True, max_length=128)
+    max_unfinished = models.IntegerField(validators=[MinValueValidator(0)])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "headgate_backpressure"
+        ordering = ["queue"]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: at most {self.max_unfinished} unfinished"
+
+
+class ConcurrencyLimit(models.Model):
+    """At most ``max_concurrent`` running jobs per partition of ``queue``, and what a
+    claim does with a job whose partition is full (``on_saturated``)."""
+
+    queue = models.CharField(primary_key=True, max_length=128)
+    max_concurrent = models.IntegerField(validators=[MinValueValidator(1)])
+    on_saturated = models.CharField(max_length=16, choices=ON_SATURATED_CHOICES, default="queue")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "headgate_concurrency_limit"
+        ordering = ["queue"]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.max_concurrent} per partition"
+
+
+class Fairness(models.Model):
+    """Deficit round-robin between the partitions of ``queue`` (kernel/fairness.py): its
+    quantum and credit cap, and where the rotation stands (``turn`` is the partition in
+    the middle of its visit, ``credit`` what that visit has left)."""
+
+    queue = models.CharField(primary_key=True, max_length=128)
+    quantum = models.IntegerField(default=10, validators=[MinValueValidator(1)])
+    credit_cap = models.IntegerField(default=40, validators=[MinValueValidator(0)])
+    turn = BytewiseCharField(max_length=128, null=True, blank=True)
+    credit = models.IntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "headgate_fairness"
+        ordering = ["queue"]
+        verbose_name_plural = "fairness"
+
+    def __str__(self) -> str:
+        return f"{self.queue}: quantum {self.quantum}"
+
+
+class PartitionDeficit(models.Model):
+    """Credit a partition of a fair queue carries to its next visit (absent: none)."""
+
+    queue = BytewiseCharField(max_length=128)
+    partition_key = BytewiseCharField(max_length=128)
+    deficit = models.IntegerField(validators=[MinValueValidator(1)])
+
+    class Meta:
+        db_table = "headgate_partition_deficit"
+        ordering = ["queue", "partition_key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "partition_key"], name="headgate_deficit_partition"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}/{self.partition_key}: {self.deficit}"
 
 
 class WorkflowCheckpoint(models.Model):
@@ -547,3 +756,64 @@ class ScheduleEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_name} {self.tick_at:%Y-%m-%dT%H:%M:%SZ} {self.outcome}"
+
+
+class Worker(models.Model):
+    """One ``runworkers`` process, as its last heartbeat described it (the registry).
+
+    The worker upserts its row every ``HEADGATE["WORKER_HEARTBEAT"]`` in one statement and
+    marks it stopped on a clean exit; a row whose heartbeat is older than
+    :data:`headgate_django.kernel.workers.GONE_AFTER_BEATS` intervals is a worker that
+    died without saying so. The maintenance duty deletes rows older than
+    ``WORKER_RETENTION``. Instants are the store's clock.
+    """
+
+    id = models.CharField(primary_key=True, max_length=255)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(null=True, blank=True, help_text="None: every queue.")
+    concurrency = models.IntegerField()
+    in_flight = models.IntegerField(default=0, help_text="Jobs held: running or buffered.")
+    in_flight_by_queue = models.JSONField(default=dict, blank=True)
+    claimed = models.BigIntegerField(default=0)
+    completed = models.BigIntegerField(default=0)
+    retried = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    heartbeat_ms = models.IntegerField(help_text="The interval the worker beats at.")
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "headgate_worker"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["last_heartbeat_at"], name="headgate_worker_beat")]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class QueueMinute(models.Model):
+    """Outcomes per queue and minute of the store clock, the dashboard's per-minute series.
+
+    Workers add what they recorded since their last flush (one upsert a second at most,
+    off the claim and ack paths), so the chart never counts rows of ``headgate_job``.
+    ``minute`` is whole minutes since the Unix epoch. Rows older than a day are deleted by
+    the maintenance duty.
+    """
+
+    queue = models.CharField(max_length=128)
+    minute = models.BigIntegerField()
+    completed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    retried = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "headgate_queue_minute"
+        ordering = ["-minute", "queue"]
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "queue"], name="headgate_queue_minute_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} @{self.minute}"

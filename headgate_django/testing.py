@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from headgate_django import store
+from headgate_django import store, tracing
 from headgate_django.context import JobContext
 from headgate_django.models import Job
 from headgate_django.registry import registered_kinds
 from headgate_django.store.maintenance import job_make_due
 from headgate_django.store.reads import job_list
+from headgate_django.store.tracing import job_trace_contexts
 from headgate_django.worker import execute
 from headgate_django.worker.settle import settle
 
@@ -63,6 +64,8 @@ def run_one(
         return None
     job = claimed[0]
     ctx = JobContext(job, worker_id=_WORKER_ID, using=using)
+    if tracing.ENABLED and tracing.active():
+        ctx.trace_parent = job_trace_contexts([job.ref.job_id], using=using).get(job.ref.job_id)
     outcome = execute.run_attempt(ctx, job.payload, job.schema_version, None)
     return job.ref.job_id, settle(job, outcome, using=using)
 

@@ -30,7 +30,7 @@ REVEAL_PAYLOADS = "headgate_django.view_job_payload"
 #: Per model (``_meta.model_name``), the columns that hold user data. A signal's content
 #: hash is listed too: it confirms a guessed payload.
 PRIVATE_FIELDS: dict[str, frozenset[str]] = {
-    "job": frozenset({"payload", "result", "checkpoint", "cp_cursor"}),
+    "job": frozenset({"payload", "result", "checkpoint", "cp_cursor", "output"}),
     "quarantine": frozenset({"sample_payload"}),
     "schedule": frozenset({"target"}),  # the template of the jobs it enqueues, payload included
     "signalemission": frozenset({"payload", "source", "content_hash"}),

@@ -19,7 +19,7 @@ SECRET = "hg-secret-4c1f"
 
 @task(kind="test.user-data")
 def keep_secret(ctx: Any, secret: str) -> dict[str, str]:
-    """Leaves the secret in its payload, step checkpoint, cursor and result."""
+    """Leaves the secret in its payload, step checkpoint, cursor, output, effect and result."""
     ctx.step("remember", lambda: {"step": secret})
 
     def walk(cursor: bytes | None) -> str:
@@ -27,6 +27,8 @@ def keep_secret(ctx: Any, secret: str) -> dict[str, str]:
         return secret
 
     ctx.step_cursor("walk", walk)
+    ctx.set_output(f"output-{secret}")
+    ctx.once("effect", lambda: {"effect": secret})
     return {"result": secret}
 
 
@@ -86,4 +88,7 @@ def seed_user_data() -> UserData:
         expires_at=timezone.now() + timedelta(days=1),
     )
     schedules.upsert("secret-schedule", "@every 60s", keep_secret.envelope(secret=SECRET))
+    from headgate_django.store.workers import Beat, worker_heartbeat
+
+    worker_heartbeat(Beat("secret-worker", "host", 1, ["default"], 1, timedelta(seconds=5)))
     return UserData(job_id, workflow_id, done)

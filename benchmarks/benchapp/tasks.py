@@ -25,3 +25,10 @@ def chain(ctx, left: int) -> None:  # type: ignore[no-untyped-def]
         from headgate_django import enqueue
 
         enqueue(chain.envelope(left=left - 1))
+
+
+@task(kind="bench.sleep")
+def sleep(ctx, seconds: float) -> float:  # type: ignore[no-untyped-def]
+    """A job that takes ``seconds`` (benchmarks/wait.py)."""
+    time.sleep(seconds)
+    return seconds

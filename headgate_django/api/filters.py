@@ -17,7 +17,7 @@ from typing import Any
 import django_filters
 from django import forms
 from django.core.validators import RegexValidator
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework.request import Request
 
@@ -25,6 +25,7 @@ from headgate_django.api import query
 from headgate_django.api.errors import InvalidQueryParameter
 from headgate_django.api.serializers.common import parse_instant
 from headgate_django.models import STATE_CHOICES, Job, Quarantine
+from headgate_django.store.index_hints import prefix_search
 
 NO_CONTROL = RegexValidator(r"^[^\x00-\x1f]+\Z", "must not contain control characters")
 
@@ -101,7 +102,7 @@ class JobFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        return queryset.filter(Q(id__startswith=value) | Q(kind__startswith=value))
+        return prefix_search(queryset, value)
 
 
 class QuarantineFilter(django_filters.FilterSet):

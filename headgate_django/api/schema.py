@@ -37,7 +37,9 @@ ERRORS: dict[str, str] = {
     "422": "Well-formed but not acceptable: an invalid definition (queue name, kind, graph, "
     "limit), or an internal kind or job (`internal_kind`) — `code` names the rule.",
     "423": "The job's fingerprint is quarantined (`quarantined`, `detail.fingerprint`).",
-    "429": "Throttled by the project's DRF throttling (`Retry-After`).",
+    "429": "Throttled by the project's DRF throttling (`Retry-After`), or an enqueue refused by "
+    "the queue's backpressure limit (`backpressure`, `detail.queue`, `detail.limit`, "
+    "`detail.current`, `detail.incoming`).",
     "500": "Unclassified server error (`internal_error`); logged.",
     "503": "The database is unavailable (`database_unavailable`, `Retry-After`).",
 }

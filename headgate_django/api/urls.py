@@ -19,12 +19,20 @@ from rest_framework.routers import SimpleRouter
 
 from headgate_django.api.errors import not_found
 from headgate_django.api.schema_views import RedocView, SchemaView, SwaggerView, docs_asset
+from headgate_django.api.views.admission import (
+    BackpressureViewSet,
+    ConcurrencyLimitViewSet,
+    FairnessViewSet,
+    QueueWeightViewSet,
+    RateClassViewSet,
+)
 from headgate_django.api.views.durable import ExecutionViewSet
 from headgate_django.api.views.health import HealthzView, MetaView, ReadyzView
 from headgate_django.api.views.index import IndexView, strip_slash
 from headgate_django.api.views.jobs import JobViewSet
 from headgate_django.api.views.queues import QuarantineViewSet, QueueViewSet
 from headgate_django.api.views.schedules import ScheduleViewSet
+from headgate_django.api.views.workers import WorkerViewSet
 from headgate_django.api.views.workflows import WorkflowViewSet
 
 app_name = "headgate_api"
@@ -36,6 +44,14 @@ router.register("quarantine", QuarantineViewSet, basename="quarantine")
 router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("durable/executions", ExecutionViewSet, basename="execution")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("workers", WorkerViewSet, basename="worker")
+router.register("admission/rate-classes", RateClassViewSet, basename="rate-class")
+router.register(
+    "admission/concurrency-limits", ConcurrencyLimitViewSet, basename="concurrency-limit"
+)
+router.register("admission/backpressure", BackpressureViewSet, basename="backpressure")
+router.register("admission/queue-weights", QueueWeightViewSet, basename="queue-weight")
+router.register("admission/fairness", FairnessViewSet, basename="fairness")
 
 v1 = [
     path("healthz", HealthzView.as_view(), name="healthz"),

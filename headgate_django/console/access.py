@@ -13,6 +13,8 @@ from typing import Any
 
 VIEW_JOBS = "headgate_django.view_job"
 VIEW_EXECUTIONS = "headgate_django.view_execution"
+VIEW_WORKERS = "headgate_django.view_worker"
+VIEW_SCHEDULES = "headgate_django.view_schedule"
 
 
 def is_console_user(user: Any, permission: str = VIEW_JOBS) -> bool:

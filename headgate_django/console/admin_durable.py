@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from headgate_django.console import links
+from headgate_django.console import joblist, links
 from headgate_django.console.readonly import ReadOnlyAdmin, link, pretty_bytes, pretty_json
 from headgate_django.models import Execution, HistoryEvent, IdempotencyRecord, SignalInbox
 
@@ -21,12 +22,40 @@ def _execution_link(execution_id: str, site_name: str) -> Any:
 
 @admin.register(Execution)
 class ExecutionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "name", "version", "state", "task_queue", "created_at", "timeline"]
+    # Short ids, badges and compact instants (console/joblist.py), so the timeline link
+    # fits a 1366 px screen.
+    list_display = [
+        "execution_id",
+        "name",
+        "version",
+        "state_badge",
+        "task_queue",
+        "created",
+        "timeline",
+    ]
+    list_display_links = None
     # Newest first through (created_at, id); name and queue by search, not DISTINCT choices.
     list_filter = ["state"]
     search_fields = ["=id", "^name", "=business_idempotency_key"]
     readonly_fields = ["timeline", "history_link", "input_view", "result_view", "meta_view"]
     private = ("input_view", "result_view", "meta_view")
+
+    @admin.display(description="execution", ordering="id")
+    def execution_id(self, obj: Execution) -> Any:
+        url = reverse(
+            "admin:headgate_django_execution_change",
+            args=[quote(obj.id)],
+            current_app=self.site_name,
+        )
+        return joblist.id_cell(obj.id, url)
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, obj: Execution) -> Any:
+        return joblist.state_cell(obj.state)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Execution) -> Any:
+        return joblist.time_cell(obj.created_at)
 
     @admin.display(description="live timeline")
     def timeline(self, obj: Execution) -> Any:

@@ -23,6 +23,11 @@ class ScheduleAdmin(ReadOnlyAdmin):
     def target_view(self, obj: Schedule) -> Any:
         return pretty_json(obj.target)
 
+    def get_urls(self) -> list[Any]:
+        from headgate_django.console.urls import schedule_console_urls
+
+        return schedule_console_urls(self.admin_site) + super().get_urls()
+
 
 @admin.register(ScheduleEvent)
 class ScheduleEventAdmin(ReadOnlyAdmin):

@@ -24,22 +24,51 @@ import logging
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
 
 from headgate_django.console import access, links
+from headgate_django.console.dashboard import (
+    overview_data,
+    overview_html,
+    workers_data,
+    workers_html,
+)
 from headgate_django.console.executions import execution_diff, execution_snapshot
-from headgate_django.console.groups import DURABLE_PREFIX, execution_group, workflow_group
-from headgate_django.console.snapshots import diff, workflow_snapshot
+from headgate_django.console.fanout import GROUP_PREFIX, MAX_EXPANDED
+from headgate_django.console.groups import (
+    DURABLE_PREFIX,
+    SCHEDULES_GROUP,
+    execution_group,
+    workflow_group,
+)
+from headgate_django.console.joblist import JOB_LIST_FILTERS, MAX_FILTER_CHARS
+from headgate_django.console.jobpage import progress_html
+from headgate_django.console.schedules import schedule_links, schedules_snapshot
+from headgate_django.console.snapshots import diff, regroup, workflow_snapshot
 from headgate_django.exceptions import NotFoundError
-from headgate_django.store.console import execution_fingerprint, workflow_fingerprint
+from headgate_django.kernel.states import State
+from headgate_django.store.console import (
+    execution_fingerprint,
+    job_live_state,
+    job_page_fingerprint,
+    workflow_fingerprint,
+)
+from headgate_django.store.schedules import schedule_fingerprint
 from headgate_django.visibility import may_see_payloads
 
 log = logging.getLogger(__name__)
 REFUSED = 4403  # close code: not allowed (the handshake is rejected)
 GONE = 4404  # close code: the workflow or execution no longer exists
+
+
+def query_site(scope: dict[str, Any]) -> str:
+    """The admin site the page was served by (``?site=``), for the links it shows."""
+    return parse_qs(scope.get("query_string", b"").decode()).get("site", ["admin"])[0]
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -72,10 +101,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not await database_sync_to_async(access.is_console_user)(user, self.permission):
             await self.close(code=REFUSED)
             return
-        self.object_id = self.scope["url_route"]["kwargs"][self.id_kwarg]
+        self.object_id = self.scope["url_route"]["kwargs"].get(self.id_kwarg, "")
+        self.site_name = query_site(self.scope)
         self.reveal = await database_sync_to_async(may_see_payloads)(user)
         query = parse_qs(self.scope.get("query_string", b"").decode())
-        self.job_url = links.job_url_builder(query.get("site", ["admin"])[0])
+        self.query = {key: values[0] for key, values in query.items()}
+        self.job_url = links.job_url_builder(self.site_name)
         self.wake = asyncio.Event()
         self.burst_until = 0.0
         self.in_process = self.channel_layer is None or isinstance(
@@ -149,9 +180,34 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
 
 class WorkflowConsumer(LiveConsumer):
-    """``ws/headgate/workflows/<workflow_id>/``: a DAG workflow's graph page."""
+    """``ws/headgate/workflows/<workflow_id>/?expand=<group id>…``: a DAG workflow's graph
+    page. Which fan-out groups are drawn expanded is the page's view, not data: the page
+    says so in the URL and, on a click, in an ``{"type": "expand", "groups": [...]}``
+    message, answered with the graph drawn again for it (``{"type": "drawing"}``)."""
 
     id_kwarg = "workflow_id"
+    expanded: frozenset[str] = frozenset()
+
+    async def connect(self) -> None:
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        self.expanded = _group_ids(query.get("expand", []))
+        await super().connect()
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """Only a view change: which groups to draw expanded. Anything else is ignored."""
+        if not isinstance(content, dict) or content.get("type") != "expand":
+            return
+        groups = content.get("groups")
+        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+            return
+        self.expanded = _group_ids(groups)
+        if self.shown is None:
+            return
+        # What the page shows, drawn again: the watcher sends any change since as usual.
+        # Off the database thread, which the watcher's polls may hold.
+        drawing = await sync_to_async(regroup, thread_sensitive=False)(self.shown, self.expanded)
+        self.shown = {**self.shown, **drawing}
+        await self.send_json({"type": "drawing", "drawing": drawing})
 
     def group_for(self, object_id: str) -> str:
         return workflow_group(object_id)
@@ -160,10 +216,19 @@ class WorkflowConsumer(LiveConsumer):
         return workflow_fingerprint(self.object_id)
 
     def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
-        return workflow_snapshot(self.object_id, reveal=self.reveal, job_url=job_url)
+        return workflow_snapshot(
+            self.object_id, reveal=self.reveal, job_url=job_url, expanded=self.expanded
+        )
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return diff(old, new)
+
+
+def _group_ids(values: list[str]) -> frozenset[str]:
+    """At most :data:`MAX_EXPANDED` group ids, each no longer than a node name may be."""
+    return frozenset(
+        v for v in values[:MAX_EXPANDED] if v.startswith(GROUP_PREFIX) and len(v) <= 512
+    )
 
 
 class ExecutionConsumer(LiveConsumer):
@@ -183,3 +248,158 @@ class ExecutionConsumer(LiveConsumer):
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return execution_diff(old, new)
+
+
+class FragmentConsumer(LiveConsumer):
+    """A page drawn by the server (:mod:`headgate_django.console.dashboard`): the data is
+    its own fingerprint, read once per poll, and a change sends the page's fragment again.
+
+    Nothing publishes these pages' changes (that would cost every ack a message), so they
+    poll on every channel layer, once a second: a handful of capped, indexed reads.
+    """
+
+    poll_interval = 1.0
+    idle_interval = 1.0
+    group_name = ""
+
+    def group_for(self, object_id: str) -> str:
+        return self.group_name
+
+    def read_data(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def render(self, data: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def read_fingerprint(self) -> Any:
+        self.data = self.read_data()
+        return self.data
+
+    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
+        return {"html": self.render(self.data)}
+
+    def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+        return {"type": "snapshot", "snapshot": new} if old != new else None
+
+
+class OverviewConsumer(FragmentConsumer):
+    """``ws/headgate/overview/``: the dashboard; its worker column needs ``view_worker``."""
+
+    group_name = "headgate.overview"
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        self.show_workers = await database_sync_to_async(access.is_console_user)(
+            user, access.VIEW_WORKERS
+        )
+        await super().connect()
+
+    def read_data(self) -> dict[str, Any]:
+        return overview_data(site_name=self.site_name, show_workers=self.show_workers)
+
+    def render(self, data: dict[str, Any]) -> str:
+        return overview_html(data)
+
+
+class WorkersConsumer(FragmentConsumer):
+    """``ws/headgate/workers/``: the worker registry."""
+
+    permission = access.VIEW_WORKERS
+    group_name = "headgate.workers"
+
+    def read_data(self) -> dict[str, Any]:
+        return workers_data()
+
+    def render(self, data: dict[str, Any]) -> str:
+        return workers_html(data)
+
+
+class SchedulesConsumer(LiveConsumer):
+    """``ws/headgate/schedules/?tz=<zone>&after=<name>``: the schedule list.
+
+    Nothing publishes a schedule change (a pass touches many schedules at once), so this
+    one polls its fingerprint — two indexed aggregates — at ``poll_interval`` on every
+    channel layer, and sends the page's new snapshot when it moved.
+    """
+
+    permission = access.VIEW_SCHEDULES
+    poll_interval = 1.0
+
+    def group_for(self, object_id: str) -> str:
+        return SCHEDULES_GROUP
+
+    def _interval(self) -> float:
+        return self.poll_interval
+
+    def read_fingerprint(self) -> Any:
+        return schedule_fingerprint()
+
+    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
+        zone = self.query.get("tz") or "UTC"
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            zone = "UTC"
+        site = self.query.get("site", "admin")
+        after = self.query.get("after") or None
+        return schedules_snapshot(zone=zone, after=after, links=schedule_links(site))
+
+    def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+        return {"type": "snapshot", "snapshot": new} if new != old else None
+
+
+_STATES = {s.value for s in State}
+#: Rows on the job list's first page (``JobAdmin.list_per_page``).
+JOB_PAGE = 100
+
+
+class JobListConsumer(LiveConsumer):
+    """``ws/headgate/jobs/?state__exact=…&q=…``: the first page of the job list.
+
+    It sends no rows: the page re-fetches itself when told ``changed``, so what it shows
+    goes through the admin's own filters, permissions and cells. The fingerprint is the
+    first page's ids and states (one indexed ``LIMIT`` query per poll)."""
+
+    poll_interval = 1.0
+    idle_interval = 1.0  # enqueues publish nothing: poll at the fast rate throughout
+
+    async def connect(self) -> None:
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        values = {k: v[-1] for k, v in query.items() if k in (*JOB_LIST_FILTERS, "q")}
+        bad = any(len(v) > MAX_FILTER_CHARS for v in values.values()) or (
+            "state__exact" in values and values["state__exact"] not in _STATES
+        )
+        if bad:
+            await self.close(code=REFUSED)
+            return
+        self.filters = {JOB_LIST_FILTERS.get(k, "search"): v for k, v in values.items() if v}
+        await super().connect()
+
+    def group_for(self, object_id: str) -> str:
+        return "headgate.jobs"
+
+    def read_fingerprint(self) -> Any:
+        return job_page_fingerprint(**self.filters, limit=JOB_PAGE)
+
+    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
+        return {"rows": len(self.fingerprint)}
+
+    def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+        return {"type": "changed"}
+
+
+class JobConsumer(FragmentConsumer):
+    """``ws/headgate/job/<job_id>/``: a job page's state and progress, redrawn when the
+    handler reports progress (``ctx.set_progress``) or the job moves. One read by primary
+    key per poll; nothing publishes progress, which would cost every write a message."""
+
+    id_kwarg = "job_id"
+
+    def group_for(self, object_id: str) -> str:
+        return "headgate.job"
+
+    def read_data(self) -> dict[str, Any]:
+        return {"job": job_live_state(self.object_id)}
+
+    def render(self, data: dict[str, Any]) -> str:
+        return progress_html(data["job"])

@@ -10,6 +10,8 @@ import hashlib
 
 #: ``Job.workflow_id`` prefix the durable runtime gives an execution's jobs.
 DURABLE_PREFIX = "durable:"
+#: The schedule list's pages (one group: a pass moves many schedules at once).
+SCHEDULES_GROUP = "headgate.schedules"
 
 
 def _digest(value: str) -> str:

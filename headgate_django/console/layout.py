@@ -59,6 +59,8 @@ def _compute(node_count: int, edges: Sequence[tuple[int, int]]) -> dict[str, Any
     import igraph  # imported on first use: only graph pages need it
 
     graph = igraph.Graph(n=node_count, edges=list(edges), directed=True)
+    outs = graph.outdegree()
+    ins = graph.indegree()
     result = graph.layout_sugiyama(hgap=1, vgap=1)
     coords = _separated(result.coords[:node_count])
     min_slot = min((slot for slot, _ in coords), default=0.0)
@@ -70,8 +72,9 @@ def _compute(node_count: int, edges: Sequence[tuple[int, int]]) -> dict[str, Any
 
     positions = [place(slot, layer) for slot, layer in coords]
     routed = [
-        [source, target, [place(slot, layer) for slot, layer in bends]]
+        [source, target, _bundled(source, target, positions, outs, ins, bends_px)]
         for (source, target), bends in zip(edges, result.edge_routing, strict=True)
+        for bends_px in [[place(slot, layer) for slot, layer in bends]]
     ]
     width = max((p[0] for p in positions), default=0) + NODE_WIDTH / 2 + MARGIN
     height = max((p[1] for p in positions), default=0) + NODE_HEIGHT / 2 + MARGIN
@@ -82,6 +85,34 @@ def _compute(node_count: int, edges: Sequence[tuple[int, int]]) -> dict[str, Any
         "positions": positions,
         "edges": routed,
     }
+
+
+#: A node with at least this many edges out (or in) sends (or takes) them as one bundle.
+BUNDLE_MIN = 3
+#: Where a bundle splits, as a share of the gap between two columns.
+_SPLIT = 0.3
+
+
+def _bundled(
+    source: int,
+    target: int,
+    positions: Sequence[Sequence[int]],
+    outs: Sequence[int],
+    ins: Sequence[int],
+    bends: list[list[int]],
+) -> list[list[int]]:
+    """Bends of one edge, with the shared first (fan-out) or last (fan-in) point that makes
+    the edges of a busy node leave or arrive as one trunk, instead of a fan of separate
+    curves crossing everything near the node."""
+    points = list(bends)
+    offset = NODE_WIDTH / 2 + RANK_GAP * _SPLIT
+    if outs[source] >= BUNDLE_MIN:
+        x, y = positions[source]
+        points.insert(0, [round(x + offset), y])
+    if ins[target] >= BUNDLE_MIN:
+        x, y = positions[target]
+        points.append([round(x - offset), y])
+    return points
 
 
 def _separated(coords: Sequence[Sequence[float]]) -> list[tuple[float, float]]:

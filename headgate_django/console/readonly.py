@@ -13,7 +13,7 @@ subclass's displays of them (``private``), showing one notice in their place.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
@@ -175,14 +175,21 @@ def job_link(job_id: str | None, site_name: str) -> SafeString | str:
     return link(links.job_url_builder(site_name)(job_id), job_id)
 
 
-def workflow_link(workflow_id: str | None, site_name: str, job_id: str | None = None) -> Any:
-    """A link to the live page of a DAG workflow or a durable execution (by job group)."""
+def workflow_link(
+    workflow_id: str | None,
+    site_name: str,
+    job_id: str | None = None,
+    shorten: Callable[[str], str] = str,
+) -> Any:
+    """A link to the live page of a DAG workflow or a durable execution (by job group);
+    ``shorten`` makes the link's text (the job list shortens long ids)."""
     if not workflow_id:
         return "—"
     if workflow_id.startswith(DURABLE_PREFIX):
         execution_id = workflow_id[len(DURABLE_PREFIX) :]
-        return link(links.execution_url(execution_id, site_name), f"execution {execution_id}")
+        url = links.execution_url(execution_id, site_name)
+        return link(url, f"execution {shorten(execution_id)}")
     url = links.workflow_url(workflow_id, site_name)
     if url and job_id:
         url += "?" + urlencode({"job": job_id})
-    return link(url, workflow_id)
+    return link(url, shorten(workflow_id))

@@ -8,10 +8,11 @@ finishing in a 999-node workflow costs one small message, not the whole graph ag
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
+from headgate_django.console.fanout import collapse
 from headgate_django.console.layout import graph_key, layered_layout
 from headgate_django.store.console import node_job_details
 from headgate_django.store.workflows import from_ms
@@ -134,17 +135,20 @@ def _status(
 
 
 def workflow_snapshot(
-    workflow_id: str, *, reveal: bool, job_url: Callable[[str], str]
+    workflow_id: str,
+    *,
+    reveal: bool,
+    job_url: Callable[[str], str],
+    expanded: Collection[str] = (),
 ) -> dict[str, Any]:
     """Everything the workflow page draws. Raises ``NotFoundError`` for an unknown id.
 
-    Signal payloads and sources are user data: only with ``reveal``
+    Fan-outs of alike nodes are drawn as one group node (:mod:`.fanout`) unless their
+    group id is in ``expanded``; ``nodes`` always lists every node, ``drawn`` what the
+    layout places. Signal payloads and sources are user data: only with ``reveal``
     (:func:`headgate_django.visibility.may_see_payloads`)."""
     snap = inspect_workflow(workflow_id)
     jobs = node_job_details([n.job_id for n in snap.nodes])
-    index = {n.name: i for i, n in enumerate(snap.nodes)}
-    edges = [(index[dep], i) for i, n in enumerate(snap.nodes) for dep in n.dependencies]
-    key = graph_key([n.name for n in snap.nodes], edges)
     nodes = [_node(n, jobs.get(n.job_id), job_url) for n in snap.nodes]
     counts: dict[str, int] = {}
     for node in nodes:
@@ -155,7 +159,6 @@ def workflow_snapshot(
     status, status_detail = _status(snap.coordinator_state, snap.failed, nodes, events)
     return {
         "workflow_id": workflow_id,
-        "graph_key": key,
         "status": status,
         "status_detail": status_detail,
         "coordinator": {
@@ -169,11 +172,30 @@ def workflow_snapshot(
         "failed_subgraph_retry": snap.failed_subgraph_retry,
         "counts": counts,
         "nodes": nodes,
-        "layout": layered_layout(key, len(nodes), edges),
         "events": events,
         "signals": [_signal(s, reveal) for s in signals],
         "signals_revealed": reveal,
+        **_drawing(nodes, expanded),
     }
+
+
+def _drawing(nodes: list[dict[str, Any]], expanded: Collection[str]) -> dict[str, Any]:
+    """What the layout places (fan-outs grouped unless ``expanded``) and where."""
+    drawn = collapse(nodes, expanded)
+    key = graph_key(drawn.items, drawn.edges)
+    return {
+        "graph_key": key,
+        "drawn": drawn.items,
+        "groups": drawn.groups,
+        "layout": layered_layout(key, len(drawn.items), drawn.edges),
+    }
+
+
+def regroup(snapshot: dict[str, Any], expanded: Collection[str]) -> dict[str, Any]:
+    """The drawing of ``snapshot`` with other groups expanded (``graph_key``, ``drawn``,
+    ``groups``, ``layout``), without reading the store again: a click on a group costs a
+    layout (cached per shape) and a small message, not a snapshot."""
+    return _drawing(snapshot["nodes"], expanded)
 
 
 def _event(entry: dict[str, Any]) -> dict[str, Any]:

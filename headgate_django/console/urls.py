@@ -34,10 +34,19 @@ def _page(site: AdminSite, view: Callable[..., HttpResponse], permission: str) -
 
 
 def job_console_urls(site: AdminSite) -> list[URLPattern]:
-    """Queues and workflows, under ``<admin>/headgate_django/job/``."""
+    """Overview, workers, queues and workflows, under ``<admin>/headgate_django/job/``."""
     jobs = access.VIEW_JOBS
     return [
+        path("overview/", _page(site, views.overview, jobs), name="headgate_django_overview"),
+        path(
+            "workers/",
+            _page(site, views.workers_page, access.VIEW_WORKERS),
+            name="headgate_django_workers",
+        ),
         path("queues/", _page(site, views.queues_dashboard, jobs), name="headgate_django_queues"),
+        path(
+            "admission/", _page(site, views.admission_page, jobs), name="headgate_django_admission"
+        ),
         path(
             "workflows/", _page(site, views.workflow_list, jobs), name="headgate_django_workflows"
         ),
@@ -46,6 +55,17 @@ def job_console_urls(site: AdminSite) -> list[URLPattern]:
             _page(site, views.workflow_page, jobs),
             name="headgate_django_workflow",
         ),
+    ]
+
+
+def schedule_console_urls(site: AdminSite) -> list[URLPattern]:
+    """The live schedule list, under ``<admin>/headgate_django/schedule/``."""
+    return [
+        path(
+            "console/",
+            _page(site, views.schedule_list, access.VIEW_SCHEDULES),
+            name="headgate_django_schedules",
+        )
     ]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.backoff import policy_delay_ms
-from headgate_django.kernel.names import validate_queue
+from headgate_django.kernel.names import has_control_characters, validate_queue
 
 #: StartToClose: how long one attempt of an Operation may run before it is uncertain.
 DEFAULT_OPERATION_TIMEOUT = timedelta(minutes=5)
@@ -79,7 +79,7 @@ def check_name(what: str, value: object, limit: int) -> str:
         raise DefinitionError(
             f"a {what} must be a non-empty string without outer spaces, not {value!r}"
         )
-    if len(value) > limit or any(ord(c) < 32 for c in value):
+    if len(value) > limit or has_control_characters(value):
         raise DefinitionError(f"a {what} has at most {limit} printable characters: {value[:40]!r}")
     return value
 

@@ -149,10 +149,10 @@ def _run_eagerly(
             except Exception:  # all rolled back: record the outcome on its own
                 histories.forget(execution_id)
             else:
-                ctx.host.count_outcome("completed")
+                ctx.host.count_outcome("completed", job.queue)
                 return step
         label = record(job, outcome)
-        ctx.host.count_outcome(label)
+        ctx.host.count_outcome(label, job.queue)
         return label
 
 

@@ -18,6 +18,8 @@ from headgate_django.exceptions import DefinitionError, InternalKindError, Inval
 MAX_KIND_BYTES = 128
 MAX_QUEUE_BYTES = 128
 MAX_ID_BYTES = 255
+MAX_PARTITION_BYTES = 128
+MAX_RATE_CLASS_BYTES = 128
 #: The prefix of every internal kind; ``@task`` refuses it, and its ":" keeps it out of the
 #: dotted-path kinds that ``@task`` and ``django.tasks`` derive.
 INTERNAL_PREFIX = "headgate:"
@@ -34,6 +36,8 @@ RETRY_KIND = "headgate:workflow-retry"
 #: The durable runtime's workflow task and Operation jobs.
 DURABLE_TASK_KIND = "headgate:durable-task"
 DURABLE_OP_KIND = "headgate:durable-op"
+#: A bulk operator action too large to run in its request (``headgate_django.bulk``).
+BULK_KIND = "headgate:bulk-action"
 
 
 def is_internal_kind(kind: object) -> bool:
@@ -57,7 +61,15 @@ def internal_kind_error(
 # First character a word character, then also the punctuation used by dotted paths,
 # namespaces and generics (Headgate's kind grammar).
 _KIND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-\[\]<>/.:+]*\Z")
-_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-.:]*\Z")
+#: Queue and rate class names (also stated as the API schema's pattern for them).
+NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_\-.:]*\Z"
+_QUEUE = re.compile(NAME_PATTERN)
+#: One search in C instead of a Python loop over the characters: every enqueue checks an id.
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def has_control_characters(text: str) -> bool:
+    return _CONTROL.search(text) is not None
 
 
 def validate_kind(kind: object) -> str:
@@ -89,6 +101,34 @@ def validate_job_id(job_id: object) -> str:
         raise DefinitionError(f"a job id must be a non-empty string, got {job_id!r}")
     if len(job_id.encode()) > MAX_ID_BYTES:
         raise DefinitionError(f"job id {job_id[:40]!r}… is longer than {MAX_ID_BYTES} bytes")
-    if any(ord(c) < 32 for c in job_id):
+    if has_control_characters(job_id):
         raise DefinitionError(f"job id {job_id!r} contains control characters")
     return job_id
+
+
+def validate_partition_key(key: object) -> str:
+    """A job's partition (its tenant, for fairness and per-partition ceilings): any text
+    without control characters, up to :data:`MAX_PARTITION_BYTES` bytes; ``""`` is the
+    partition of jobs that name none."""
+    if not isinstance(key, str):
+        raise DefinitionError(f"a partition key must be a string, got {key!r}")
+    if len(key.encode()) > MAX_PARTITION_BYTES:
+        raise DefinitionError(
+            f"partition key {key[:40]!r}… is longer than {MAX_PARTITION_BYTES} bytes"
+        )
+    if has_control_characters(key):
+        raise DefinitionError(f"partition key {key!r} contains control characters")
+    return key
+
+
+def validate_rate_class(name: object) -> str:
+    """A rate class's name: the grammar of a queue name, up to
+    :data:`MAX_RATE_CLASS_BYTES` bytes."""
+    if not isinstance(name, str) or not name:
+        raise DefinitionError(f"a rate class must be a non-empty string, got {name!r}")
+    if len(name.encode()) > MAX_RATE_CLASS_BYTES or not _QUEUE.match(name):
+        raise DefinitionError(
+            f"invalid rate class {name!r}: up to {MAX_RATE_CLASS_BYTES} bytes of letters, "
+            "digits and _-.: , starting with a letter, digit or '_'"
+        )
+    return name

@@ -144,6 +144,13 @@ def next_ticks(spec: ScheduleSpec, after: datetime, n: int) -> list[datetime]:
     return ticks
 
 
+def upcoming(spec: ScheduleSpec, first: datetime | None, n: int) -> list[datetime]:
+    """The next ``n`` fire times of a schedule whose first unfired tick is ``first``."""
+    if first is None or n <= 0:
+        return []
+    return [first, *next_ticks(spec, first, n - 1)]
+
+
 def previous_ticks(spec: ScheduleSpec, at: datetime, n: int) -> list[datetime]:
     """The newest ``n`` ticks at or before ``at``, newest first."""
     ticks: list[datetime] = []
@@ -229,6 +236,7 @@ def plan_pass(
     on_missed: str,
     backfill_limit: int,
     cap: int,
+    horizon: datetime | None = None,
 ) -> TickPlan:
     """Decide which due ticks fire, given the schedule's first unfired tick and ``now``.
 
@@ -238,6 +246,9 @@ def plan_pass(
     ``skip`` fires none, ``run_once`` the newest one, ``backfill`` the newest
     ``backfill_limit`` ones, fired oldest first. Missed ticks are found by walking back
     from the cutoff, so a long outage costs no more than the ticks that fire.
+
+    ``horizon`` (at or after ``now``) fires the ticks up to it ahead of their instant: a
+    task tick's job is written early, to become claimable at the tick.
     """
     check_on_missed(on_missed, backfill_limit)
     cutoff = now - grace
@@ -252,7 +263,8 @@ def plan_pass(
         first = next_tick(spec, cutoff)
     on_time: list[datetime] = []
     tick: datetime | None = first
-    while tick is not None and tick <= now and len(on_time) < cap:
+    until = now if horizon is None else max(horizon, now)
+    while tick is not None and tick <= until and len(on_time) < cap:
         on_time.append(tick)
         tick = next_tick(spec, tick)
     return TickPlan(fire=tuple(catch_up + on_time), skipped=skipped, next_run_at=tick)

@@ -46,6 +46,16 @@ class Event(StrEnum):
     OPERATOR_CANCEL = "operator_cancel"
     OPERATOR_SCHEDULE = "operator_schedule"  # pending/scheduled → scheduled (timers, reschedule)
     QUARANTINE = "quarantine"  # a waiting job whose fingerprint was just quarantined
+    # A concurrency ceiling's on_saturated: the incoming job discarded or cancelled, or the
+    # oldest running one cancelled to admit it.
+    SATURATED = "saturated"
+    # A waiting holder of a unique key takes a newer enqueue's values (unique_replace): the
+    # run time only from scheduled, which may then be due.
+    UNIQUE_REPLACE = "unique_replace"
+    # A waiting holder of a debounced key takes a newer enqueue's payload and runs later.
+    DEBOUNCE = "debounce"
+    # The job's deadline passed before it finished: archived, never claimed again.
+    DEADLINE = "deadline"
 
 
 #: States a job can be in before it finishes; they hold a lifecycle unique key.
@@ -99,6 +109,19 @@ TRANSITIONS: dict[tuple[State, Event], frozenset[State]] = {
     (_S.SCHEDULED, _E.QUARANTINE): frozenset({_S.QUARANTINED}),
     (_S.AVAILABLE, _E.QUARANTINE): frozenset({_S.QUARANTINED}),
     (_S.RETRYABLE, _E.QUARANTINE): frozenset({_S.QUARANTINED}),
+    (_S.AVAILABLE, _E.SATURATED): frozenset({_S.ARCHIVED, _S.CANCELLED}),
+    (_S.RUNNING, _E.SATURATED): frozenset({_S.CANCELLED}),
+    (_S.SCHEDULED, _E.UNIQUE_REPLACE): frozenset({_S.SCHEDULED, _S.AVAILABLE}),
+    (_S.AVAILABLE, _E.UNIQUE_REPLACE): frozenset({_S.AVAILABLE}),
+    (_S.RETRYABLE, _E.UNIQUE_REPLACE): frozenset({_S.RETRYABLE}),
+    (_S.SCHEDULED, _E.DEBOUNCE): frozenset({_S.SCHEDULED}),
+    (_S.AVAILABLE, _E.DEBOUNCE): frozenset({_S.SCHEDULED}),
+    (_S.RETRYABLE, _E.DEBOUNCE): frozenset({_S.RETRYABLE}),
+    (_S.PENDING, _E.DEADLINE): frozenset({_S.ARCHIVED}),
+    (_S.SCHEDULED, _E.DEADLINE): frozenset({_S.ARCHIVED}),
+    (_S.AVAILABLE, _E.DEADLINE): frozenset({_S.ARCHIVED}),
+    (_S.RETRYABLE, _E.DEADLINE): frozenset({_S.ARCHIVED}),
+    (_S.RUNNING, _E.DEADLINE): frozenset({_S.ARCHIVED}),
 }
 
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
 from headgate_django.kernel.schedule_spec import (
     check_on_missed,
-    next_ticks,
     parse_spec,
+    upcoming,
     validate_name,
 )
 from headgate_django.schedules.targets import (
@@ -93,7 +93,10 @@ def upsert(
 ) -> ScheduleView:
     """Create or replace schedule ``name``; everything is checked before anything is
     written (:class:`~headgate_django.exceptions.ScheduleError`). The same spec keeps its
-    phase; a changed spec starts from the first tick after now."""
+    phase; a changed spec starts from the first tick after now. A schedule declared in
+    ``HEADGATE["SCHEDULES"]`` is the settings' to change
+    (:class:`~headgate_django.exceptions.DeclaredScheduleError`)."""
+    _refuse_declared(name, "replaced")
     return _view(_upsert(name, spec, target, tz, on_missed, backfill_limit, paused, False, using))
 
 
@@ -127,6 +130,23 @@ def _upsert(
     )
 
 
+def _refuse_declared(name: str, what: str) -> None:
+    """Settings own a declared schedule's definition: every starting worker writes it
+    back, so a change made here would be undone without a word at the next start."""
+    from headgate_django.exceptions import DeclaredScheduleError
+    from headgate_django.schedules.declared import declared
+
+    if name in declared():
+        key = f"HEADGATE['SCHEDULES'][{name!r}]"
+        raise DeclaredScheduleError(
+            f"schedule {name!r} is declared in {key} and cannot be {what} at run time "
+            "(workers write the settings back when they start): change the settings; "
+            "pause, resume and run_now work here",
+            name=name,
+            setting=key,
+        )
+
+
 def get(name: str, *, using: str = "default") -> ScheduleView:
     from headgate_django.store.schedules import schedule_get
 
@@ -153,9 +173,11 @@ def resume(name: str, *, using: str = "default") -> ScheduleView:
 
 
 def delete(name: str, *, using: str = "default") -> None:
-    """Delete the schedule; its events remain readable through :func:`events`."""
+    """Delete the schedule; its events remain readable through :func:`events`. A declared
+    schedule is refused like :func:`upsert`: remove it from the settings instead."""
     from headgate_django.store.schedules import schedule_delete
 
+    _refuse_declared(name, "deleted")
     schedule_delete(name, using=using)
 
 
@@ -200,10 +222,7 @@ def next_runs(name: str, n: int = 5, *, using: str = "default") -> list[datetime
     from headgate_django.store.schedules import schedule_get
 
     row = schedule_get(name, using=using)
-    if row.next_run_at is None or n <= 0:
-        return []
-    first = row.next_run_at
-    return [first, *next_ticks(row.parsed, first, n - 1)]
+    return upcoming(row.parsed, row.next_run_at, n)
 
 
 def sync_declared(*, using: str = "default") -> dict[str, list[str]]:

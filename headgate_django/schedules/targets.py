@@ -11,6 +11,7 @@ User code (a factory) runs in :func:`prepare`, before the scheduler's transactio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -27,8 +28,20 @@ log = logging.getLogger("headgate_django.schedules")
 #: ``factory(workflow_id, tick_at)`` → a ``Workflow`` (or its prepared batch) with that id.
 Factory = Callable[[str, datetime], Any]
 _FACTORIES: dict[str, Factory] = {}
-# Envelope fields a tick decides, which a template must leave alone.
-_PER_TICK = ("id", "scheduled_at", "delay", "pending", "unique_key", "workflow_id")
+# Envelope fields a tick decides, which a template must leave alone (a tick's uniqueness
+# is its id; a stored schedule keeps no deadline).
+_PER_TICK = (
+    "id",
+    "scheduled_at",
+    "delay",
+    "pending",
+    "unique_key",
+    "workflow_id",
+    "unique_window",
+    "unique_replace",
+    "unique_debounce",
+    "deadline",
+)
 _SECONDS = ("retention", "timeout")
 _KEPT = ("kind", "queue", "priority", "schema_version", "max_attempts", *_SECONDS)
 
@@ -110,6 +123,13 @@ def _json(value: Any) -> None:
         raise ScheduleError(f"a durable target's input must be JSON: {exc}") from exc
 
 
+def target_label(target: dict[str, Any]) -> tuple[str, str]:
+    """What a stored target starts, without its payload: (type, the kind, factory or
+    durable workflow it names)."""
+    name = target.get("kind") or target.get("factory") or target.get("name") or ""
+    return target.get("type", ""), name
+
+
 def envelope_of(target: dict[str, Any], job_id: str) -> Envelope:
     kept = {name: target[name] for name in _KEPT}
     for name in _SECONDS:
@@ -126,6 +146,8 @@ class Firing:
     target_id: str
     write: Callable[[str], str] | None = None  # using → outcome
     failure: str = ""
+    #: A task tick's job, which :func:`write_many` inserts with the batch's other jobs.
+    envelope: Envelope | None = None
 
 
 def prepare(schedule: str, target: dict[str, Any], tick_at: datetime, suffix: str = "") -> Firing:
@@ -138,8 +160,10 @@ def prepare(schedule: str, target: dict[str, Any], tick_at: datetime, suffix: st
     kind = target.get("type")
     try:
         if kind == "task":
-            env = envelope_of(target, ident)
-            return Firing(tick_at, ident, lambda using: _insert(env, using))
+            # Scheduled for its tick, whenever it is written: ahead (the lookahead), it
+            # waits for its instant; late, it is claimable at once, in its tick's order.
+            env = dataclasses.replace(envelope_of(target, ident), scheduled_at=tick_at)
+            return Firing(tick_at, ident, lambda using: _insert([env], using), envelope=env)
         if kind == "workflow":
             batch = _workflow_batch(target["factory"], ident, tick_at)
             return Firing(tick_at, ident, lambda using: _enqueue_batch(batch, using))
@@ -162,10 +186,10 @@ def _workflow_batch(factory: str, workflow_id: str, tick_at: datetime) -> Any:
     return prepared
 
 
-def _insert(env: Envelope, using: str) -> str:
+def _insert(envelopes: list[Envelope], using: str) -> str:
     from headgate_django.store import job_insert_many
 
-    job_insert_many([env], using=using)
+    job_insert_many(envelopes, using=using)
     return "enqueued"
 
 
@@ -191,6 +215,28 @@ def _start_durable(target: dict[str, Any], ident: str, using: str) -> str:
     except IdConflictError:
         return "deduplicated"  # this tick's execution ran already and finished
     return "deduplicated" if result.deduplicated else "enqueued"
+
+
+def write_many(firings: list[Firing], using: str) -> list[tuple[str, str]]:
+    """Start prepared ticks inside the scheduler's transaction: (outcome, reason) of each.
+
+    Every task tick's job goes in with one insert (a job id that exists with the same
+    content is the store's idempotent no-op, so a replayed tick is never doubled). If the
+    store refuses that insert (a quarantined kind, an id taken by other content), it rolls
+    back alone and each task tick is tried on its own, so only the refused ones fail.
+    Workflow and durable ticks start one by one, each in its own savepoint.
+    """
+    from headgate_django.store.schedules import schedule_tick_write
+
+    envelopes = [f.envelope for f in firings if f.envelope is not None]
+    together = False
+    if len(envelopes) > 1:
+        outcome, _ = schedule_tick_write(lambda: _insert(envelopes, using), using=using)
+        together = outcome == "enqueued"
+    return [
+        ("enqueued", "") if together and f.envelope is not None else write(f, using)
+        for f in firings
+    ]
 
 
 def write(firing: Firing, using: str) -> tuple[str, str]:

@@ -6,6 +6,8 @@ worker makes is fenced on ``(id, lease_id, fence, state='running')``; every deci
 instant comes from the database clock. Vendor differences live in :mod:`.vendor`.
 """
 
+from headgate_django.store.admission import rate_bucket_reconcile
+from headgate_django.store.admitted import configured_rate_classes
 from headgate_django.store.claim import ClaimedJob, job_available, job_claim
 from headgate_django.store.duties import duty_acquire, duty_release
 from headgate_django.store.fenced import (
@@ -44,12 +46,15 @@ from headgate_django.store.operator import (
     queue_set_paused,
 )
 from headgate_django.store.schema import schema_problem
+from headgate_django.store.unique_modes import Inserted, job_insert_one, unique_window_evict
 from headgate_django.store.vendor import db_now
 
 __all__ = [
     "ClaimedJob",
     "EvictionPass",
+    "Inserted",
     "LeaseRef",
+    "configured_rate_classes",
     "db_now",
     "duty_acquire",
     "duty_release",
@@ -62,6 +67,7 @@ __all__ = [
     "job_evict_retained",
     "job_eviction_backlog",
     "job_insert_many",
+    "job_insert_one",
     "job_mark_undecodable",
     "job_operator_retry",
     "job_promote",
@@ -81,6 +87,8 @@ __all__ = [
     "job_snooze",
     "quarantine_release",
     "queue_set_paused",
+    "rate_bucket_reconcile",
     "schema_problem",
+    "unique_window_evict",
     "unknown_kinds_waiting",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import transaction
@@ -19,6 +19,13 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
+from headgate_django.store.admitted import (
+    PLAIN_EXCLUDES,
+    PLAIN_EXCLUDES_PARAMS,
+    Claimer,
+    claim_admitted,
+    current_policy,
+)
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import RowReader
@@ -42,6 +49,9 @@ COLUMNS = (
     "checkpoint",
     "cp_cursor",
     "workflow_id",
+    "rate_class",
+    "weight",
+    "deadline",
 )
 # The claim's order, which is also the order a worker starts what it claimed.
 _ORDER = "priority DESC, scheduled_at, id"
@@ -79,7 +89,7 @@ class ClaimedJob(NamedTuple):
     """What a worker needs to run one attempt, and the lease that fences its writes.
 
     A named tuple rather than a frozen dataclass: a worker makes one per job, and a frozen
-    dataclass sets each of its thirteen fields through ``object.__setattr__``, which cost
+    dataclass sets each of its fifteen fields through ``object.__setattr__``, which cost
     more than the rest of reading the claimed row.
     """
 
@@ -96,6 +106,11 @@ class ClaimedJob(NamedTuple):
     checkpoint: dict[str, Any]
     cursor: bytes | None
     workflow_id: str | None
+    rate_class: str | None = None
+    weight: int = 1
+    #: Past it the job is archived (``store.deadlines``); the handler sees it as
+    #: ``ctx.deadline``.
+    deadline: datetime | None = None
 
 
 def new_lease_id(worker_id: str) -> str:
@@ -131,6 +146,45 @@ def job_claim(
     lease_id = new_lease_id(worker_id)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
     reader = RowReader.get(conn, COLUMNS)
+    policy = current_policy(conn, using)
+    if not (policy.governed or policy.classes):  # no policy shapes claims: the plain claim
+        jobs = _claim_plain(conn, reader, limit, queues, kinds, lease_id, worker_id, ttl_ms, using)
+    else:
+        claimer = Claimer(kinds, lease_id, worker_id, ttl_ms, using)
+        rows = claim_admitted(conn, policy, queues=queues, limit=limit, claimer=claimer)
+        jobs = [_claimed(reader.convert(row), lease_id) for row in rows]
+        if len(jobs) < limit:
+            jobs += _claim_plain(
+                conn, reader, limit - len(jobs), queues, kinds, lease_id, worker_id, ttl_ms, using
+            )
+    for job in jobs:
+        if job.deadline is not None:  # rare: look again only when a job has a deadline
+            return _without_expired(jobs, using)
+    return jobs
+
+
+def _without_expired(jobs: list[ClaimedJob], using: str) -> list[ClaimedJob]:
+    """``jobs`` less those already past their deadline, which are archived unrun."""
+    from headgate_django.store.deadlines import job_expire_claimed
+
+    expired = job_expire_claimed([j.ref for j in jobs if j.deadline is not None], using=using)
+    if expired:
+        log.info("archived %d claimed job(s) past their deadline: %s", len(expired), expired)
+    return [j for j in jobs if j.ref.job_id not in expired]
+
+
+def _claim_plain(
+    conn: BaseDatabaseWrapper,
+    reader: RowReader,
+    limit: int,
+    queues: Sequence[str] | None,
+    kinds: Sequence[str] | None,
+    lease_id: str,
+    worker_id: str,
+    ttl_ms: int,
+    using: str,
+) -> list[ClaimedJob]:
+    """The claim of every queue no admission policy governs (and no paused one)."""
     if conn.vendor == "postgresql" and _has_claim_function(conn):
         # One statement in autocommit, bound on the server (its text is the same for every
         # claim, so it can be prepared): the claim's only round trip, which matters most on
@@ -165,36 +219,62 @@ def job_claim(
     if kinds is not None:
         where.append(f"kind IN ({v.placeholders(len(kinds))})")
         params.extend(kinds)
-    # Read once per claim (a hashed subplan), not probed once per candidate row.
-    where.append("queue NOT IN (SELECT name FROM headgate_queue_state WHERE paused = %s)")
-    params.append(True)
+    # Read once per claim (hashed subplans), not probed once per candidate row. What an
+    # admission policy governs is claimed by ``store.admitted`` instead.
+    where.append(PLAIN_EXCLUDES)
+    params += PLAIN_EXCLUDES_PARAMS
     candidates = (
         f"SELECT id FROM headgate_job{v.claim_index_hint(conn, bool(queues))} "
         f"WHERE {' AND '.join(where)} ORDER BY {_ORDER} LIMIT %s{v.skip_locked(conn)}"
     )
     params.append(limit)
-    set_clause = (
-        f"state = %s, lease_id = %s, fence = fence + 1, claimed_by = %s, "
-        f"claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)}"
-    )
-    set_params: list[Any] = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms]
-    columns = _SQLITE_OUTER if conn.vendor == "sqlite" else ", ".join(COLUMNS)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(candidates, params)
         ids = [row[0] for row in cursor.fetchall()]
         if not ids:
             return []
-        id_list = v.placeholders(len(ids))
-        cursor.execute(
-            f"UPDATE headgate_job SET {set_clause} WHERE id IN ({id_list})",
-            set_params + ids,
-        )
-        cursor.execute(
-            f"SELECT {columns} FROM headgate_job WHERE id IN ({id_list}) ORDER BY {_ORDER}",
-            ids,
-        )
-        rows = cursor.fetchall()
+        rows = lease_rows(cursor, conn, ids, lease_id=lease_id, worker_id=worker_id, ttl_ms=ttl_ms)
     return [_claimed(reader.convert(row), lease_id) for row in rows]
+
+
+def lease_rows(
+    cursor: Any,
+    conn: BaseDatabaseWrapper,
+    ids: Sequence[str],
+    *,
+    lease_id: str,
+    worker_id: str,
+    ttl_ms: int,
+) -> list[Any]:
+    """Move the available jobs among ``ids`` to running under ``lease_id``, inside the
+    caller's transaction, and read them back in claim order (as :data:`COLUMNS`).
+
+    The caller chose ``ids`` and holds whatever makes its choice safe (row locks, or a
+    lock that serialises the claims of their queue); a job that stopped being available
+    meanwhile is left out.
+    """
+    id_list = v.placeholders(len(ids))
+    update = (
+        f"UPDATE headgate_job SET state = %s, lease_id = %s, fence = fence + 1, "
+        f"claimed_by = %s, claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)} "
+        f"WHERE id IN ({id_list}) AND state = %s"
+    )
+    params = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms, *ids, State.AVAILABLE.value]
+    if conn.vendor == "postgresql":  # one round trip: the update hands its rows to the read
+        cursor.execute(
+            f"WITH leased AS ({update} RETURNING *) SELECT {_PG_OUTER} FROM leased "
+            f"ORDER BY {_ORDER}",
+            params,
+        )
+        return list(cursor.fetchall())
+    cursor.execute(update, params)
+    columns = _SQLITE_OUTER if conn.vendor == "sqlite" else ", ".join(COLUMNS)
+    cursor.execute(
+        f"SELECT {columns} FROM headgate_job WHERE id IN ({id_list}) AND lease_id = %s "
+        f"ORDER BY {_ORDER}",
+        [*ids, lease_id],
+    )
+    return list(cursor.fetchall())
 
 
 def _has_claim_function(conn: BaseDatabaseWrapper) -> bool:
@@ -236,6 +316,9 @@ def _claimed(row: list[Any], lease_id: str) -> ClaimedJob:
         checkpoint,
         cursor,
         workflow_id,
+        rate_class,
+        weight,
+        deadline,
     ) = row
     return ClaimedJob(
         LeaseRef(job_id, lease_id, fence),
@@ -251,6 +334,9 @@ def _claimed(row: list[Any], lease_id: str) -> ClaimedJob:
         checkpoint or {},
         bytes(cursor) if cursor is not None else None,
         workflow_id,
+        rate_class,
+        weight,
+        deadline,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from django.db.models import Count, Max, Sum
 
 from headgate_django.models import Execution, HistoryEvent, Job, SignalEmission, WorkflowCheckpoint
+from headgate_django.store.index_hints import filtered_list, prefix_search
 from headgate_django.store.workflows import COORDINATOR_KIND, GRAFT_KIND, RETRY_KIND
 
 _CHUNK = 500
@@ -191,3 +192,49 @@ def execution_jobs(group: str, *, using: str = "default") -> dict[str, dict[str,
         .values("id", "kind", "state", "attempt", "max_attempts", "checkpoint")
     )
     return {r["id"]: dict(r) for r in rows}
+
+
+def job_page_fingerprint(
+    *,
+    state: str | None = None,
+    queue: str | None = None,
+    kind: str | None = None,
+    search: str | None = None,
+    limit: int = 100,
+    using: str = "default",
+) -> tuple[Any, ...]:
+    """What the first page of the job list shows, newest first: changes when a job joins
+    the page or one of its jobs moves. The same filters, search and order as the admin
+    list (``-id``; :mod:`.index_hints`), so the same indexes serve it."""
+    qs = Job.objects.using(using).all()
+    if state:
+        qs = qs.filter(state=state)
+    if queue:
+        qs = qs.filter(queue=queue)
+    if kind:
+        qs = qs.filter(kind=kind)
+    if search:
+        qs = prefix_search(qs, search)
+    qs = filtered_list(qs, states=[state] if state else [], kinds=[kind] if kind else [])
+    rows = qs.order_by("-id").values_list(
+        "id", "state", "attempt", "crash_attempt", "scheduled_at", "finalized_at"
+    )[:limit]
+    return tuple(rows)
+
+
+def job_live_state(job_id: str, *, using: str = "default") -> dict[str, Any] | None:
+    """What a job page keeps live: state, attempt number and last progress (one row by
+    primary key); ``None`` once the job is gone."""
+    row = (
+        Job.objects.using(using)
+        .filter(pk=job_id)
+        .values("state", "attempt", "crash_attempt", "progress")
+        .first()
+    )
+    if row is None:
+        return None
+    return {
+        "state": row["state"],
+        "attempt": row["attempt"] + row["crash_attempt"] + (row["state"] == "running"),
+        "progress": row["progress"],
+    }

@@ -19,10 +19,12 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.conf import headgate_settings
 from headgate_django.envelope import check_result
-from headgate_django.exceptions import LeaseLostError, ResultTooLargeError
+from headgate_django.exceptions import DeadlineExceededError, LeaseLostError, ResultTooLargeError
 from headgate_django.kernel import backoff
 from headgate_django.kernel.states import Event, State, check, retry_target
 from headgate_django.store import vendor as v
+from headgate_django.store.attempt_logs import logged, save_completion_logs
+from headgate_django.store.hooks import Death, after_archive
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
 
@@ -50,6 +52,7 @@ class Completion(NamedTuple):
     result: Any = None
     delete: bool = False  # retention 0: the row goes away at ack
     workflow_id: str | None = None  # a workflow child: its coordinator is woken
+    logs: dict[str, Any] | None = None  # what the attempt logged (ctx.log), if anything
 
 
 def atomic_unless_alone(
@@ -181,9 +184,11 @@ def job_complete_many(completions: Sequence[Completion], *, using: str = "defaul
     conn = v.connection_for(using)
     deletes = [c.ref for c in completions if c.delete]
     keeps = [c for c in completions if not c.delete]
-    alone = not (deletes and keeps) and not any(c.workflow_id for c in completions)
+    alone = not (deletes and keeps) and not any(c.workflow_id or c.logs for c in completions)
     done: set[str] = set()
     with atomic_unless_alone(conn, using, alone=alone), server_bound_cursor(conn) as cursor:
+        if not alone:
+            save_completion_logs(cursor, conn, keeps)
         done |= _deleted_ids(cursor, conn, deletes)
         if keeps:
             done |= _complete_kept(cursor, conn, keeps)
@@ -259,6 +264,11 @@ def job_renew_leases(
     with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
         _lock_in_id_order(cursor, conn, refs)
         kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
+        # A job past its deadline is archived now, and its handler told to stop as if
+        # its lease were lost.
+        from headgate_django.store.deadlines import archive_held_past_deadline
+
+        kept -= archive_held_past_deadline(cursor, conn, [r for r in refs if r.job_id in kept])
     return {r.job_id for r in refs} - kept
 
 
@@ -308,14 +318,28 @@ def lock_held(
 
 
 def error_entry(
-    conn: BaseDatabaseWrapper, at: Any, attempt: int, kind: str, message: str, trace: str | None
+    conn: BaseDatabaseWrapper,
+    at: Any,
+    attempt: int,
+    kind: str,
+    message: str,
+    trace: str | None,
+    *,
+    claimed_at: Any = None,
+    worker: str | None = None,
 ) -> dict[str, Any]:
+    """One attempt's record in ``errors``; with when it was claimed and by which worker
+    where the caller knows (the console draws attempts as a timeline from these)."""
     entry: dict[str, Any] = {
         "attempt": attempt,
         "at": v.parse_instant(conn, at).isoformat(),
         "kind": kind,
         "error": message[:4000],
     }
+    if claimed_at is not None:
+        entry["claimed_at"] = v.parse_instant(conn, claimed_at).isoformat()
+    if worker:
+        entry["worker"] = worker
     if trace:
         entry["traceback"] = trace[-16000:]
     return entry
@@ -334,17 +358,22 @@ def job_retry(
     traceback: str | None = None,
     delay: timedelta | None = None,
     exception: str | None = None,
+    logs: dict[str, Any] | None = None,
     using: str = "default",
 ) -> State:
-    """A returned failure: consume an attempt, back off on the store clock or archive."""
+    """A returned failure: consume an attempt, back off on the store clock or archive.
+    ``logs`` (what the attempt logged) is saved with it."""
     conn = v.connection_for(using)
     s = headgate_settings
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        errors, attempt, max_attempts, workflow_id, at = lock_held(
-            cursor, conn, ref, "errors, attempt, max_attempts, workflow_id"
-        )
+        columns = "errors, attempt, max_attempts, workflow_id, claimed_at, claimed_by, kind, queue"
+        row = lock_held(cursor, conn, ref, columns + (", logs" if logs else ""))
+        errors, attempt, max_attempts, workflow_id, claimed, worker, kind, queue = row[:8]
+        at = row[-1]
         target = retry_target(attempt, max_attempts)
-        entry = error_entry(conn, at, attempt + 1, "error", error, traceback)
+        entry = error_entry(
+            conn, at, attempt + 1, "error", error, traceback, claimed_at=claimed, worker=worker
+        )
         if exception:
             entry["exception"] = exception
         params: list[Any] = [target.value, prep(conn, "errors", append_error(errors, entry))]
@@ -365,36 +394,69 @@ def job_retry(
                 f"finalized_at = {v.now(conn)}, "
                 f"expires_at = {v.plus_duration_column(conn, 'retention')}"
             )
+        if logs:
+            when += ", logs = %s"
+            params.append(logged(conn, row[8], logs, "error", at))
         cursor.execute(
             f"UPDATE headgate_job SET state = %s, errors = %s, attempt = attempt + 1, "
             f"{when}, {_CLEAR_LEASE} WHERE id = %s",
             [*params, ref.job_id],
         )
         after_finish(cursor, conn, {ref.job_id: workflow_id})
+        if target is State.ARCHIVED:
+            death = Death(ref.job_id, kind, queue, "attempts_exhausted", error[:4000])
+            after_archive(cursor, conn, [death])
     return target
 
 
 def _finish_with(
-    ref: LeaseRef, *, state: State, kind: str, message: str, trace: str | None, using: str
+    ref: LeaseRef,
+    *,
+    state: State,
+    kind: str,
+    message: str,
+    trace: str | None,
+    logs: dict[str, Any] | None,
+    using: str,
 ) -> None:
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        errors, attempt, workflow_id, at = lock_held(
-            cursor, conn, ref, "errors, attempt, workflow_id"
+        columns = "errors, attempt, workflow_id, claimed_at, claimed_by, kind, queue"
+        row = lock_held(cursor, conn, ref, columns + (", logs" if logs else ""))
+        errors, attempt, workflow_id, claimed, worker, job_kind, queue = row[:7]
+        at = row[-1]
+        entry = error_entry(
+            conn, at, attempt + 1, kind, message, trace, claimed_at=claimed, worker=worker
         )
-        entry = error_entry(conn, at, attempt + 1, kind, message, trace)
+        params = [state.value, prep(conn, "errors", append_error(errors, entry))]
+        also = ""
+        if logs:
+            also = ", logs = %s"
+            params.append(logged(conn, row[7], logs, kind, at))
         cursor.execute(
             f"UPDATE headgate_job SET state = %s, errors = %s, finalized_at = {v.now(conn)}, "
-            f"expires_at = {v.plus_duration_column(conn, 'retention')}, {_CLEAR_LEASE} "
+            f"expires_at = {v.plus_duration_column(conn, 'retention')}, {_CLEAR_LEASE}{also} "
             "WHERE id = %s",
-            [state.value, prep(conn, "errors", append_error(errors, entry)), ref.job_id],
+            [*params, ref.job_id],
         )
         after_finish(cursor, conn, {ref.job_id: workflow_id})
+        reason = "skipped" if state is State.ARCHIVED else "undecodable"
+        after_archive(cursor, conn, [Death(ref.job_id, job_kind, queue, reason, message[:4000])])
 
 
-def job_skip(ref: LeaseRef, *, reason: str, using: str = "default") -> None:
+def job_skip(
+    ref: LeaseRef, *, reason: str, logs: dict[str, Any] | None = None, using: str = "default"
+) -> None:
     """The handler gave up on purpose: archive without retrying."""
-    _finish_with(ref, state=State.ARCHIVED, kind="skip", message=reason, trace=None, using=using)
+    _finish_with(
+        ref,
+        state=State.ARCHIVED,
+        kind="skip",
+        message=reason,
+        trace=None,
+        logs=logs,
+        using=using,
+    )
 
 
 def job_revoke(ref: LeaseRef, *, reason: str, using: str = "default") -> State:
@@ -415,7 +477,12 @@ def job_revoke(ref: LeaseRef, *, reason: str, using: str = "default") -> State:
 
 
 def job_mark_undecodable(
-    ref: LeaseRef, *, reason: str, traceback: str | None = None, using: str = "default"
+    ref: LeaseRef,
+    *,
+    reason: str,
+    traceback: str | None = None,
+    logs: dict[str, Any] | None = None,
+    using: str = "default",
 ) -> None:
     """No decoder for the stored payload: park it for an operator, never retry blindly."""
     _finish_with(
@@ -424,6 +491,7 @@ def job_mark_undecodable(
         kind="undecodable",
         message=reason,
         trace=traceback,
+        logs=logs,
         using=using,
     )
 
@@ -448,16 +516,26 @@ def job_snooze(ref: LeaseRef, *, delay: timedelta, using: str = "default") -> No
 
 
 def _fenced_single(ref: LeaseRef, set_sql: str, params: list[Any], using: str) -> None:
-    """One fenced ``UPDATE`` of the held row; :class:`LeaseLostError` if it matched none."""
+    """One fenced ``UPDATE`` of the held row; :class:`LeaseLostError` if it matched none.
+
+    A job past its deadline matches none either: it is archived then, and the error is
+    ``DeadlineExceededError``."""
     conn = v.connection_for(using)
     with atomic_unless_alone(conn, using, alone=True), conn.cursor() as cursor:
         cursor.execute(
             f"UPDATE headgate_job SET {set_sql} WHERE id = %s AND lease_id = %s AND fence = %s "
-            "AND state = %s",
+            f"AND state = %s AND (deadline IS NULL OR deadline > {v.now(conn)})",
             [*params, ref.job_id, ref.lease_id, ref.fence, _RUNNING],
         )
-        if cursor.rowcount != 1:
-            raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
+        if cursor.rowcount == 1:
+            return
+    from headgate_django.store.deadlines import archive_held_past_deadline
+
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        archived = archive_held_past_deadline(cursor, conn, [ref])
+    if archived:  # raised once the archive is committed, not inside its transaction
+        raise DeadlineExceededError(f"job {ref.job_id} passed its deadline and was archived")
+    raise LeaseLostError(f"lease on job {ref.job_id} was lost (fence {ref.fence})")
 
 
 def job_save_checkpoint(

@@ -12,6 +12,7 @@ classified the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -22,14 +23,19 @@ from headgate_django.conf import headgate_settings
 from headgate_django.envelope import Envelope, check_fields, new_id, new_ids
 from headgate_django.exceptions import (
     BatchError,
+    ConfigurationError,
     DefinitionError,
     DuplicateError,
     IdConflictError,
     PayloadTooLargeError,
     QuarantinedError,
 )
+from headgate_django.kernel import sealed
+from headgate_django.kernel.names import is_internal_kind
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
+from headgate_django.store.admitted import current_policy
+from headgate_django.store.backpressure import check_backpressure
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
 from headgate_django.store.unique_keys import live_holders
@@ -37,7 +43,7 @@ from headgate_django.store.unique_keys import live_holders
 _COLUMNS = (
     "id, kind, queue, priority, schema_version, payload, fingerprint, state, attempt, "
     "crash_attempt, max_attempts, timeout, scheduled_at, fence, claimed_by, enqueued_at, "
-    "retention, unique_key, errors, checkpoint, workflow_id"
+    "retention, unique_key, errors, checkpoint, workflow_id, partition_key, rate_class, weight"
 )
 
 # PostgreSQL's enqueue is one statement. The state and schedule follow the same rules as
@@ -54,6 +60,7 @@ _PG_ROW = (
     ("payload", "bytea"),
     ("fingerprint", "varchar"),
     ("unique_key", "varchar"),
+    ("partition_key", "varchar"),
 )
 _PG_SHAPE = (
     ("kind", "varchar"),
@@ -67,6 +74,8 @@ _PG_SHAPE = (
     ("timeout", "interval"),
     ("retention", "interval"),
     ("workflow_id", "varchar"),
+    ("rate_class", "varchar"),
+    ("weight", "integer"),
 )
 
 
@@ -102,7 +111,8 @@ _PG_SELECT = (
     "CASE WHEN delay_ms IS NOT NULL "
     "THEN clock_timestamp() + delay_ms * interval '1 millisecond' "
     "ELSE coalesce(run_at, clock_timestamp()) END, "
-    "0, '', clock_timestamp(), retention, unique_key, '[]', '{}', workflow_id "
+    "0, '', clock_timestamp(), retention, unique_key, '[]', '{}', workflow_id, "
+    "partition_key, rate_class, weight "
 )
 # The quarantine probe covers the whole batch, so a quarantined row stops every row. The
 # arrays go in binary (``%b``): as text, psycopg quotes every element in Python, which cost
@@ -164,6 +174,8 @@ _PG_ONE_SHAPE = (
     ("max_attempts", "integer"),
     ("retention", "interval"),
     ("timeout", "interval"),
+    ("rate_class", "varchar"),
+    ("weight", "integer"),
 )
 
 #: One-row statements by shape: a project enqueues a few shapes over and over, and each
@@ -206,8 +218,10 @@ def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tup
     if statements is None:
         from psycopg import sql  # an optional dependency: only PostgreSQL comes here
 
-        *constants, timing = shape
+        *constants, partitioned, timing = shape
         values = dict(_PG_ONE_VALUES)
+        # Most jobs name no partition: theirs is a constant, not one more bound value.
+        values["partition_key"] = "%(partition_key)s::varchar" if partitioned else "''"
         state, scheduled_at, claimed_by = _PG_ONE_TIMING[timing]
         values["state"], values["scheduled_at"] = state, scheduled_at
         for (name, sql_type), value in zip(_PG_ONE_SHAPE, constants, strict=True):
@@ -303,6 +317,28 @@ def _plan(envelopes: Sequence[Envelope]) -> list[_Row]:
     return rows
 
 
+def seal_payload(kind: str, payload: bytes) -> bytes:
+    """``payload`` sealed with the current key (``ENCRYPTION_KEY_ID``), unless encryption
+    is off or the kind is internal (the library reads those payloads outside the worker)."""
+    key_id = headgate_settings.ENCRYPTION_KEY_ID
+    if key_id is None or is_internal_kind(kind) or sealed.is_sealed(payload):
+        return payload
+    try:
+        key = sealed.parse_ring(headgate_settings.ENCRYPTION_KEYS)[key_id]
+        return sealed.seal(payload, key_id, key)
+    except (KeyError, ValueError) as exc:
+        raise ConfigurationError(f"cannot encrypt the payload: {exc}") from None
+
+
+def _sealed(row: _Row) -> _Row:
+    """The row with its payload sealed; its fingerprint stays the plaintext's, so equal
+    payloads still share one (quarantine, idempotent ids)."""
+    payload = seal_payload(row.env.kind, row.env.payload)
+    return (
+        row if payload is row.env.payload else row._replace(env=replace(row.env, payload=payload))
+    )
+
+
 def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") -> list[str]:
     """Insert every envelope or none; return the job ids in input order.
 
@@ -312,7 +348,44 @@ def job_insert_many(envelopes: Sequence[Envelope], *, using: str = "default") ->
     rows = _plan(envelopes)
     if not rows:
         return []
+    if headgate_settings.ENCRYPTION_KEY_ID is not None:
+        rows = [_sealed(row) for row in rows]
     conn = v.connection_for(using)
+    if is_special(rows[0].env) or (len(rows) > 1 and any(is_special(r.env) for r in rows)):
+        from headgate_django.store.unique_modes import insert_special
+
+        return [done.id for done in insert_special(conn, rows, using)]
+    return insert_checked(conn, rows, using)
+
+
+def is_special(env: Envelope) -> bool:
+    """Whether ``env`` needs more than the plain insert: a uniqueness mode or a deadline
+    (:mod:`.unique_modes`). Plain jobs pay these four attribute reads and nothing else."""
+    return not (
+        env.unique_window is None
+        and env.unique_replace is None
+        and env.unique_debounce is None
+        and env.deadline is None
+    )
+
+
+def insert_checked(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> list[str]:
+    """Insert ``rows`` under their queues' backpressure limits, all or none."""
+    limited = current_policy(conn, using).backpressure
+    if limited:
+        incoming: dict[str, int] = {}
+        for row in rows:
+            if row.env.queue in limited:
+                incoming[row.env.queue] = incoming.get(row.env.queue, 0) + 1
+        if incoming:
+            # Counted and inserted under the limited queues' locks, in one transaction.
+            with transaction.atomic(using=using):
+                check_backpressure(conn, incoming, using=using)
+                return _insert_rows(conn, rows, using)
+    return _insert_rows(conn, rows, using)
+
+
+def _insert_rows(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> list[str]:
     if _insert_unopposed(conn, rows, using):
         return [row.id for row in rows]
     with transaction.atomic(using=using):
@@ -406,6 +479,8 @@ def _pg_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bo
                 "unique_key": env.unique_key,
                 "workflow_id": env.workflow_id,
             }
+            if env.partition_key:
+                params["partition_key"] = env.partition_key
             if timing == "delay":
                 params["delay_ms"] = _delay_ms(env)
             elif timing == "at":
@@ -441,7 +516,7 @@ class _Opposed(Exception):
 
 def _pg_own(r: _Row) -> tuple[Any, ...]:
     """The values of :data:`_PG_ROW`."""
-    return (r.id, bytes(r.env.payload), r.fingerprint, r.env.unique_key)
+    return (r.id, bytes(r.env.payload), r.fingerprint, r.env.unique_key, r.env.partition_key)
 
 
 def _limits(env: Envelope) -> tuple[int, timedelta]:
@@ -468,11 +543,14 @@ def _pg_shape(env: Envelope) -> tuple[Any, ...]:
         env.timeout,
         retention,
         env.workflow_id,
+        env.rate_class,
+        env.weight,
     )
 
 
 def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
-    """The values of :data:`_PG_ONE_SHAPE`, then the timing: a single job's statement key."""
+    """The values of :data:`_PG_ONE_SHAPE`, whether it names a partition, then the timing:
+    a single job's statement key."""
     return (
         env.kind,
         env.queue,
@@ -480,6 +558,9 @@ def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
         env.schema_version,
         *_limits(env),
         env.timeout,
+        env.rate_class,
+        env.weight,
+        bool(env.partition_key),
         timing,
     )
 
@@ -564,7 +645,7 @@ def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], lis
             state_sql, sched_sql, extra = "%s", now, [State.AVAILABLE.value]
         values.append(
             f"(%s, %s, %s, %s, %s, %s, %s, {state_sql}, 0, 0, %s, %s, {sched_sql}, 0, '', "
-            f"{now}, %s, %s, %s, %s, %s)"
+            f"{now}, %s, %s, %s, %s, %s, %s, %s, %s)"
         )
         params += [r.id, env.kind, env.queue, env.priority, env.schema_version]
         params += [prep(conn, "payload", bytes(env.payload)), r.fingerprint]
@@ -581,5 +662,8 @@ def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], lis
             empty_list,
             empty_dict,
             env.workflow_id,
+            env.partition_key,
+            env.rate_class,
+            env.weight,
         ]
     return values, params

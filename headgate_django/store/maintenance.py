@@ -67,6 +67,9 @@ def job_reclaim_expired(*, limit: int = 500, using: str = "default") -> ReclaimR
     report = ReclaimReport()
     crash_backoff_ms = int(s.CRASH_BACKOFF.total_seconds() * 1000)
     with transaction.atomic(using=using), conn.cursor() as cursor:
+        from headgate_django.store.deadlines import archive_reclaimed_past_deadline
+
+        archive_reclaimed_past_deadline(cursor, conn, limit)
         cursor.execute(
             "SELECT id, crash_attempt, attempt, fingerprint, kind, payload, errors, checkpoint, "
             f"claimed_by, {v.now(conn)} FROM headgate_job "
@@ -89,7 +92,7 @@ def job_reclaim_expired(*, limit: int = 500, using: str = "default") -> ReclaimR
             message = f"lease expired (worker {by or '?'} stopped renewing)"
             if step:
                 message += f" during step {step!r}"
-            entry = error_entry(conn, at, attempt + 1, "crash", message, None)
+            entry = error_entry(conn, at, attempt + 1, "crash", message, None, worker=by)
             new_errors = prep(conn, "errors", append_error(errors, entry))
             target = lease_lost_target(crashes, s.CRASH_LIMIT)
             if target is State.RETRYABLE:
@@ -131,9 +134,12 @@ def _quarantine(
             [fp, kind, crashes, payload, job_id, reason],
         )
     waiting = sorted(s.value for s in WAITING_STATES)
+    # MySQL/MariaDB find waiting jobs by the generated column that is their fingerprint
+    # only while they wait (migration 0020); elsewhere a partial index has that condition.
+    column = "fp_waiting" if conn.vendor == "mysql" else "fingerprint"
     cursor.execute(
         f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)} "
-        f"WHERE fingerprint = %s AND state IN ({v.placeholders(len(waiting))})",
+        f"WHERE {column} = %s AND state IN ({v.placeholders(len(waiting))})",
         [State.QUARANTINED.value, fp, *waiting],
     )
 

@@ -30,6 +30,7 @@ from headgate_django.models import Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
 from headgate_django.store.durable_jobs import GROUP_PREFIX
 from headgate_django.store.fenced import after_finish
+from headgate_django.store.insert import seal_payload
 from headgate_django.store.rows import prep
 from headgate_django.store.unique_keys import live_holders
 
@@ -218,7 +219,7 @@ def job_replace_payload(
         if State(job.state) in {State.RUNNING, State.COMPLETED}:
             raise InvalidTransitionError(f"cannot replace the payload of a {job.state} job")
         Job.objects.using(using).filter(pk=job_id).update(
-            payload=bytes(payload),
+            payload=seal_payload(job.kind, bytes(payload)),
             fingerprint=fingerprint(job.kind, bytes(payload)),
             schema_version=schema_version or F("schema_version"),
         )

@@ -39,10 +39,26 @@ class Duty:
     last: float = float("-inf")
     #: Seconds the duty waits once the database is back after an outage.
     after_outage: float = 0.0
+    #: Given a run's result, seconds until the duty should run again when that is sooner
+    #: than its interval (None: the interval). The scheduler's: when the next tick is due.
+    wake: Callable[[dict[str, Any]], float | None] | None = None
+
+
+#: Rows one promotion statement moves, and the seconds a promote run keeps going while its
+#: batches come back full (a burst of jobs due at one instant, such as a minute's
+#: schedule ticks written ahead): the rest is the next heartbeat's.
+PROMOTE_BATCH = 1000
+PROMOTE_BUDGET = 0.25
 
 
 def _promote() -> dict[str, Any]:
-    return {"promoted": store.job_promote_due()}
+    promoted, full = 0, True
+    ends = time.monotonic() + PROMOTE_BUDGET
+    while full and time.monotonic() < ends:
+        moved = store.job_promote_due(limit=PROMOTE_BATCH)
+        promoted += moved
+        full = moved == PROMOTE_BATCH
+    return {"promoted": promoted, "more": full}
 
 
 def _reclaim() -> dict[str, Any]:
@@ -84,15 +100,59 @@ def _purge_idempotency_records() -> dict[str, Any]:
     return {"purged": idempotency_purge_expired()}
 
 
+def _evict_unique_windows() -> dict[str, Any]:
+    """Throttle windows that lapsed with nobody enqueuing their key again."""
+    return {"evicted": store.unique_window_evict()}
+
+
+def _prune_effects() -> dict[str, Any]:
+    """Records of at-most-once effects whose job is gone."""
+    from headgate_django.store.effects import effect_prune
+
+    return {"pruned": effect_prune()}
+
+
+def _archive_past_deadline() -> dict[str, Any]:
+    """Waiting jobs whose deadline passed: archived (deadline_exceeded), never claimed."""
+    from headgate_django.store.deadlines import job_archive_past_deadline
+
+    archived = job_archive_past_deadline()
+    if archived:
+        log.info("archived %d job(s) past their deadline", len(archived))
+    return {"archived": len(archived), "more": len(archived) >= 500}
+
+
 def _schedule() -> dict[str, Any]:
     from headgate_django.schedules.scheduler import run_pass
 
     return run_pass()
 
 
+def _prune_workers() -> dict[str, Any]:
+    """Registry rows of workers gone or stopped for ``WORKER_RETENTION``, and per-minute
+    counts older than a day."""
+    from headgate_django.store.workers import worker_prune
+
+    return worker_prune(retention=headgate_settings.WORKER_RETENTION)
+
+
+def _schedule_wake(result: dict[str, Any]) -> float | None:
+    from headgate_django.schedules.scheduler import wake_in
+
+    return wake_in(result)
+
+
 #: Extra duties registered by the workflow and durable layers.
 EXTRA_DUTIES: list[Callable[[], Duty]] = []
 EXTRA_DUTIES.append(lambda: Duty("idempotency-purge", 60.0, _purge_idempotency_records))
+EXTRA_DUTIES.append(lambda: Duty("workers-prune", 60.0, _prune_workers))
+EXTRA_DUTIES.append(lambda: Duty("unique-windows", 60.0, _evict_unique_windows))
+EXTRA_DUTIES.append(lambda: Duty("effects-prune", 60.0, _prune_effects))
+EXTRA_DUTIES.append(
+    lambda: Duty(
+        "deadlines", headgate_settings.DUTY_INTERVAL.total_seconds(), _archive_past_deadline
+    )
+)
 
 
 def default_duties() -> list[Duty]:
@@ -104,7 +164,7 @@ def default_duties() -> list[Duty]:
         ),
         Duty("evict", base * 5, _evict),
         # Periodic schedules: one holder fires every due tick (schedules.scheduler).
-        Duty("scheduler", min(base, 0.5), _schedule),
+        Duty("scheduler", min(base, 0.5), _schedule, wake=_schedule_wake),
     ]
     return duties + [make() for make in EXTRA_DUTIES]
 
@@ -144,9 +204,24 @@ class DutyRunner:
                 self._back_at = now
             if now - self._back_at < duty.after_outage:
                 continue
-            result = duty.run()
+            try:
+                result = duty.run()
+            except (OperationalError, InterfaceError):
+                raise  # the database is gone for every duty: the caller's outage handling
+            except Exception:
+                # One duty's bug must not starve the others: they run in a fixed order, and
+                # a duty that raised each pass would keep every later one (reclaim,
+                # eviction, the scheduler) from ever running. It is tried again at its
+                # next interval.
+                log.exception("duty %s failed; the other duties go on", duty.name)
+                continue
             if result.get("more"):
                 duty.last = float("-inf")  # a backlog remains: run again on the next tick
+            elif duty.wake is not None:
+                wake = duty.wake(result)
+                if wake is not None and wake < duty.interval:
+                    # Due again at now + wake: the heartbeat's next tick after that runs it.
+                    duty.last = time.monotonic() + wake - duty.interval
             if duty.name not in ("promote", "scheduler") or any(result.values()):
                 duty_record(duty.name, holder=self.holder, result=result)
 

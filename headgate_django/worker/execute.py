@@ -7,6 +7,7 @@ UPDATE while failures, snoozes and skips are written one by one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import traceback
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -17,16 +18,28 @@ from typing import Any
 from django.db import InterfaceError, OperationalError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from headgate_django import tracing
+from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import RetryAfter, Revoke, Skip, Snooze
 from headgate_django.envelope import check_result, decode_call
 from headgate_django.exceptions import LeaseLostError
+from headgate_django.kernel import sealed
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.store.vendor import connection_for
 
 
 @dataclass(frozen=True)
 class Succeeded:
+    result: Any
+    logs: dict[str, Any] | None = None  # what ctx.log kept, saved with the outcome
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The handler's ``ctx.once(..., last=True)`` already completed the job, with the
+    effect's result, in the effect's own commit: nothing is left to write."""
+
     result: Any
 
 
@@ -39,6 +52,7 @@ class Failed:
     # The handler failed on a database connection that no longer works (a restarted or
     # killed session): the worker's fault, not the job's, so the runner runs it again.
     connection_lost: bool = False
+    logs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,7 @@ class Snoozed:
 @dataclass(frozen=True)
 class Skipped:
     reason: str
+    logs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,7 @@ class Revoked:
 class Undecodable:
     reason: str
     traceback: str | None = None
+    logs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +83,7 @@ class LeaseLost:
     reason: str
 
 
-Outcome = Succeeded | Failed | Snoozed | Skipped | Revoked | Undecodable | LeaseLost
+Outcome = Succeeded | Committed | Failed | Snoozed | Skipped | Revoked | Undecodable | LeaseLost
 _SUCCEEDED = Succeeded(result=None)  # what most attempts return: made once, it is immutable
 
 
@@ -126,6 +142,9 @@ def decode(
             f"payload schema_version {schema_version} is newer than this worker's "
             f"{definition.kind} (version {definition.schema_version})"
         )
+    if payload[:1] == sealed.MAGIC[:1] and sealed.is_sealed(payload):
+        # Only here, in the worker: a ring without the payload's key id is ValueError.
+        payload = sealed.unseal(payload, sealed.parse_ring(headgate_settings.ENCRYPTION_KEYS))
     args, kwargs = decode_call(payload)
     if schema_version < definition.schema_version:
         if definition.upcaster is None:
@@ -137,13 +156,60 @@ def decode(
     return args, kwargs
 
 
+#: The outcomes whose attempt's log lines are saved with them (the reference's rule).
+_LOGGED = (Succeeded, Failed, Skipped, Undecodable)
+
+
 def run_attempt(
+    ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None
+) -> Outcome:
+    """Run the attempt (in its span, with tracing on); the outcome carries what the
+    handler logged (``ctx.log``)."""
+    if tracing.ENABLED and tracing.active():
+        return tracing.traced(
+            ctx, lambda: with_logs(ctx, _run(ctx, payload, schema_version, async_runner)), label
+        )
+    return with_logs(ctx, _run(ctx, payload, schema_version, async_runner))
+
+
+def with_logs(ctx: JobContext, outcome: Outcome) -> Outcome:
+    """``outcome`` carrying what the attempt logged, for the outcomes that save logs."""
+    if ctx.attempt_log is None or not isinstance(outcome, _LOGGED):
+        return outcome  # most attempts log nothing: no record to make
+    record = ctx.attempt_log.record(ctx.attempt)
+    return outcome if record is None else dataclasses.replace(outcome, logs=record)
+
+
+def outcome_of(exc: BaseException) -> Outcome:
+    """What an exception a handler raised (or a batch handler returned for a member) means."""
+    if isinstance(exc, Snooze):
+        return Snoozed(delay=exc.delay)
+    if isinstance(exc, Skip):
+        return Skipped(reason=exc.reason)
+    if isinstance(exc, Revoke):
+        return Revoked(reason=exc.reason)
+    if isinstance(exc, LeaseLostError):
+        return LeaseLost(reason=str(exc))
+    if isinstance(exc, RetryAfter):
+        cause = exc.__cause__ or exc
+        trace = "".join(traceback.format_exception(exc))
+        return Failed(
+            error=exc.error, traceback=trace, delay=exc.delay, exception=class_path(cause)
+        )
+    return failure(exc)
+
+
+def _run(
     ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None
 ) -> Outcome:
     definition = find_task(ctx.kind)
     if definition is None:
         # The claim only takes known kinds; this means the registry changed under us.
         return Failed(error=f"no handler registered for kind {ctx.kind!r}")
+    if definition.batch_size is not None:  # run alone (a test helper): a batch of one
+        from headgate_django.worker.batches import call_batch
+
+        return call_batch(definition, [(ctx, payload, schema_version)])[0]
     try:
         args, kwargs = decode(definition, payload, schema_version)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -192,6 +258,8 @@ def run_attempt(
         # SystemExit, KeyboardInterrupt, GeneratorExit raised by the handler: its failure like
         # any other. Only a signal stops a worker, and a handler thread must live on.
         return failure(exc)
+    if ctx.completed is not None:
+        return Committed(result=ctx.completed[0])
     if ctx.cancelled:
         return LeaseLost(reason="the attempt was cancelled while it ran")
     if result is None:  # most handlers: nothing to encode or measure
@@ -263,6 +331,7 @@ def label(outcome: Outcome) -> str:
 
 _LABELS: dict[type, str] = {
     Succeeded: "succeeded",
+    Committed: "succeeded",
     Failed: "failed",
     Snoozed: "snoozed",
     Skipped: "skipped",

@@ -8,7 +8,8 @@ Threads, each with one job:
   event loop thread for ``async def``;
 - the acker: writes every success waiting for it in one fenced statement;
 - the heartbeat: renews all held leases (buffered ones too) every lease/3 in one statement,
-  enforces per-attempt timeouts, runs due duties and prints the status line.
+  enforces per-attempt timeouts, runs due duties, prints the status line and keeps this
+  worker's registry row and per-minute outcome counts (:mod:`.presence`).
 """
 
 from __future__ import annotations
@@ -35,18 +36,20 @@ from django.db import (
     connections,
 )
 
-from headgate_django import metrics, store
+from headgate_django import metrics, store, tracing
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.exceptions import LeaseLostError
 from headgate_django.kernel.states import State
-from headgate_django.registry import registered_kinds
+from headgate_django.registry import batch_task, registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
-from headgate_django.worker import execute, logs
+from headgate_django.store.tracing import job_trace_contexts
+from headgate_django.worker import batches, events, execute, logs
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import wake_source
+from headgate_django.worker.presence import FLUSH_EVERY, Presence
 from headgate_django.worker.settle import completion, settle
 from headgate_django.worker.status import status_line
 
@@ -156,11 +159,16 @@ class Worker:
         # Kinds this worker leaves to others (runworkers --durable-mode).
         self.exclude_kinds = frozenset(exclude_kinds)
         self.stats = Stats()
+        self._warned_classes: set[str] = set()  # unconfigured rate classes warned about
         # Every job held, buffered or running, keyed by lease, not job id: a job that timed
         # out here may be claimed here again while the abandoned handler of its earlier
         # attempt still holds a slot.
         self._held: dict[LeaseRef, _Held] = {}
-        self._buffer: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
+        # The claim's jobs' trace contexts, read only with OpenTelemetry installed.
+        self._trace_parents: dict[str, dict[str, str]] = {}
+        # A job, or a group of jobs of one batch kind (worker/batches.py), per item.
+        self._buffer: queue.SimpleQueue[_Held | list[_Held] | None] = queue.SimpleQueue()
+        self._batches: batches.Collector[_Held] = batches.Collector(self._buffer.put)
         self._waiting = 0  # held jobs no handler has started yet
         self._sizer = ClaimSizer(concurrency, s.CLAIM_BATCH)
         # Jobs a handler runs on its own thread (see adopt()): renewed, never claimed.
@@ -188,6 +196,9 @@ class Worker:
         ]
         self._async = execute.AsyncRunner()
         self._duties = DutyRunner(self.worker_id) if run_duties else None
+        self._presence = Presence(
+            self.worker_id, queues=self.queues, concurrency=concurrency, using=using
+        )
         # A burst worker exits when the queues are empty, so it has nothing to wait for.
         self._listener = None if burst else wake_source(self._wake, self.queues, using)
 
@@ -240,6 +251,8 @@ class Worker:
             self._async.close()
             if self._duties:
                 self._safe(self._duties.release_all)
+            self._safe(self._presence.flush)
+            self._safe(functools.partial(self._beat, stopped=True))
             log.info("worker %s stopped: %s", self.worker_id, self.stats.line(0))
 
     def _start_handlers(self) -> None:
@@ -334,6 +347,13 @@ class Worker:
             return None
         self.stats.count("claimed", len(jobs))
         metrics.observe_claims(jobs)
+        if tracing.ENABLED and jobs and tracing.active():
+            self._trace_parents = (
+                self._safe(
+                    lambda: job_trace_contexts([j.ref.job_id for j in jobs], using=self.using)
+                )
+                or {}
+            )
         return jobs
 
     def _burst_done(self) -> bool:
@@ -343,18 +363,29 @@ class Worker:
         return self._safe(store.job_promote_due) == 0
 
     def _hold(self, job: ClaimedJob) -> None:
+        if job.rate_class is not None:
+            self._warn_unconfigured_class(job)
         ctx = JobContext(job, worker_id=self.worker_id, using=self.using)
         ctx.host = self
+        if self._trace_parents:
+            ctx.trace_parent = self._trace_parents.get(job.ref.job_id)
         entry = _Held(job, ctx)
         with self._lock:
             self._held[job.ref] = entry
             self._waiting += 1
-        self._buffer.put(entry)
+        batched = batch_task(job.kind)
+        if batched is not None:
+            self._batches.add(batched, entry)
+        else:
+            self._buffer.put(entry)
 
     # -- running -----------------------------------------------------------------------
     def _handler_loop(self) -> None:
         """One handler thread: run buffered jobs one after another until told to stop."""
         while (entry := self._buffer.get()) is not None:
+            if isinstance(entry, list):
+                self._run_batch(entry)
+                continue
             if not self._begin(entry):
                 continue  # handed back (drain) or its lease was lost while it waited
             try:
@@ -387,7 +418,7 @@ class Worker:
                 label = write()
             else:
                 label = self._persist(write, f"the failure of job {entry.job.ref.job_id}")
-            self.stats.count(label)
+            self._count(label, entry.job.queue)
         except LeaseLostError:
             self.stats.count("lost")
         except Exception as write_exc:
@@ -441,7 +472,38 @@ class Worker:
             self._reset_connection()
             self._fresh_connection()
             outcome = self._attempt(entry)
-        took = time.monotonic() - started
+        self._record(entry, outcome, time.monotonic() - started)
+
+    def _run_batch(self, group: list[_Held]) -> None:
+        """Run a group of one batch kind in one handler call; write each outcome alone."""
+        begun = [entry for entry in group if self._begin(entry)]
+        if not begun:
+            return
+        definition = batch_task(begun[0].job.kind)
+        try:
+            self._fresh_connection()
+            started = time.monotonic()
+            attempts = [(e.ctx, e.job.payload, e.job.schema_version) for e in begun]
+            try:
+                outcomes = batches.run_batch(definition, attempts)  # type: ignore[arg-type]
+            except BaseException as exc:  # an upcaster, say: every member fails with it
+                outcomes = [execute.failure(exc)] * len(begun)
+            took = (time.monotonic() - started) / len(begun)
+            for entry, outcome in zip(begun, outcomes, strict=True):
+                self._record(entry, outcome, took)
+        except BaseException as exc:
+            log.exception("handler thread failed on a batch of %s", begun[0].job.kind)
+            for entry in begun:
+                self._fail_stranded(entry, exc)
+        finally:
+            # Once per batch, not per job: a batch handler that reads the database leaves
+            # no session open on this thread past its connection's age.
+            close_old_connections()
+            for _ in begun:
+                self._slot_freed()
+
+    def _record(self, entry: _Held, outcome: execute.Outcome, took: float) -> None:
+        """Write one attempt's outcome: a success through the acker, the rest here."""
         with self._lock:
             self._sizer.observe(took)
             # One writer per attempt, decided under the lock: a timeout or the drain's
@@ -471,7 +533,7 @@ class Worker:
                 lambda: settle(entry.job, outcome, using=self.using),
                 f"the outcome of job {entry.job.ref.job_id}",
             )
-            self.stats.count(label)
+            self._count(label, entry.job.queue)
         except LeaseLostError:
             self.stats.count("lost")
         except DatabaseError as exc:
@@ -517,8 +579,15 @@ class Worker:
         with self._lock:
             self._adopted.pop(ref, None)
 
-    def count_outcome(self, label: str) -> None:
+    def count_outcome(self, label: str, queue: str | None = None) -> None:
+        self._count(label, queue)
+
+    def _count(self, label: str, queue: str | None = None) -> None:
+        """Count a recorded outcome in the status line and, by queue, the registry's
+        per-minute series."""
         self.stats.count(label)
+        if queue is not None:
+            self._presence.tally(queue, label)
 
     # -- acking ------------------------------------------------------------------------
     def _ack_loop(self) -> None:
@@ -555,13 +624,43 @@ class Worker:
             log.exception("could not record %d completion(s)", len(batch))
             done = set()
         self.stats.count("completed", len(done))
-        for _, written in batch:
-            if written.ref.job_id not in done:
+        self._reconcile_charges([entry for entry, written in batch if written.ref.job_id in done])
+        events.completed((e.job, c.result) for e, c in batch if c.ref.job_id in done)
+        for entry, written in batch:
+            if written.ref.job_id in done:
+                self._presence.tally(entry.job.queue, "completed")
+            else:
                 self.stats.count("lost")
                 log.warning(
                     "completion of job %s did not land: its lease was lost", written.ref.job_id
                 )
         self._finish(*(entry for entry, _ in batch))
+
+    def _reconcile_charges(self, entries: list[_Held]) -> None:
+        """Settle what handlers reported with ``ctx.charge(n)`` against the weight their
+        rate class was charged at the claim (most jobs report nothing: no write)."""
+        refunds: dict[str, int] = {}
+        for entry in entries:
+            charged, job = entry.ctx.charged, entry.job
+            if charged is not None and job.rate_class is not None and charged != job.weight:
+                refunds[job.rate_class] = refunds.get(job.rate_class, 0) + job.weight - charged
+        if refunds:
+            self._safe(lambda: store.rate_bucket_reconcile(refunds, using=self.using))
+
+    def _warn_unconfigured_class(self, job: ClaimedJob) -> None:
+        """Once per worker and class: a job named a rate class nobody configured, so it
+        ran unlimited (fail-open)."""
+        name = job.rate_class
+        if name is None or name in self._warned_classes:
+            return
+        if name not in store.configured_rate_classes(using=self.using):
+            self._warned_classes.add(name)
+            log.warning(
+                "job %s names rate class %r, which is not configured: its jobs run without "
+                "a rate limit (set it with admission.set_rate_class or HEADGATE['RATE_CLASSES'])",
+                job.ref.job_id,
+                name,
+            )
 
     # -- heartbeat ---------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -579,8 +678,10 @@ class Worker:
                 # A failed renewal is tried again soon, not a whole interval later: the
                 # leases must be renewed as soon as the database is back, before they lapse.
                 next_renew = now + (self.renew_every if renewed else RENEW_RETRY)
+            self._batches.flush(now=now)
             if self._duties and not self._stopping.is_set():
                 self._safe(functools.partial(self._duties.tick, self._stop_asked.is_set))
+            self._keep_presence(now)
             if now >= next_status:
                 log.info("status %s", status_line(self.stats.line(len(self._held))))
                 next_status = now + status_every
@@ -593,6 +694,29 @@ class Worker:
             elif self._held:
                 time.sleep(0.05)  # draining: keep renewing until the held jobs are gone
         close_old_connections()
+
+    def _keep_presence(self, now: float) -> None:
+        """The registry row every heartbeat interval, the per-minute tallies every second."""
+        presence = self._presence
+        if now >= presence.next_beat:
+            presence.next_beat = now + presence.every
+            self._safe(self._beat)
+        if now >= presence.next_flush:
+            presence.next_flush = now + FLUSH_EVERY
+            self._safe(presence.flush)
+
+    def _beat(self, stopped: bool = False) -> None:
+        with self._lock:
+            held = [entry.job.queue for entry in self._held.values() if not entry.settled]
+        stats = self.stats
+        self._presence.beat(
+            held_queues=held,
+            claimed=stats.claimed,
+            completed=stats.completed,
+            retried=stats.retried,
+            failed=stats.failed,
+            stopped=stopped,
+        )
 
     def _report_unknown_kinds(self) -> None:
         """Jobs no handler here knows are never claimed; say so rather than stay silent."""
@@ -663,13 +787,11 @@ class Worker:
         for entry in late:
             entry.ctx.cancel()
             timeout = entry.job.timeout
+            error = f"timeout: the attempt ran longer than {timeout}"
             try:
-                state = store.job_retry(
-                    entry.job.ref,
-                    error=f"timeout: the attempt ran longer than {timeout}",
-                    using=self.using,
-                )
-                self.stats.count("archived" if state is State.ARCHIVED else "retried")
+                state = store.job_retry(entry.job.ref, error=error, using=self.using)
+                self._count("archived" if state is State.ARCHIVED else "retried", entry.job.queue)
+                events.failed(entry.job, error=error, retried=state is not State.ARCHIVED)
                 log.warning(
                     "job %s (%s) timed out after %s", entry.job.ref.job_id, entry.job.kind, timeout
                 )
@@ -686,6 +808,7 @@ class Worker:
         Nothing handed back is charged a crash: buffered jobs never started, and handlers
         still running at the end of the window are released, not left to expire.
         """
+        self._batches.flush()  # groups still filling are buffered jobs too
         with self._lock:
             unstarted = [r for r in self._held.values() if not r.started and not r.settled]
             for entry in unstarted:

@@ -10,7 +10,7 @@ from headgate_django import store
 from headgate_django.kernel.states import State
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion
-from headgate_django.worker import execute
+from headgate_django.worker import events, execute
 
 log = logging.getLogger("headgate_django.worker")
 
@@ -24,13 +24,29 @@ def completion(job: ClaimedJob, outcome: execute.Succeeded) -> Completion:
         outcome.result,
         delete=job.retention <= _NO_RETENTION,
         workflow_id=job.workflow_id,
+        logs=outcome.logs,
     )
+
+
+def completion_of(job: ClaimedJob) -> Completion:
+    """The job's completion without a result (what ``ctx.once(..., last=True)`` commits)."""
+    return completion(job, execute.Succeeded(result=None))
 
 
 def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default") -> str:
     """Record ``outcome``; return a label: completed, retried, archived, snoozed, skipped,
-    revoked, undecodable or lost. Raises ``LeaseLostError`` when the lease is gone."""
+    revoked, undecodable or lost. Raises ``LeaseLostError`` when the lease is gone.
+
+    Once the write is committed, the outcome's signals are sent (:mod:`.events`)."""
+    label = _record(job, outcome, using=using)
+    events.settled(job, outcome, label)
+    return label
+
+
+def _record(job: ClaimedJob, outcome: execute.Outcome, *, using: str) -> str:
     ref = job.ref
+    if isinstance(outcome, execute.Committed):
+        return "completed"  # ctx.once(..., last=True) completed it with its effect
     if isinstance(outcome, execute.Succeeded):
         done = store.job_complete_many([completion(job, outcome)], using=using)
         return "completed" if done else "lost"
@@ -41,6 +57,7 @@ def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default")
             traceback=outcome.traceback,
             delay=outcome.delay,
             exception=outcome.exception,
+            logs=outcome.logs,
             using=using,
         )
         if state is State.ARCHIVED:
@@ -57,7 +74,7 @@ def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default")
         store.job_snooze(ref, delay=outcome.delay, using=using)
         return "snoozed"
     if isinstance(outcome, execute.Skipped):
-        store.job_skip(ref, reason=outcome.reason, using=using)
+        store.job_skip(ref, reason=outcome.reason, logs=outcome.logs, using=using)
         return "skipped"
     if isinstance(outcome, execute.Revoked):
         if store.job_revoke(ref, reason=outcome.reason, using=using) is State.DELETED:
@@ -65,7 +82,11 @@ def settle(job: ClaimedJob, outcome: execute.Outcome, *, using: str = "default")
         return "skipped"
     if isinstance(outcome, execute.Undecodable):
         store.job_mark_undecodable(
-            ref, reason=outcome.reason, traceback=outcome.traceback, using=using
+            ref,
+            reason=outcome.reason,
+            traceback=outcome.traceback,
+            logs=outcome.logs,
+            using=using,
         )
         log.error("job %s (%s) is undecodable: %s", ref.job_id, job.kind, outcome.reason)
         return "undecodable"

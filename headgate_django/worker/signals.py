@@ -11,26 +11,54 @@ takes no lock, and a relay thread reads it and does the work.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+
+log = logging.getLogger("headgate_django.worker")
 
 
-def relay_signals(handle: Callable[[int], None], signums: Iterable[signal.Signals]) -> None:
-    """From now on, call ``handle(signum)`` on the relay thread for each of ``signums``
-    the process receives, in order. Call it from the main thread (Python installs signal
-    handlers only there)."""
+@contextlib.contextmanager
+def relayed_signals(
+    handle: Callable[[int], None], signums: Iterable[signal.Signals]
+) -> Iterator[None]:
+    """While the block runs, call ``handle(signum)`` on the relay thread for each of
+    ``signums`` the process receives, in order. Enter it on the main thread (Python installs
+    signal handlers only there).
+
+    On the way out the previous handlers come back and the relay ends: a worker run through
+    ``call_command`` inside a longer-lived process must not leave that process's SIGTERM and
+    SIGINT pointing at a worker that has stopped.
+    """
     read_end, write_end = os.pipe()
 
     def relay() -> None:
-        while data := os.read(read_end, 1):
-            handle(data[0])
+        # The relay must outlive a failing ``handle``: a dead relay leaves every later
+        # SIGTERM/SIGINT written to a pipe nobody reads, and the worker unstoppable.
+        try:
+            while data := os.read(read_end, 1):
+                try:
+                    handle(data[0])
+                except Exception:
+                    log.exception("handling signal %d failed", data[0])
+        finally:
+            os.close(read_end)
 
-    threading.Thread(target=relay, name="headgate-signals", daemon=True).start()
+    thread = threading.Thread(target=relay, name="headgate-signals", daemon=True)
+    thread.start()
 
     def on_signal(signum: int, _frame: object) -> None:
         os.write(write_end, bytes([signum]))
 
-    for signum in signums:
-        signal.signal(signum, on_signal)
+    previous = {signum: signal.signal(signum, on_signal) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            # None: a handler Python did not install; the default is the nearest.
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        os.close(write_end)  # the relay reads what is left, then the end of the pipe
+        thread.join(timeout=5)

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -74,9 +75,10 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
         # knows the new pid, and in the child until the worker's own handlers are in place
         # (the worker unblocks them, see runworkers).
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(serve, own_id)
+            _child(serve, own_id, parent)
         # Each child in its own process group: a terminal's Ctrl-C reaches only this
         # parent, which forwards it once (a second signal means "stop now" to a child).
         # Set on both sides of the fork, so it holds whichever runs first.
@@ -95,11 +97,14 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
     return max((c if c >= 0 else 128 - c for c in codes), default=0)
 
 
-def _child(serve: Serve, worker_id: str | None) -> NoReturn:
+def _child(serve: Serve, worker_id: str | None, parent: int) -> NoReturn:
     """Run one worker in a forked child and leave with its exit code: never return."""
     code = 1
     try:
         os.setpgid(0, 0)
+        threading.Thread(
+            target=_stop_when_orphaned, args=(parent,), name="headgate-parent", daemon=True
+        ).start()
         serve(worker_id)
         code = 0
     except SystemExit as exc:
@@ -108,3 +113,19 @@ def _child(serve: Serve, worker_id: str | None) -> NoReturn:
         log.exception("worker process %d failed", os.getpid())
     finally:
         exit_now(code)
+
+
+#: Seconds between a child's looks at whether its parent still runs.
+PARENT_POLL = 0.5
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """Stop this child, as a SIGTERM from the parent would (drain, then exit), once the
+    parent is gone. Each child is in a process group of its own, so nothing else reaches
+    it when the parent dies without forwarding a signal (SIGKILL, the OOM killer): without
+    this it would go on claiming unsupervised, beside the pool that replaces it.
+    ``os.getppid()`` changes when the parent dies, on every POSIX system."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    log.warning("worker process %d: its parent %d is gone; stopping", os.getpid(), parent)
+    os.kill(os.getpid(), signal.SIGTERM)

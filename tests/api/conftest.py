@@ -30,6 +30,7 @@ VIEW_PERMS = [
     "view_workflowcheckpoint",
     "view_execution",
     "view_schedule",
+    "view_worker",
 ]
 _keys = itertools.count()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from headgate_django import durable, schedules, testing
@@ -113,6 +114,44 @@ def _schedule(suffix: str = "", listed: bool = False) -> Setup:
     return setup
 
 
+def _worker(listed: bool = False) -> Setup:
+    def setup() -> tuple[str, Any]:
+        from headgate_django.store.workers import Beat, worker_heartbeat
+
+        worker_heartbeat(
+            Beat("api-host:7:abc", "api-host", 7, ["default"], 2, timedelta(seconds=5))
+        )
+        return "/api/v1/workers" if listed else "/api/v1/workers/api-host:7:abc", None
+
+    return setup
+
+
+def _admission(kind: str) -> Setup:
+    def setup() -> tuple[str, Any]:
+        from headgate_django import admission
+
+        if kind == "rate-classes":
+            admission.set_rate_class("api-rc", limit=5, window=1)
+            return "/api/v1/admission/rate-classes/api-rc", None
+        if kind == "concurrency-limits":
+            admission.set_concurrency_limit("api-q", 2)
+        elif kind == "queue-weights":
+            admission.set_queue_weight("api-q", 2)
+        elif kind == "fairness":
+            admission.set_fairness("api-q")
+        else:
+            admission.set_backpressure("api-q", 10)
+        return f"/api/v1/admission/{kind}/api-q", None
+
+    return setup
+
+
+def _bulk() -> tuple[str, Any]:
+    job_id, _ = job_in_state(State.ARCHIVED)
+    body = {"action": "retry", "filter": {"ids": [job_id]}, "expected_count": 1}
+    return "/api/v1/jobs/actions", body
+
+
 PAYLOAD = base64.b64encode(b'{"args":[],"kwargs":{}}').decode()
 
 ROUTES = [
@@ -123,6 +162,7 @@ ROUTES = [
     Route("GET", "/api/v1/jobs", _static("/api/v1/jobs"), 200),
     Route("POST", "/api/v1/jobs", _static("/api/v1/jobs", {"kind": "test.noop"}), 201),
     Route("GET", "/api/v1/jobs/counts", _static("/api/v1/jobs/counts"), 200),
+    Route("POST", "/api/v1/jobs/actions", _bulk, 200),
     Route("GET", "/api/v1/jobs/{id}", _job(State.AVAILABLE), 200),
     Route("DELETE", "/api/v1/jobs/{id}", _job(State.AVAILABLE), 204),
     Route("POST", "/api/v1/jobs/{id}/retry", _job(State.ARCHIVED, "/retry"), 200),
@@ -142,7 +182,10 @@ ROUTES = [
     ),
     Route("GET", "/api/v1/jobs/{id}/result", _job(State.COMPLETED, "/result"), 200, True),
     Route("GET", "/api/v1/jobs/{id}/checkpoint", _job(State.AVAILABLE, "/checkpoint"), 200, True),
+    Route("GET", "/api/v1/jobs/{id}/output", _job(State.AVAILABLE, "/output"), 200, True),
+    Route("GET", "/api/v1/jobs/{id}/effects", _job(State.AVAILABLE, "/effects"), 200, True),
     Route("GET", "/api/v1/jobs/{id}/progress", _job(State.AVAILABLE, "/progress"), 200),
+    Route("GET", "/api/v1/jobs/{id}/logs", _job(State.COMPLETED, "/logs"), 200),
     # queues and quarantine
     Route("GET", "/api/v1/queues", _static("/api/v1/queues"), 200),
     Route(
@@ -233,4 +276,61 @@ ROUTES = [
     Route("POST", "/api/v1/schedules/{name}/resume", _schedule("/resume"), 200),
     Route("POST", "/api/v1/schedules/{name}/run", _schedule("/run"), 201),
     Route("GET", "/api/v1/schedules/{name}/events", _schedule("/events"), 200),
+    # the worker registry
+    Route("GET", "/api/v1/workers", _worker(listed=True), 200),
+    Route("GET", "/api/v1/workers/{worker_id}", _worker(), 200),
+    # admission
+    Route("GET", "/api/v1/jobs/{id}/admission", _job(State.AVAILABLE, "/admission"), 200),
+    Route("GET", "/api/v1/admission/rate-classes", _static("/api/v1/admission/rate-classes"), 200),
+    Route(
+        "PUT",
+        "/api/v1/admission/rate-classes/{name}",
+        _static("/api/v1/admission/rate-classes/api-rc", {"limit": 5, "window_ms": 1000}),
+        200,
+    ),
+    Route("DELETE", "/api/v1/admission/rate-classes/{name}", _admission("rate-classes"), 204),
+    Route(
+        "GET",
+        "/api/v1/admission/concurrency-limits",
+        _static("/api/v1/admission/concurrency-limits"),
+        200,
+    ),
+    Route(
+        "PUT",
+        "/api/v1/admission/concurrency-limits/{name}",
+        _static("/api/v1/admission/concurrency-limits/api-q", {"max_concurrent": 2}),
+        200,
+    ),
+    Route(
+        "DELETE",
+        "/api/v1/admission/concurrency-limits/{name}",
+        _admission("concurrency-limits"),
+        204,
+    ),
+    Route("GET", "/api/v1/admission/backpressure", _static("/api/v1/admission/backpressure"), 200),
+    Route(
+        "PUT",
+        "/api/v1/admission/backpressure/{name}",
+        _static("/api/v1/admission/backpressure/api-q", {"max_unfinished": 10}),
+        200,
+    ),
+    Route("DELETE", "/api/v1/admission/backpressure/{name}", _admission("backpressure"), 204),
+    Route(
+        "GET", "/api/v1/admission/queue-weights", _static("/api/v1/admission/queue-weights"), 200
+    ),
+    Route(
+        "PUT",
+        "/api/v1/admission/queue-weights/{name}",
+        _static("/api/v1/admission/queue-weights/api-q", {"weight": 3}),
+        200,
+    ),
+    Route("DELETE", "/api/v1/admission/queue-weights/{name}", _admission("queue-weights"), 204),
+    Route("GET", "/api/v1/admission/fairness", _static("/api/v1/admission/fairness"), 200),
+    Route(
+        "PUT",
+        "/api/v1/admission/fairness/{name}",
+        _static("/api/v1/admission/fairness/api-q", {"quantum": 5}),
+        200,
+    ),
+    Route("DELETE", "/api/v1/admission/fairness/{name}", _admission("fairness"), 204),
 ]

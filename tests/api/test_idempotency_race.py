@@ -21,7 +21,7 @@ from tests.api.conftest import VIEW_PERMS, Api, _user
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_with_one_key_enqueue_once() -> None:
     user = _user("racer", [*VIEW_PERMS, "operate"])
-    real_enqueue = job_views.enqueue
+    real_enqueue = job_views.enqueue_one
 
     def slow_enqueue(*args: Any, **kwargs: Any) -> Any:
         ids = real_enqueue(*args, **kwargs)
@@ -40,7 +40,7 @@ def test_concurrent_requests_with_one_key_enqueue_once() -> None:
         finally:
             connection.close()
 
-    with mock.patch.object(job_views, "enqueue", slow_enqueue):
+    with mock.patch.object(job_views, "enqueue_one", slow_enqueue):
         threads = [threading.Thread(target=send) for _ in range(2)]
         for thread in threads:
             thread.start()

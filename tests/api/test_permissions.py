@@ -114,7 +114,10 @@ def sweep(data: UserData) -> dict[str, str]:
         "/api/v1/jobs/{id}": job,
         "/api/v1/jobs/{id}/result": f"{job}/result",
         "/api/v1/jobs/{id}/checkpoint": f"{job}/checkpoint",
+        "/api/v1/jobs/{id}/output": f"{job}/output",
+        "/api/v1/jobs/{id}/effects": f"{job}/effects",
         "/api/v1/jobs/{id}/progress": f"{job}/progress",
+        "/api/v1/jobs/{id}/logs": f"{job}/logs",
         "/api/v1/queues": "/api/v1/queues",
         "/api/v1/quarantine": "/api/v1/quarantine",
         "/api/v1/workflows": "/api/v1/workflows",
@@ -131,6 +134,14 @@ def sweep(data: UserData) -> dict[str, str]:
         "/api/v1/schedules": "/api/v1/schedules",
         "/api/v1/schedules/{name}": "/api/v1/schedules/secret-schedule",
         "/api/v1/schedules/{name}/events": "/api/v1/schedules/secret-schedule/events",
+        "/api/v1/workers": "/api/v1/workers",
+        "/api/v1/workers/{worker_id}": "/api/v1/workers/secret-worker",
+        "/api/v1/jobs/{id}/admission": f"{job}/admission",
+        "/api/v1/admission/rate-classes": "/api/v1/admission/rate-classes",
+        "/api/v1/admission/concurrency-limits": "/api/v1/admission/concurrency-limits",
+        "/api/v1/admission/backpressure": "/api/v1/admission/backpressure",
+        "/api/v1/admission/queue-weights": "/api/v1/admission/queue-weights",
+        "/api/v1/admission/fairness": "/api/v1/admission/fairness",
     }
     assert set(paths) == {r.template for r in ROUTES if r.is_read}, "a read route is missing"
     return paths
@@ -153,6 +164,7 @@ def test_the_payload_permission_reveals_every_kind_of_user_data(operator: Api) -
     for template in (
         "/api/v1/jobs/{id}/result",
         "/api/v1/jobs/{id}/checkpoint",
+        "/api/v1/jobs/{id}/effects",
         "/api/v1/workflows/{workflow_id}/signals",
         "/api/v1/durable/executions/{workflow_id}",
         "/api/v1/durable/executions/{workflow_id}/history",
@@ -165,6 +177,8 @@ def test_the_payload_permission_reveals_every_kind_of_user_data(operator: Api) -
     execution = operator.get(paths["/api/v1/durable/executions/{workflow_id}"]).json()
     assert execution["redacted"] is False
     assert (execution["input"], execution["meta"]) == ({"order": SECRET}, {"note": SECRET})
+    output = operator.get(paths["/api/v1/jobs/{id}/output"]).json()["output"]
+    assert base64.b64decode(output).decode() == f"output-{SECRET}"
     detail = operator.get(paths["/api/v1/jobs/{id}"], {"include_payload": "1"}).json()
     assert SECRET in base64.b64decode(detail["payload"]).decode()
 

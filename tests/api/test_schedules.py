@@ -69,3 +69,37 @@ def test_pause_resume_delete_and_unknown(operator: Api) -> None:
     assert operator.get(PATH).status_code == 404
     assert operator.get(PATH).json()["error"]["code"] == "not_found"
     assert ScheduleEvent.objects.filter(schedule_name="nightly").count() == 1
+
+
+DECLARED = {"nightly": {"task": "test.echo", "spec": "0 3 * * *", "kwargs": {"v": 1}}}
+
+
+def test_a_declared_schedule_is_the_settings_to_change(operator: Api) -> None:
+    """PUT and DELETE of a schedule in HEADGATE["SCHEDULES"] are refused with 409 naming
+    the settings key (the next worker start would undo them); pause, resume and run work,
+    and the schedule stays declared. Once gone from the settings it is the API's."""
+    from django.test import override_settings
+
+    from headgate_django import schedules
+
+    with override_settings(HEADGATE={"SCHEDULES": DECLARED}):
+        schedules.sync_declared()
+        before = Schedule.objects.values().get(name="nightly")
+        for response in (
+            operator.put(PATH, {"spec": "@hourly", "task": "test.echo"}),
+            operator.delete(PATH),
+        ):
+            assert response.status_code == 409, response.content
+            error = response.json()["error"]
+            assert error["code"] == "declared_schedule"
+            assert "HEADGATE['SCHEDULES']['nightly']" in error["message"]
+        assert Schedule.objects.values().get(name="nightly") == before
+        assert operator.post(f"{PATH}/pause").json()["paused"] is True
+        assert operator.post(f"{PATH}/resume").json()["paused"] is False
+        assert operator.post(f"{PATH}/run").status_code == 201
+        assert Schedule.objects.get(name="nightly").declared
+    with override_settings(HEADGATE={"SCHEDULES": {}}):
+        schedules.sync_declared()  # no longer declared: paused, and the API's to change
+        replaced = operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
+        assert replaced.status_code == 200, replaced.content
+        assert not Schedule.objects.get(name="nightly").declared

@@ -303,6 +303,23 @@ def _schedule_defs() -> None:
     def nightly_import(workflow_id, tick_at):
         return Workflow(workflow_id).add("run", periodic.envelope(), [])
 
+    @schedules.workflow_factory("test-stall-once")
+    def stall_once(workflow_id, tick_at):
+        """The first call in any process (the file named by HEADGATE_TEST_STALL_MARKER does
+        not exist yet) writes its pid there and sleeps, so a test can SIGSTOP it inside a
+        scheduler pass: after the pass read its due schedules, before it writes."""
+        marker = os.environ.get("HEADGATE_TEST_STALL_MARKER")
+        if marker:
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                time.sleep(3.0)
+        return nightly_import(workflow_id, tick_at)
+
     @schedules.workflow_factory("test-broken")
     def broken(workflow_id, tick_at):
         raise RuntimeError("the report source is down")
@@ -313,3 +330,12 @@ def _schedule_defs() -> None:
 
 
 _schedule_defs()
+
+from tests.app import runtime_tasks as runtime_tasks  # noqa: E402  (signals, waits, aliases)
+
+
+@task(kind="test.charge")
+def charge(ctx, cost: int = 1):
+    """Reports what the attempt cost against its rate class (admission tests)."""
+    ctx.charge(cost)
+    return {"rate_class": ctx.rate_class, "weight": ctx.weight}

@@ -221,6 +221,40 @@ def test_a_stopping_worker_begins_no_further_duty_and_the_next_tick_runs_it():
     assert ran == ["first", "second"]
 
 
+def test_a_promote_run_moves_a_burst_past_one_batch():
+    """Many jobs due at one instant (a minute's schedule ticks, written ahead) become
+    available in one run, not one batch per duty interval."""
+    from headgate_django.worker import duties
+
+    past = store.db_now() - timedelta(seconds=1)
+    for size in (duties.PROMOTE_BATCH, 500):
+        store.job_insert_many([envelope(queue="burst") for _ in range(size)])
+    Job.objects.filter(queue="burst").update(state=State.SCHEDULED.value, scheduled_at=past)
+    promote = next(d for d in default_duties() if d.name == "promote")
+    assert promote.run() == {"promoted": duties.PROMOTE_BATCH + 500, "more": False}
+    assert not Job.objects.filter(queue="burst").exclude(state=State.AVAILABLE.value).exists()
+
+
+def test_a_duty_that_raises_does_not_keep_the_later_duties_from_running(caplog):
+    """Duties run in a fixed order each pass: a bug in an early one (raising every time)
+    must not leave reclaim, eviction and the scheduler never reached."""
+    ran: list[str] = []
+
+    def broken() -> dict:
+        ran.append("broken")
+        raise ValueError("a bug in a duty")
+
+    def later() -> dict:
+        ran.append("later")
+        return {}
+
+    runner = DutyRunner("duty-holder", [Duty("broken", 0.0, broken), Duty("later", 0.0, later)])
+    runner.tick()
+    runner.tick()
+    assert ran == ["broken", "later", "broken", "later"]
+    assert "duty broken failed" in caplog.text
+
+
 def test_after_an_outage_reclaim_waits_a_renewal_interval_for_live_workers():
     """A lease that lapsed while the database was down belongs to a worker that will renew
     it once the database is back; the reclaim duty gives it one renewal interval to."""

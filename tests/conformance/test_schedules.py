@@ -7,6 +7,7 @@ A schedule's past is made by moving its ``next_run_at`` back (the test's stand-i
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -17,10 +18,10 @@ from headgate_django import schedules, testing
 from headgate_django.envelope import Envelope
 from headgate_django.exceptions import NotFoundError, ScheduleError
 from headgate_django.kernel.schedule_origin import tick_id
-from headgate_django.kernel.schedule_spec import parse_spec, previous_ticks
+from headgate_django.kernel.schedule_spec import next_tick, parse_spec, previous_ticks
 from headgate_django.models import Execution as DurableExecution
-from headgate_django.models import Job, Schedule, ScheduleEvent
-from headgate_django.schedules.scheduler import fire_schedule, run_pass
+from headgate_django.models import Job, Quarantine, Schedule, ScheduleEvent
+from headgate_django.schedules.scheduler import fire_batch, fire_schedule, run_pass
 from headgate_django.store import db_now
 from headgate_django.store.schedules import (
     EventRow,
@@ -98,6 +99,8 @@ def test_bad_input_is_refused_and_writes_nothing(spec, kwargs):
         schedules.workflow("no-such-factory"),
         schedules.durable("no-such-workflow", "1"),
         Envelope(kind="test.periodic", id="fixed-id"),
+        Envelope(kind="test.periodic", deadline=timedelta(minutes=1)),
+        Envelope(kind="test.periodic", unique_window=timedelta(minutes=1)),
         "test.periodic",
     ],
 )
@@ -136,6 +139,63 @@ def test_a_pass_replayed_from_a_stale_read_is_deduplicated():
     assert first == {"enqueued": 3} and second == {"deduplicated": 3}
     assert len(tick_jobs("hourly")) == 3
     assert outcomes("hourly") == ["deduplicated"] * 3 + ["enqueued"] * 3
+
+
+@LONG_GRACE
+def test_a_batch_fires_the_schedules_it_won_and_dedups_the_one_another_pass_moved():
+    """One pass's batch, read before a second pass moved one of its schedules: that one
+    records ``deduplicated``, the others fire, all in the batch's one transaction."""
+    for name in ("a", "b", "c"):
+        hourly(name)
+    current = rewind("a", 1)
+    Schedule.objects.filter(name__in=["b", "c"]).update(next_run_at=current - HOUR)
+    now, stale = schedule_due(limit=10)
+    assert [row.name for row in stale] == ["a", "b", "c"]
+    assert fire_schedule(stale[1], now) == {"enqueued": 2}  # the other pass, on b only
+    assert fire_batch(stale, now) == {"enqueued": 4, "deduplicated": 2}
+    for name in ("a", "b", "c"):
+        assert tick_jobs(name) == sorted(tick_id(name, t) for t in (current - HOUR, current))
+        assert schedule_get(name).next_run_at == current + HOUR
+    assert outcomes("b") == ["deduplicated"] * 2 + ["enqueued"] * 2
+    assert outcomes("a") == outcomes("c") == ["enqueued"] * 2
+
+
+@LONG_GRACE
+def test_a_refused_job_fails_its_tick_alone_in_a_batch():
+    """The batch's jobs go in with one insert; when the store refuses it (a quarantined
+    payload), each tick is tried alone and only the refused one fails."""
+    poison = tasks.periodic.envelope(label="poison")
+    Quarantine.objects.create(
+        fingerprint=poison.fingerprint, kind=poison.kind, quarantined_at=db_now()
+    )
+    hourly("good")
+    schedules.upsert("bad", "@every 1h", poison)
+    current = rewind("good", 0)
+    rewind("bad", 0)
+    assert run_pass() == {"enqueued": 1, "failed": 1}
+    assert tick_jobs("good") == [tick_id("good", current)] and tick_jobs("bad") == []
+    (event,) = schedules.events("bad")
+    assert event.outcome == "failed" and event.reason.startswith("QuarantinedError")
+    assert schedule_get("bad").next_run_at == current + HOUR  # it keeps ticking
+
+
+def test_the_scheduler_wakes_when_the_next_tick_is_due():
+    """The duty runs again at the earliest ``next_run_at`` when that is sooner than its
+    interval, and at its interval when nothing is due or what is due did not fire."""
+    from headgate_django.schedules.scheduler import wake_in
+    from headgate_django.worker.duties import Duty, DutyRunner
+
+    assert wake_in({}) is None  # no schedule at all
+    schedules.upsert("soon", "@every 1h", tasks.periodic.envelope())
+    due_in = wake_in({})
+    assert due_in is not None and 0 < due_in <= 3600
+    rewind("soon", 0)
+    assert wake_in({}) is None  # due, yet the pass just made fired nothing: no spin
+    assert wake_in({"enqueued": 1}) == 0.0
+    runner = DutyRunner("t-holder", [Duty("t-wake", 60.0, dict, wake=lambda result: 0.25)])
+    runner.tick()
+    (duty,) = runner.duties
+    assert duty.last + duty.interval - time.monotonic() <= 0.25  # due again in 0.25 s
 
 
 def test_other_jobs_have_no_origin():
@@ -255,6 +315,16 @@ def test_next_runs_across_dst_in_berlin_and_new_york():
         next_run_at=datetime(2027, 3, 13, 2, 30, tzinfo=ny).astimezone(UTC)
     )
     assert [t.astimezone(ny).day for t in schedules.next_runs("ny", 3)] == [13, 15, 16]
+    # 2027-11-07: 01:30 comes in EDT and again in EST; it fires once, at the first.
+    schedules.upsert("ny-fall", "30 1 * * *", tasks.periodic.envelope(), tz="America/New_York")
+    Schedule.objects.filter(name="ny-fall").update(
+        next_run_at=datetime(2027, 11, 6, 1, 30, tzinfo=ny).astimezone(UTC)
+    )
+    assert schedules.next_runs("ny-fall", 3) == [
+        datetime(2027, 11, 6, 5, 30, tzinfo=UTC),
+        datetime(2027, 11, 7, 5, 30, tzinfo=UTC),
+        datetime(2027, 11, 8, 6, 30, tzinfo=UTC),
+    ]
 
 
 def test_events_keep_the_newest_hundred_and_outlive_the_schedule():
@@ -306,3 +376,91 @@ def test_declared_schedules_with_a_bad_entry_write_nothing():
     ):
         schedules.sync_declared()
     assert not Schedule.objects.exists()
+
+
+# -- the lookahead: task ticks written ahead of their instant ----------------------------
+
+
+def soon(name: str, seconds: float) -> datetime:
+    """Make ``name``'s next tick ``seconds`` from the store clock's now (inside the
+    default 5 s lookahead when ``seconds`` < 5)."""
+    at = db_now() + timedelta(seconds=seconds)
+    Schedule.objects.filter(name=name).update(next_run_at=at)
+    return at
+
+
+def test_a_task_tick_inside_the_lookahead_is_written_ahead_scheduled_for_its_instant():
+    hourly()
+    at = soon("hourly", 2)
+    assert run_pass() == {"enqueued": 1}
+    (job_id,) = tick_jobs("hourly")
+    assert job_id == tick_id("hourly", at)
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.scheduled_at) == ("scheduled", at)  # claimable from its tick
+    assert schedule_get("hourly").next_run_at == next_tick(parse_spec("@every 1h"), at)
+    assert run_pass() == {}  # and only once
+
+
+def test_without_a_lookahead_or_outside_it_nothing_is_written_early():
+    hourly()
+    soon("hourly", 2)
+    with override_settings(HEADGATE={"SCHEDULE_LOOKAHEAD": timedelta(0)}):
+        assert run_pass() == {}
+    soon("hourly", 30)
+    assert run_pass() == {}
+    assert tick_jobs("hourly") == []
+
+
+def test_workflow_ticks_start_at_their_instant_not_ahead():
+    schedules.upsert("wf", "@every 1h", schedules.workflow("test-nightly-import"))
+    at = soon("wf", 2)
+    assert run_pass() == {}
+    assert schedule_get("wf").next_run_at == at
+
+
+def test_pausing_withdraws_a_tick_written_ahead_and_resuming_writes_it_again():
+    hourly()
+    at = soon("hourly", 3)
+    run_pass()
+    assert tick_jobs("hourly") == [tick_id("hourly", at)]
+    schedules.pause("hourly")
+    assert tick_jobs("hourly") == []  # it never ran: nothing claimable went away
+    (event,) = [e for e in schedules.events("hourly") if e.outcome == "skipped"]
+    assert (event.tick_at, event.reason) == (at, "withdrawn: schedule paused")
+    schedules.resume("hourly")
+    soon("hourly", 3)
+    run_pass()
+    assert len(tick_jobs("hourly")) == 1
+
+
+def test_a_new_target_replaces_the_ticks_written_ahead_and_delete_withdraws_them():
+    hourly()
+    at = soon("hourly", 3)
+    run_pass()
+    schedules.upsert("hourly", "@every 1h", tasks.periodic.envelope(label="new"))
+    assert tick_jobs("hourly") == []
+    assert schedule_get("hourly").next_run_at == at  # the same tick fires again, as the new target
+    run_pass()
+    (job_id,) = tick_jobs("hourly")
+    assert b"new" in bytes(Job.objects.get(pk=job_id).payload)
+    schedules.delete("hourly")
+    assert tick_jobs("hourly") == []
+    assert schedules.events("hourly")[0].reason == "withdrawn: schedule deleted"
+
+
+def test_a_tick_that_is_running_or_done_is_never_withdrawn():
+    hourly()
+    at = soon("hourly", 3)
+    run_pass()
+    Job.objects.filter(pk=tick_id("hourly", at)).update(state="available")  # promoted
+    schedules.pause("hourly")
+    assert tick_jobs("hourly") == [tick_id("hourly", at)]
+
+
+def test_the_scheduler_wakes_a_lookahead_before_a_task_tick():
+    from headgate_django.schedules.scheduler import wake_in
+
+    hourly()
+    soon("hourly", 8)
+    wake = wake_in({"enqueued": 1})
+    assert wake is not None and 2 < wake < 3.5  # 8 s away, less the 5 s lookahead

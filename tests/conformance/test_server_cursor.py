@@ -103,8 +103,9 @@ def test_execute_wrappers_see_every_statement():
     with connection.execute_wrapper(spy):
         tasks.noop.enqueue()
         tasks.noop.enqueue()
-    assert len(seen) == 2
-    assert all(sql.startswith("INSERT INTO headgate_job") for sql in seen)
+    # Each enqueue is one insert; now and then the admission policy is read again too.
+    assert len([sql for sql in seen if sql.startswith("INSERT INTO headgate_job")]) == 2
+    assert len(seen) <= 3
 
 
 @pytest.mark.usefixtures("unprepared")

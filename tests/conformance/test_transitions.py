@@ -7,16 +7,19 @@ store cannot drift apart silently.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 from django.test import override_settings
 
-from headgate_django import store
+from headgate_django import admission, store
+from headgate_django.enqueue import enqueue_one
 from headgate_django.envelope import fingerprint
 from headgate_django.kernel.states import TRANSITIONS, Event, State
 from headgate_django.models import Job, Quarantine
+from headgate_django.store.deadlines import job_archive_past_deadline
 from headgate_django.store.fenced import Completion
 from tests.conformance.helpers import (
     LONG,
@@ -24,6 +27,7 @@ from tests.conformance.helpers import (
     claim,
     crash,
     enqueue_job,
+    envelope,
     expire_lease,
     job_in_state,
     near,
@@ -219,6 +223,36 @@ def cancel_running() -> str:
     return job_id
 
 
+@transition(State.RUNNING, Event.SATURATED, State.CANCELLED)
+def cancelled_for_a_newcomer() -> str:
+    job_id, _ = job_in_state(State.RUNNING, partition_key="t")
+    queue = Job.objects.get(pk=job_id).queue
+    admission.set_concurrency_limit(queue, 1, on_saturated="cancel_running")
+    newcomer = enqueue_job(queue=queue, partition_key="t")
+    claimed = store.job_claim(worker_id=WORKER, limit=5, lease_ttl=LONG, queues=[queue])
+    assert [c.ref.job_id for c in claimed] == [newcomer]
+    after = row(job_id)
+    assert (after["lease_id"], after["lease_expires_at"]) == (None, None)
+    assert after["finalized_at"] is not None
+    return job_id
+
+
+def _saturated(strategy: str) -> str:
+    held, _ = job_in_state(State.RUNNING)
+    queue = Job.objects.get(pk=held).queue
+    admission.set_concurrency_limit(queue, 1, on_saturated=strategy)
+    job_id = enqueue_job(queue=queue)
+    assert store.job_claim(worker_id=WORKER, limit=5, lease_ttl=LONG, queues=[queue]) == []
+    after = row(job_id)
+    assert (after["attempt"], after["crash_attempt"], after["fence"]) == (0, 0, 0)
+    assert after["finalized_at"] is not None and after["expires_at"] is not None
+    return job_id
+
+
+transition(State.AVAILABLE, Event.SATURATED, State.ARCHIVED)(lambda: _saturated("discard"))
+transition(State.AVAILABLE, Event.SATURATED, State.CANCELLED)(lambda: _saturated("cancel_incoming"))
+
+
 # -- waiting states ------------------------------------------------------------------
 
 
@@ -348,6 +382,72 @@ def release_quarantine() -> str:
     assert not Quarantine.objects.exists()
     assert row(job_id)["crash_attempt"] == 0
     return job_id
+
+
+# -- uniqueness modes and deadlines -----------------------------------------------------
+
+
+def _holder(state: State, key: str) -> str:
+    """A job in waiting ``state`` holding lifecycle key ``key``."""
+    job_id, _ = job_in_state(state, unique_key=key)
+    return job_id
+
+
+def _take_over(src: State, event: Event, target: State, **mode: object) -> Case:
+    def case() -> str:
+        key = f"{src.value}-{event.value}-{target.value}"
+        job_id = _holder(src, key)
+        queue = row(job_id)["queue"]
+        done = enqueue_one(envelope(queue=queue, unique_key=key, **mode))
+        assert done == store.Inserted(job_id, True)
+        return job_id
+
+    return case
+
+
+_NOW = {"unique_replace": {"scheduled_at", "priority"}}
+_LATER = {"unique_replace": {"scheduled_at"}, "delay": timedelta(hours=2)}
+_DEBOUNCE = {"unique_debounce": timedelta(hours=1)}
+transition(State.SCHEDULED, Event.UNIQUE_REPLACE, State.AVAILABLE)(
+    _take_over(State.SCHEDULED, Event.UNIQUE_REPLACE, State.AVAILABLE, **_NOW)
+)
+transition(State.SCHEDULED, Event.UNIQUE_REPLACE, State.SCHEDULED)(
+    _take_over(State.SCHEDULED, Event.UNIQUE_REPLACE, State.SCHEDULED, **_LATER)
+)
+for _state in (State.AVAILABLE, State.RETRYABLE):
+    transition(_state, Event.UNIQUE_REPLACE, _state)(
+        _take_over(_state, Event.UNIQUE_REPLACE, _state, unique_replace={"priority"})
+    )
+for _state, _target in (
+    (State.SCHEDULED, State.SCHEDULED),
+    (State.AVAILABLE, State.SCHEDULED),
+    (State.RETRYABLE, State.RETRYABLE),
+):
+    transition(_state, Event.DEBOUNCE, _target)(
+        _take_over(_state, Event.DEBOUNCE, _target, **_DEBOUNCE)
+    )
+
+
+def _deadline(src: State) -> Case:
+    def case() -> str:
+        soon = timedelta(milliseconds=100)
+        if src is State.RUNNING:
+            job_id = enqueue_job(deadline=soon)
+            ref = claim(job_id).ref
+            time.sleep(0.2)
+            assert store.job_renew_leases([ref], lease_ttl=LONG) == {job_id}
+        else:
+            job_id, _ = job_in_state(src, deadline=soon)
+            time.sleep(0.2)
+            assert job_id in job_archive_past_deadline()
+        assert row(job_id)["errors"][-1]["kind"] == "deadline_exceeded"
+        return job_id
+
+    return case
+
+
+for _state in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE, State.RUNNING):
+    transition(_state, Event.DEADLINE, State.ARCHIVED)(_deadline(_state))
 
 
 # -- the tests -------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from headgate_django import enqueue, schedules, store, testing
-from headgate_django.models import DutyLease, IdempotencyRecord, Quarantine
+from headgate_django.envelope import Envelope
+from headgate_django.models import DutyLease, Effect, IdempotencyRecord, Quarantine
 from headgate_django.workflows import (
     SignalEmission,
     Workflow,
@@ -94,6 +95,33 @@ def console_data(db: Any) -> ConsoleData:
     )
     testing.run_jobs(include_scheduled=True)
     store.queue_set_paused("paused-queue", True)
+    throttled = Envelope(
+        "test.noop", unique_key="console-throttle", unique_window=timedelta(hours=1)
+    )
+    store.job_insert_many([throttled])
+    Effect.objects.create(
+        job_id="console-effect-job",
+        name="charge",
+        result={"ok": True},
+        fence=1,
+        created_at=timezone.now(),
+    )
+    from headgate_django import admission
+
+    admission.set_rate_class("console-rc", limit=5, window=1)
+    admission.set_concurrency_limit("console-limited", 3)
+    admission.set_backpressure("console-limited", 100)
+    admission.set_queue_weight("console-limited", 2)
+    admission.set_fairness("console-fair", quantum=1, credit_cap=5)
+    admission.set_concurrency_limit("console-fair", 1)
+    for tenant in ("acme", "acme", "globex"):
+        store.job_insert_many(
+            [Envelope(kind="test.noop", queue="console-fair", partition_key=tenant)]
+        )
+    # acme is held by its ceiling with credit left: a carried deficit row.
+    store.job_claim(
+        worker_id="console", limit=3, lease_ttl=timedelta(minutes=5), queues=["console-fair"]
+    )
     schedules.upsert("console-schedule", "@every 1h", tasks.echo.envelope(value=1))
     schedules.run_now("console-schedule")  # its event
     store.duty_acquire("console-duty", holder="tests", ttl=timedelta(seconds=30))
@@ -119,6 +147,10 @@ def console_data(db: Any) -> ConsoleData:
         created_at=timezone.now(),
         expires_at=timezone.now() + timedelta(days=1),
     )
+    from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
+
+    worker_heartbeat(Beat("console-host:1:abc", "console-host", 1, None, 2, timedelta(seconds=5)))
+    queue_minutes_add({"default": (2, 1, 1)})
     from headgate_django import durable
 
     uncertain = durable.Client().start("console-pay", "1", {"order": 7}).workflow_id

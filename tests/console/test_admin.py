@@ -39,7 +39,12 @@ class _Controls(HTMLParser):
                 "/logout/"
             )
         elif self.in_post_form and tag in ("input", "button", "select", "textarea"):
-            if not (tag == "input" and a.get("type") == "hidden"):
+            # Hidden inputs carry nothing a user typed; a type="button" cannot submit
+            # (the job list's copy-id buttons).
+            inert = (tag == "input" and a.get("type") == "hidden") or (
+                tag == "button" and a.get("type") == "button"
+            )
+            if not inert:
                 self.found.append(f"<{tag} {a}>")
         elif tag == "a" and re.search(
             r"/headgate_django/[a-z]+/(add|.+/delete)/", a.get("href") or ""
@@ -138,7 +143,8 @@ def test_job_detail_links_to_its_workflow_and_shows_attempts(
     html = client.get(url).content.decode()
     graph = reverse("admin:headgate_django_workflow", args=["console-wf"])
     assert f'href="{graph}?job=console-wf%3Aextract"' in html
-    for section in ("Attempts", "Checkpoint, result and progress", "Lease", "Payload"):
+    sections = ("Attempts", "Attempt logs", "Progress", "Checkpoint and result", "Lease", "Payload")
+    for section in sections:
         assert section in html
 
 
@@ -205,3 +211,24 @@ def test_console_pages_refuse_posts(superuser: Any, console_data: Any) -> None:
     ):
         assert client.post(url, {}).status_code == 403, url
         assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.django_db
+def test_the_job_page_says_what_holds_a_waiting_job_back(viewer: Any) -> None:
+    from datetime import timedelta
+
+    from headgate_django import admission, store
+    from tests.conformance.helpers import enqueue_job
+
+    admission.set_concurrency_limit("console-ceiling", 1)
+    both = {enqueue_job(queue="console-ceiling", partition_key="acme") for _ in range(2)}
+    (taken,) = store.job_claim(
+        worker_id="c", limit=5, lease_ttl=timedelta(minutes=5), queues=["console-ceiling"]
+    )
+    (waiting,) = both - {taken.ref.job_id}  # either may go first: ids of one millisecond
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(reverse("admin:headgate_django_job_change", args=[quote(waiting)]))
+    text = html.content.decode()
+    assert "waiting: partition acme of queue console-ceiling runs 1 of 1" in text
+    assert mutation_controls(text) == []

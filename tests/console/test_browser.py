@@ -242,7 +242,8 @@ def test_live_workflow_in_chromium(
         " return {server_ms: n.responseStart - n.requestStart, bytes: n.transferSize}; })()"
     )
     assert timing["nodes"] == 999
-    assert page.locator("[data-node]").count() == 999
+    drawn = page.evaluate("window.hgPage.snap.drawn.length")
+    assert page.locator("[data-node], [data-group]").count() == drawn < 999  # fan-outs grouped
     page.screenshot(path=str(tmp_path / "workflow-999.png"))
     figures = {**timing, **nav}
     (tmp_path / "console-timings.json").write_text(json.dumps(figures, indent=2))
@@ -284,3 +285,46 @@ def test_the_api_docs_render_with_the_network_cut_off(
     assert page.locator(".menu-content li").count() > 20
     # ReDoc's bundle asks for its own "powered by" logo; the page renders without it.
     assert [url for url in outside if "redoc.ly/redoc/logo" not in url] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_schedule_list_in_chromium(
+    server: Server, browser: Any, viewer: Any, tmp_path: Path
+) -> None:
+    """The schedule list: spec in words, five fire times in the viewer's zone and UTC, the
+    newest events' outcomes; a pause and a tick made elsewhere show without a reload."""
+    from headgate_django import schedules
+    from headgate_django.models import Schedule
+    from headgate_django.schedules.scheduler import run_pass
+    from headgate_django.store import db_now
+
+    schedules.upsert("b-nightly", "CRON_TZ=Europe/Berlin 30 2 * * *", tasks.noop.envelope())
+    schedules.upsert("b-every", "@every 90m", tasks.noop.envelope())
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{server.url}/admin/login/")
+    page.fill("#id_username", "viewer")
+    page.fill("#id_password", "pw")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{server.url}/admin/")
+    page.click("#headgate-console-module >> text=Schedules")
+    page.wait_for_selector("#hg-schedules[data-ready='1']")
+    page.wait_for_selector("#hg-live[data-status='live']", timeout=10_000)
+    page.evaluate("window.__sameDocument = true")
+    nightly = page.locator('[data-schedule="b-nightly"]')
+    assert "At 02:30 (Europe/Berlin)" in nightly.inner_text()
+    assert nightly.locator(".hg-next li").count() == 5
+    assert "UTC" in nightly.locator(".hg-next li").first.inner_text()
+    every = page.locator('[data-schedule="b-every"]')
+    assert "Every 1 hour 30 minutes" in every.inner_text() and "none yet" in every.inner_text()
+
+    schedules.pause("b-nightly")
+    page.wait_for_selector('[data-schedule="b-nightly"][data-paused="1"]', timeout=5_000)
+    assert nightly.locator('[data-flag="paused"]').inner_text() == "paused"
+    Schedule.objects.filter(name="b-every").update(next_run_at=db_now())
+    run_pass()
+    page.wait_for_selector('[data-schedule="b-every"] [data-outcome="enqueued"]', timeout=5_000)
+    assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
+    page.screenshot(path=str(tmp_path / "schedules.png"), full_page=True)
+    assert errors == []

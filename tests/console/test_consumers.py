@@ -111,7 +111,11 @@ def test_everyone_but_staff_is_refused(who: str, request: pytest.FixtureRequest)
     user = AnonymousUser() if who == "anonymous" else request.getfixturevalue(who)
 
     async def scenario() -> None:
-        for path in ("/ws/headgate/workflows/refused-wf/", "/ws/headgate/executions/anything/"):
+        for path in (
+            "/ws/headgate/workflows/refused-wf/",
+            "/ws/headgate/executions/anything/",
+            "/ws/headgate/schedules/?tz=UTC",
+        ):
             comm = communicator(path, user)
             connected, code = await comm.connect(timeout=5)
             assert (connected, code) == (False, 4403), path
@@ -223,3 +227,45 @@ def test_with_redis_the_worker_publishes_the_change(
     env = {"HEADGATE_TEST_REDIS_URL": REDIS_URL, "HEADGATE_TEST_REDIS_PREFIX": prefix}
     latency = run_worker_and_measure(viewer, start_worker, "redis-wf", env=env)
     assert latency < LIVE_WITHIN, f"the change reached the page {latency:.2f} s after its commit"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_schedule_list_follows_a_pause_and_a_tick(viewer: Any) -> None:
+    """The schedule list's socket: a snapshot in the zone asked for, then a new one when a
+    schedule is paused and when a pass records a tick."""
+    from headgate_django import schedules
+    from headgate_django.models import Schedule
+    from headgate_django.schedules.scheduler import run_pass
+    from tests.app import tasks
+
+    schedules.upsert("live-hourly", "@every 1h", tasks.periodic.envelope())
+
+    async def scenario() -> None:
+        comm = communicator("/ws/headgate/schedules/?tz=Europe/Berlin&site=admin", viewer)
+        assert (await comm.connect(timeout=10))[0] is True
+        first = await comm.receive_json_from(timeout=10)
+        assert first["type"] == "snapshot" and first["snapshot"]["zone"] == "Europe/Berlin"
+        (row,) = first["snapshot"]["schedules"]
+        assert row["paused"] is False and len(row["next_runs"]) == 5 and row["events"] == []
+        await database_sync_to_async(schedules.pause)("live-hourly")
+        paused = await comm.receive_json_from(timeout=10)
+        assert paused["snapshot"]["schedules"][0]["paused"] is True
+
+        def tick() -> None:
+            schedules.resume("live-hourly")
+            Schedule.objects.filter(name="live-hourly").update(next_run_at=db_now())
+            run_pass()
+
+        from headgate_django.store import db_now
+
+        await database_sync_to_async(tick)()
+        while True:
+            message = await comm.receive_json_from(timeout=10)
+            (row,) = message["snapshot"]["schedules"]
+            if row["events"]:
+                break
+        assert [e["outcome"] for e in row["events"]] == ["enqueued"]
+        assert row["events"][0]["url"]  # the tick's job
+        await comm.disconnect()
+
+    async_to_sync(scenario)()

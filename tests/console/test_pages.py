@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.admin.utils import quote
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from headgate_django.console import views
@@ -27,9 +28,11 @@ def snapshot_of(html: str) -> dict[str, Any]:
 def pages(data: Any) -> list[str]:
     return [
         reverse("admin:headgate_django_queues"),
+        reverse("admin:headgate_django_admission"),
         reverse("admin:headgate_django_workflows"),
         reverse("admin:headgate_django_workflow", args=[data.workflow_id]),
         reverse("admin:headgate_django_execution_page", args=[data.execution_uncertain]),
+        reverse("admin:headgate_django_schedules"),
     ]
 
 
@@ -72,6 +75,54 @@ def test_queues_dashboard(viewer: Any, console_data: Any) -> None:
     )
     assert "Oldest available" in html and "Arrivals /min" in html and "Completions /min" in html
     assert "state__exact=completed" in html
+
+
+@pytest.mark.django_db
+def test_admission_page(viewer: Any) -> None:
+    from datetime import timedelta
+
+    from headgate_django import admission, store
+    from tests.conformance.helpers import enqueue_job
+
+    admission.set_rate_class("console-mail", limit=5, window=timedelta(seconds=1))
+    admission.set_concurrency_limit("console-q", 2)
+    admission.set_backpressure("console-q", 7)
+    enqueue_job(queue="console-q", partition_key="acme")
+    store.job_claim(worker_id="c", limit=5, lease_ttl=timedelta(minutes=5), queues=["console-q"])
+    enqueue_job(queue="console-q")
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(reverse("admin:headgate_django_admission")).content.decode()
+    assert re.search(r'data-rate-class="console-mail">.*?5\.0</td>', html, re.S)
+    assert re.search(r'data-ceiling="console-q">.*?acme: 1/2', html, re.S)
+    assert re.search(r'data-backpressure="console-q">.*?>2</td>.*?>7</td>', html, re.S)
+    assert "No queue has a weight." in html and "No queue is fair" in html
+    assert mutation_controls(html) == []
+
+
+@pytest.mark.django_db
+def test_admission_page_shows_weights_and_fairness(viewer: Any) -> None:
+    from datetime import timedelta
+
+    from headgate_django import admission, store
+    from tests.conformance.helpers import enqueue_job
+
+    admission.set_queue_weight("console-bulk", 3)
+    admission.set_fairness("console-fair", quantum=4)
+    enqueue_job(queue="console-bulk")
+    for tenant, n in (("acme", 6), ("globex", 2)):
+        for _ in range(n):
+            enqueue_job(queue="console-fair", partition_key=tenant)
+    store.job_claim(worker_id="c", limit=1, lease_ttl=timedelta(minutes=5), queues=["console-fair"])
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(reverse("admin:headgate_django_admission")).content.decode()
+    assert re.search(r'data-weight="console-bulk">.*?>3</td>.*?>0</td>.*?>1</td>', html, re.S)
+    row = re.search(r'data-fairness="console-fair">(.*?)</tr>', html, re.S).group(1)
+    assert ">4</td>" in row
+    assert re.search(r"<strong>acme</strong> \(turn, 3 left\): 5 waiting", row)
+    assert "globex: 2 waiting, credit 0" in row
+    assert mutation_controls(html) == []
 
 
 @pytest.mark.django_db
@@ -175,3 +226,59 @@ def test_execution_page_flags_pending_and_uncertain(
     client.force_login(superuser)
     snap = snapshot_of(client.get(url).content.decode())
     assert snap["events"][-1]["payload"]["input"] == {"order": 8}
+
+
+@pytest.mark.django_db
+def test_schedule_list_in_words_zones_events_and_paused(viewer: Any, settings: Any) -> None:
+    """Each schedule: its spec in words, its next five fire times in the viewer's zone
+    (Django's current time zone) and in UTC across a DST change, its newest events with
+    their outcomes, and whether it is paused. Only staff with view_schedule see it."""
+    from datetime import UTC, datetime
+
+    from headgate_django import schedules
+    from headgate_django.models import Schedule
+    from headgate_django.schedules.scheduler import run_pass
+    from headgate_django.store import db_now
+    from tests.app import tasks
+    from tests.console.conftest import make_user
+
+    settings.TIME_ZONE = "America/New_York"
+    schedules.upsert("berlin", "CRON_TZ=Europe/Berlin 30 2 * * *", tasks.periodic.envelope())
+    spring = datetime(2027, 3, 27, 1, 30, tzinfo=UTC)  # 02:30 in Berlin, the day before
+    Schedule.objects.filter(name="berlin").update(next_run_at=spring)
+    schedules.upsert("every", "@every 90m", tasks.periodic.envelope())
+    schedules.upsert("paused", "@hourly", tasks.periodic.envelope(), paused=True)
+    Schedule.objects.filter(name="every").update(next_run_at=db_now())
+    with override_settings(HEADGATE={"SCHEDULE_GRACE": timedelta(days=1)}):
+        run_pass()
+    client = Client()
+    client.force_login(viewer)
+    response = client.get(reverse("admin:headgate_django_schedules"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "/ws/headgate/schedules/?site=admin&amp;tz=America%2FNew_York" in html
+    snap = snapshot_of(html)
+    assert snap["zone"] == "America/New_York"
+    rows = {row["name"]: row for row in snap["schedules"]}
+    assert list(rows) == ["berlin", "every", "paused"]
+    berlin = rows["berlin"]
+    assert berlin["described"] == "At 02:30 (Europe/Berlin)"
+    # 2027-03-28 has no 02:30 in Berlin: skipped. New York is already on summer time.
+    assert [t["utc"] for t in berlin["next_runs"]] == [
+        "2027-03-27 01:30:00 UTC",
+        "2027-03-29 00:30:00 UTC",
+        "2027-03-30 00:30:00 UTC",
+        "2027-03-31 00:30:00 UTC",
+        "2027-04-01 00:30:00 UTC",
+    ]
+    assert berlin["next_runs"][0]["local"] == "2027-03-26 21:30:00 EDT"
+    assert rows["every"]["described"] == "Every 1 hour 30 minutes, aligned to the UTC epoch"
+    assert [e["outcome"] for e in rows["every"]["events"]] == ["enqueued"]
+    assert rows["every"]["events"][0]["url"].startswith("/admin/headgate_django/job/")
+    assert rows["paused"]["paused"] is True and not rows["berlin"]["paused"]
+    assert rows["paused"]["described"] == "Every hour (UTC)"
+    assert "payload" not in json.dumps(snap)
+    jobs_only = make_user("jobs-only", staff=True, perms=["view_job"])
+    other = Client()
+    other.force_login(jobs_only)
+    assert other.get(reverse("admin:headgate_django_schedules")).status_code == 403

@@ -1,9 +1,12 @@
 """No console page or API list reads every row of a large job table.
 
 On PostgreSQL, with a few hundred thousand finished and scheduled jobs filled in SQL and
-fresh statistics, every query each page and list issues is explained: none may scan
-``headgate_job`` sequentially or sort more rows than a page's worth of counting. A page
-added later without an index for its query fails here. SQLite and MariaDB are skipped
+fresh statistics, every query each page and list issues is explained and run
+(``EXPLAIN ANALYZE``): none may scan ``headgate_job`` sequentially, sort more rows than a
+page's worth of counting, or read more rows than that through any path (an index walked
+in order while a filter drops nearly every row reads the table as surely as a scan: a
+list of a rare kind without an index on kind did). A page added later without an index
+for its query fails here. SQLite and MariaDB are skipped
 (MariaDB's plans are measured by ``benchmarks/large_tables.py``).
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +25,9 @@ from django.urls import reverse
 
 from benchmarks.fill import analyze, fill
 from headgate_django import store
+from headgate_django.console.readonly import COUNT_CAP
+from headgate_django.store.console import job_page_fingerprint
+from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
 from tests.conformance.helpers import enqueue_job
 
 pytestmark = [
@@ -31,6 +38,14 @@ pytestmark = [
 TERMINAL, SCHEDULED = 300_000, 30_000
 #: A sort of more rows than this is a sort of the table, not of a page or a capped count.
 MAX_SORTED = 20_000
+#: Nor may any one step read more rows than this, kept or filtered out...
+MAX_READ = 20_000
+#: ...except the admin pager's capped count (``LIMIT COUNT_CAP + 1``): scanning for it in
+#: table order is the better plan while at least 1 row in this many matches, so it may
+#: read up to this many times its cap; a rarer filter must come through an index.
+CAPPED_COUNT_SCAN = 20
+#: A kind few jobs have: its lists must not walk the table to find them.
+RARE_KIND = "bench.rare"
 
 
 def _admin(name: str, **query: str) -> str:
@@ -46,7 +61,15 @@ PAGES = [
     _admin("job_changelist", queue__exact="q1"),
     _admin("job_changelist", kind__exact="bench.k3"),
     _admin("job_changelist", q="bench.k1"),
+    _admin("job_changelist", kind__exact=RARE_KIND),
+    _admin("job_changelist", q=RARE_KIND),
     _admin("queues"),
+    _admin("overview"),
+    _admin("workers"),
+    # the lists the overview's numbers open
+    _admin("job_changelist", queue__exact="q1", state__exact="completed"),
+    _admin("job_changelist", queue__exact="q1", state__exact="retryable"),
+    _admin("job_changelist", queue__exact="q1", state__exact="running", claimed_by__exact="plans"),
     _admin("workflows"),
     _admin("workflows", state="running"),
     *(
@@ -72,6 +95,9 @@ PAGES = [
     "/api/v1/jobs?kind=bench.k4",
     "/api/v1/jobs?workflow_id=wf-1",
     "/api/v1/jobs?q=bench.k5",
+    f"/api/v1/jobs?kind={RARE_KIND}",
+    f"/api/v1/jobs?q={RARE_KIND}",
+    f"/api/v1/jobs?kind={RARE_KIND}&state=completed",
     "/api/v1/jobs/counts",
     "/api/v1/jobs/counts?queue=q3",
     "/api/v1/queues",
@@ -79,6 +105,18 @@ PAGES = [
     "/api/v1/workflows",
     "/api/v1/workflows/wf-1/signals",
     "/api/v1/durable/executions",
+    "/api/v1/workers",
+]
+
+
+LIVE_LIST_FILTERS: list[dict[str, str]] = [
+    {},
+    {"state": "archived"},
+    {"state": "scheduled"},
+    {"queue": "q1"},
+    {"kind": RARE_KIND},
+    {"search": RARE_KIND},
+    {"search": "bench.k1"},
 ]
 
 
@@ -88,7 +126,14 @@ def large_table(django_db_blocker: Any) -> Iterator[None]:
         fill(cursor, "postgresql", terminal=TERMINAL, scheduled=SCHEDULED)
     for _ in range(3):
         enqueue_job(queue="q1")
+        enqueue_job(kind=RARE_KIND)
     store.job_claim(worker_id="plans", limit=1, lease_ttl=store_lease(), queues=["q1"])
+    worker_heartbeat(
+        Beat(
+            "plans", "host", 1, ["q1"], 1, store_lease(), in_flight=1, in_flight_by_queue={"q1": 1}
+        )
+    )
+    queue_minutes_add({"q1": (3, 1, 1)})
     with connection.cursor() as cursor:
         analyze(cursor, "postgresql")
     yield
@@ -114,12 +159,23 @@ def _reads_job_table(plan: dict[str, Any]) -> bool:
     return any(n.get("Relation Name") == "headgate_job" for n, _ in _nodes(plan))
 
 
+def _rows_read(node: dict[str, Any]) -> int:
+    """Rows a step produced or threw away, over all its loops."""
+    dropped = node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+    return int((node.get("Actual Rows", 0) + dropped) * node.get("Actual Loops", 1))
+
+
+def _read_limit(sql: str) -> int:
+    capped = f"LIMIT {COUNT_CAP + 1}" in sql and "COUNT(*)" in sql
+    return (COUNT_CAP + 1) * CAPPED_COUNT_SCAN if capped else MAX_READ
+
+
 def problems(sql: str) -> list[str]:
-    """What is wrong with the plan of ``sql``: unbounded scans and large sorts of jobs. A
-    sequential scan under a ``Limit`` stops at the limit's rows (a capped count of a
-    state most rows are in) and is allowed."""
+    """What is wrong with the plan of ``sql``: unbounded scans, large sorts and large reads
+    of jobs. A sequential scan under a ``Limit`` stops at the limit's rows (a capped count
+    of a state most rows are in) and is allowed."""
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
         raw = cursor.fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     found = []
@@ -130,6 +186,8 @@ def problems(sql: str) -> list[str]:
         sort = node["Node Type"] in ("Sort", "Incremental Sort")
         if sort and node["Plan Rows"] > MAX_SORTED and _reads_job_table(node):
             found.append(f"sort of {node['Plan Rows']} jobs")
+        if on_jobs and _rows_read(node) > _read_limit(sql):
+            found.append(f"{node['Node Type']} reading {_rows_read(node)} jobs")
     return found
 
 
@@ -148,4 +206,77 @@ def test_every_page_and_list_reads_jobs_through_an_index(
             if "headgate_job" in sql and sql.lstrip().upper().startswith("SELECT"):
                 for problem in problems(sql):
                     bad.setdefault(url, []).append(f"{problem}: {sql[:300]}")
+    # The job list's live first page polls this every second per open tab.
+    for filters in LIVE_LIST_FILTERS:
+        with CaptureQueriesContext(connection) as captured:
+            job_page_fingerprint(**filters)
+        for query in captured.captured_queries:
+            for problem in problems(query["sql"] or ""):
+                bad.setdefault(f"live list {filters}", []).append(problem)
     assert not bad, json.dumps(bad, indent=2)
+
+
+#: Tables of the worker registry and the per-minute counters, filled far past their
+#: real size (a day of minutes for 200 queues; thousands of workers).
+MINUTE_ROWS_QUEUES, WORKER_ROWS = 200, 5_000
+SMALL_TABLES = ("headgate_queue_minute", "headgate_worker")
+#: The most rows one step may read from them: an hour of minutes per queue, a page of
+#: the registry (store.workers.MAX_WORKERS).
+MAX_SMALL_READ = 60 * MINUTE_ROWS_QUEUES + 1_001
+
+
+def small_table_problems(sql: str, params: Any = None) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
+        raw = cursor.fetchone()[0]
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    found = []
+    for node, _ in _nodes(plan):
+        table = node.get("Relation Name")
+        if table not in SMALL_TABLES:
+            continue
+        if node["Node Type"] == "Seq Scan":
+            found.append(f"Seq Scan on {table}")
+        if _rows_read(node) > MAX_SMALL_READ:
+            found.append(f"{node['Node Type']} reading {_rows_read(node)} rows of {table}")
+    return found
+
+
+def test_the_registry_and_the_minute_counts_are_read_through_their_indexes(
+    superuser: Any, unprepared: None
+) -> None:
+    from headgate_django.store.workers import MINUTES_KEPT, worker_prune
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO headgate_queue_minute (queue, minute, completed, failed, retried) "
+            "SELECT 'q' || q, FLOOR(EXTRACT(EPOCH FROM now()) / 60)::bigint - m, 1, 0, 0 "
+            "FROM generate_series(0, %s) AS q, generate_series(0, %s) AS m",
+            [MINUTE_ROWS_QUEUES - 1, MINUTES_KEPT + 60],
+        )
+        cursor.execute(
+            "INSERT INTO headgate_worker (id, host, pid, queues, concurrency, in_flight, "
+            "in_flight_by_queue, claimed, completed, retried, failed, heartbeat_ms, started_at, "
+            "last_heartbeat_at, stopped_at) SELECT 'w-' || lpad(n::text, 6, '0'), 'h', n, NULL, "
+            "1, 0, '{}', 0, 0, 0, 0, 5000, now(), now() - n * interval '1 second', NULL "
+            "FROM generate_series(1, %s) AS n",
+            [WORKER_ROWS],
+        )
+        cursor.execute("ANALYZE headgate_queue_minute")
+        cursor.execute("ANALYZE headgate_worker")
+    client = Client()
+    client.force_login(superuser)
+    bad: dict[str, list[str]] = {}
+    urls = [_admin("overview"), _admin("workers"), "/api/v1/workers", "/api/v1/workers/w-000001"]
+    for url in urls:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(url).status_code == 200, url
+        for query in captured.captured_queries:
+            sql = query["sql"] or ""
+            if any(t in sql for t in SMALL_TABLES):
+                bad.setdefault(url, []).extend(small_table_problems(sql))
+    with CaptureQueriesContext(connection) as captured:
+        worker_prune(retention=timedelta(minutes=30))
+    for query in captured.captured_queries:
+        bad.setdefault("worker_prune", []).extend(small_table_problems(query["sql"]))
+    assert not any(bad.values()), json.dumps(bad, indent=2)

@@ -44,7 +44,12 @@ def test_os_exit_in_a_handler_is_a_crash(start_worker):
     victim = start_worker("--no-duties", "--lease-ttl", "1", env=env)
     assert victim.proc.wait(timeout=120) == 3, victim.output()
     assert [e.label for e in runs(job_id)] == ["hard_exit"]
-    wait_for(lambda: job(job_id).crash_attempt == 1, timeout=60)
+    try:
+        wait_for(lambda: job(job_id).crash_attempt == 1, timeout=60)
+    except AssertionError as exc:  # the keeper's log says why its reclaim did not run
+        row = job(job_id)
+        seen = f"state={row.state} crash_attempt={row.crash_attempt} lease={row.lease_expires_at}"
+        raise AssertionError(f"{exc}; {seen}; keeper:\n{keeper.output()}") from None
     row = job(job_id)
     assert row.attempt == 0
     assert row.state in ("retryable", "available")

@@ -73,6 +73,34 @@ def test_a_child_killed_by_a_signal_makes_the_parent_exit_128_plus_n(start_worke
     assert parent.output().count(" stopped: ") == 1  # the survivor drained and stopped
 
 
+def test_children_stop_when_their_parent_is_killed(start_worker):
+    """A SIGKILLed parent forwards nothing, and each child is in a process group of its
+    own: the children notice they are orphaned and drain and exit by themselves instead of
+    claiming on, unsupervised."""
+    parent = start_worker("--processes", "2", "--concurrency", "1", "--worker-id", "o")
+    wait_serving(parent, count=2)
+    lines = parent.output().splitlines()
+    line = next(text for text in lines if "started 2 worker processes" in text)
+    children = [int(pid) for pid in line.rpartition(": ")[2].split(", ")]
+    parent.kill()
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # An exited child of the dead parent is reaped by init; until then it is a zombie.
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rpartition(")")[2].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_for(lambda: all(gone(pid) for pid in children), timeout=30)
+    assert parent.output().count("its parent") == 2
+    assert parent.output().count(" stopped: ") == 2  # each drained and stopped cleanly
+
+
 SUPERVISE = """
 import sys
 import django

@@ -3,6 +3,8 @@ jobs of kinds this worker does not know."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from django.core.management import call_command
 
@@ -53,8 +55,11 @@ def test_call_command_returns_to_its_caller():
     """Only the command line leaves the process at the end; a caller of call_command (a
     script, a test) gets control back after the burst."""
     ids = [tasks.echo.enqueue(value=i) for i in range(3)]
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     call_command("runworkers", "--burst", "--concurrency", "2", "--no-duties")
     assert all(job(job_id).state == "completed" for job_id in ids)
+    # ... with its own signal handling as it was: the worker's is gone with the worker.
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
 
 
 def test_processes_start_children_that_all_serve_and_stop_together(start_worker):

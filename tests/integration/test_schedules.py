@@ -1,24 +1,23 @@
 """Periodic schedules with real ``runworkers`` processes: one job per tick across three
 workers and a kill -9 of the scheduler's holder, and ``on_missed`` after every worker was
-stopped. Jobs are counted from what their handlers saw (``ctx.periodic_origin``)."""
+stopped, and a holder SIGSTOPped past its lease while a second one takes over. Jobs are
+counted from what their handlers saw (``ctx.periodic_origin``)."""
 
 from __future__ import annotations
 
-import threading
+import os
+import signal
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from headgate_django import schedules
-from headgate_django.kernel.schedule_origin import origin_of
+from headgate_django.kernel.schedule_origin import origin_of, tick_id
 from headgate_django.kernel.schedule_spec import parse_spec, previous_ticks
 from headgate_django.models import DutyLease, Job, Schedule
-from headgate_django.schedules import scheduler, targets
 from headgate_django.store import db_now
-from headgate_django.store.schedules import schedule_due
 from tests.app import tasks
 from tests.app.models import Execution
 from tests.conftest import wait_for
@@ -27,6 +26,7 @@ from tests.integration.helpers import FAST, headgate_env, wait_serving
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SECOND = timedelta(seconds=1)
+HOUR = timedelta(hours=1)
 
 
 def jobs_per_tick(name: str) -> dict[int, set[str]]:
@@ -57,7 +57,10 @@ def test_every_tick_runs_once_across_three_workers_and_a_killed_scheduler(start_
     holder = scheduler_holder_pid()
     victim = next(w for w in workers if w.pid == holder)
     victim.kill()  # the scheduler's holder: nobody schedules until its duty lease lapses
-    time.sleep(5)
+    # Another worker takes the duty over once the lease lapses. (The ticks the victim wrote
+    # ahead, up to SCHEDULE_LOOKAHEAD, cover part of the wait: they run all the same.)
+    wait_for(lambda: scheduler_holder_pid() != victim.pid, timeout=60)
+    time.sleep(2)
     end = db_now()
     wait_for(lambda: (schedules.get("it-every").next_run_at or end) > end, timeout=60)
     ticks = range(int(first.timestamp()), int(end.timestamp()) + 1)
@@ -88,7 +91,10 @@ def test_every_tick_runs_once_across_three_workers_and_a_killed_scheduler(start_
 )
 def test_on_missed_after_every_worker_was_stopped(start_worker, on_missed, limit, expected):
     grace = 0.5
-    env = headgate_env(**FAST, SCHEDULE_GRACE=grace)
+    # Ticks written ahead (the lookahead) before the stop are not missed: they wait, and run
+    # after the restart. The outage is five ticks longer than the lookahead.
+    lookahead = 1.0
+    env = headgate_env(**FAST, SCHEDULE_GRACE=grace, SCHEDULE_LOOKAHEAD=lookahead)
     name = f"it-{on_missed}"
     schedules.upsert(
         name, "@every 1s", tasks.periodic.envelope(), on_missed=on_missed, backfill_limit=limit
@@ -98,7 +104,7 @@ def test_on_missed_after_every_worker_was_stopped(start_worker, on_missed, limit
     wait_for(lambda: len(jobs_per_tick(name)) >= 2, timeout=60)
     assert worker.terminate() == 0
     last_before = max(e.tick_at for e in schedules.events(name) if e.outcome == "enqueued")
-    time.sleep(5.5)  # at least five ticks that no worker is there to fire
+    time.sleep(5.5 + lookahead)  # at least five ticks that no worker is there to fire
     worker = start_worker(env=env)
     wait_serving(worker)
 
@@ -126,43 +132,79 @@ def test_on_missed_after_every_worker_was_stopped(start_worker, on_missed, limit
     assert all(len(ids) == 1 for ids in seen.values())
 
 
-def test_two_overlapping_passes_enqueue_each_tick_once(monkeypatch):
-    """Two holders at once (one stalled while its lease lapsed, as under SIGSTOP): both
-    read the same due schedule; the first stalls inside its transaction, holding the
-    schedule's row, while the second tries the same ticks."""
-    schedules.upsert("it-overlap", "@every 1h", tasks.periodic.envelope(), on_missed="backfill")
+def test_a_holder_stopped_past_its_lease_loses_its_pass_to_the_next_one(start_worker, tmp_path):
+    """Two holders for real: the scheduler's holder is SIGSTOPped in the middle of a pass
+    (after it read the due schedules, before it wrote) until its duty lease lapses; a
+    second worker takes the duty over and fires the ticks; then the first is SIGCONTed
+    and finishes its pass. One job and one workflow per tick; its events say
+    ``deduplicated``."""
+    marker = tmp_path / "stalled.pid"
+    env = {**headgate_env(**FAST), "HEADGATE_TEST_STALL_MARKER": str(marker)}
+    names = ("it-over-task", "it-over-wf")
+    schedules.upsert(names[0], "@every 1h", tasks.periodic.envelope(), on_missed="backfill")
+    schedules.upsert(
+        names[1], "@every 1h", schedules.workflow("test-stall-once"), on_missed="backfill"
+    )
     current = previous_ticks(parse_spec("@every 1h"), db_now(), 1)[0]
-    Schedule.objects.filter(name="it-overlap").update(next_run_at=current - 2 * timedelta(hours=1))
-    now, (stale,) = schedule_due(limit=10)
-    stalled, resume = threading.Event(), threading.Event()
-    write = targets.write
+    ticks = {current - HOUR, current}
+    Schedule.objects.filter(name__in=names).update(next_run_at=current - HOUR)
 
-    def stalling_write(firing, using):
-        outcome = write(firing, using)
-        if threading.current_thread().name == "first":
-            stalled.set()
-            resume.wait(30)
-        return outcome
+    first = start_worker(env=env)
+    wait_for(marker.exists, timeout=60)
+    stalled = int(wait_for(lambda: marker.read_text().strip()))
+    os.kill(stalled, signal.SIGSTOP)  # inside the factory, in the first holder's pass
+    try:
+        lease = DutyLease.objects.get(name="scheduler")
+        assert lease.holder.rsplit(":", 2)[1] == str(stalled)
+        second = start_worker(env=env)
+        wait_serving(second)
+        # The second takes the duty once the first's lease lapsed, and fires both ticks.
+        wait_for(lambda: scheduler_holder_pid() != stalled, timeout=60)
+        wait_for(
+            lambda: all((schedules.get(n).next_run_at or current) > current for n in names),
+            timeout=60,
+        )
+        assert not any(e.outcome == "deduplicated" for n in names for e in schedules.events(n))
+    finally:
+        os.kill(stalled, signal.SIGCONT)
 
-    monkeypatch.setattr(targets, "write", stalling_write)
-    results: dict[str, Counter[str]] = {}
+    def lost(name: str) -> list[schedules.ScheduleEventView]:
+        return [e for e in schedules.events(name) if e.outcome == "deduplicated"]
 
-    def holder(name: str) -> None:
-        try:
-            results[name] = scheduler.fire_schedule(stale, now)
-        finally:
-            connection.close()
+    wait_for(lambda: all(len(lost(n)) == 2 for n in names), timeout=60)
+    for name in names:
+        events = schedules.events(name)
+        assert {e.tick_at for e in lost(name)} == ticks
+        assert all(e.reason == "fired by another pass" for e in lost(name))
+        enqueued = [e for e in events if e.outcome == "enqueued"]
+        assert sorted(e.tick_at for e in enqueued) == sorted(ticks)
+        assert len(events) == 4
+    wait_for(lambda: set(jobs_per_tick(names[0])) == {int(t.timestamp()) for t in ticks})
+    seen = jobs_per_tick(names[0])
+    assert all(len(ids) == 1 for ids in seen.values()), seen
+    assert Job.objects.filter(id__startswith=f"sched:{names[0]}:").count() == 2
+    workflows = set(Job.objects.exclude(workflow_id=None).values_list("workflow_id", flat=True))
+    assert workflows == {tick_id(names[1], t) for t in ticks}
+    nodes = Job.objects.filter(workflow_id__isnull=False).exclude(kind="headgate:workflow")
+    assert sorted(nodes.values_list("workflow_id", flat=True)) == sorted(workflows)
+    assert second.terminate() == 0
+    assert first.terminate() == 0
 
-    first = threading.Thread(target=holder, args=("first",), name="first")
-    second = threading.Thread(target=holder, args=("second",), name="second")
-    first.start()
-    assert stalled.wait(30)
-    second.start()
-    time.sleep(0.5)  # let the second reach the first's lock before it commits
-    resume.set()
-    first.join(30)
-    second.join(30)
-    assert results == {"first": Counter(enqueued=3), "second": Counter(deduplicated=3)}
-    assert Job.objects.filter(id__startswith="sched:it-overlap:").count() == 3
-    outcomes = Counter(e.outcome for e in schedules.events("it-overlap"))
-    assert outcomes == Counter(enqueued=3, deduplicated=3)
+
+def test_no_duties_workers_never_schedule(start_worker):
+    """``runworkers --no-duties`` serves jobs but never fires a tick; a worker with duties
+    then fires the same schedule at once."""
+    env = headgate_env(**FAST)
+    schedules.upsert("it-noduties", "@every 1s", tasks.periodic.envelope(), on_missed="backfill")
+    tasks.periodic.enqueue(label="served")
+    quiet = start_worker("--no-duties", env=env)
+    wait_serving(quiet)
+    wait_for(lambda: Execution.objects.filter(label="none").exists(), timeout=60)  # it serves
+    time.sleep(2.5)  # ticks come due and nobody fires them
+    assert schedules.events("it-noduties") == []
+    assert not Job.objects.filter(id__startswith="sched:it-noduties:").exists()
+    assert not DutyLease.objects.filter(name="scheduler").exclude(holder="").exists()
+    duties = start_worker(env=env)
+    wait_for(lambda: jobs_per_tick("it-noduties"), timeout=60)
+    assert quiet.terminate() == 0
+    assert duties.terminate() == 0

@@ -110,13 +110,7 @@ def wait_for(what: str, probe, timeout: float = 90):  # type: ignore[no-untyped-
 def test_make_demo_serves_the_console_with_live_workflows(tmp_path: Path) -> None:
     port = free_port()
     operator_addr = f"127.0.0.1:{free_port()}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
-        "DEMO_ADDR": f"127.0.0.1:{port}",
-        "DEMO_OPERATOR_ADDR": operator_addr,
-    }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env = _demo_env(tmp_path, f"127.0.0.1:{port}", operator_addr)
     log = (tmp_path / "demo.log").open("wb")
     proc = subprocess.Popen(
         ["make", "--no-print-directory", "demo"],
@@ -163,6 +157,7 @@ def test_make_demo_serves_the_console_with_live_workflows(tmp_path: Path) -> Non
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+        _kill_demo_processes(env["DATABASE_URL"])
 
 
 def _guide_examples(port: int, operator_addr: str) -> None:
@@ -223,8 +218,24 @@ def _demo_env(tmp_path: Path, addr: str, operator_addr: str) -> dict[str, str]:
 def _jobs_by_state(tmp_path: Path) -> dict[str, int]:
     import sqlite3
 
-    with sqlite3.connect(tmp_path / "demo.sqlite3") as db:
+    db = sqlite3.connect(tmp_path / "demo.sqlite3")
+    try:
         return dict(db.execute("SELECT state, COUNT(*) FROM headgate_job GROUP BY state"))
+    finally:
+        db.close()
+
+
+def _kill_demo_processes(database_url: str) -> None:
+    """SIGKILL whatever a failed run left behind: the demo's servers and worker run in
+    sessions of their own, out of reach of the signal that stops ``make``. They are found by
+    the test's own database URL in their environment."""
+    marker = f"DATABASE_URL={database_url}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def test_make_demo_on_a_busy_port_fails_before_it_touches_the_demo_data(tmp_path: Path) -> None:
@@ -260,6 +271,11 @@ def test_one_ctrl_c_on_make_demo_drains_and_exits_zero(tmp_path: Path) -> None:
     env = _demo_env(tmp_path, f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
     pid, terminal = pty.fork()
     if pid == 0:  # the child: `make demo` in the foreground of a fresh terminal
+        # As a shell typed into would start it: signals neither blocked nor ignored, whatever
+        # this test process inherited or set (both survive fork and exec).
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGTTOU):
+            signal.signal(signum, signal.SIG_DFL)
         os.chdir(ROOT)
         os.execvpe("make", ["make", "--no-print-directory", "demo"], env)
     output = bytearray()
@@ -289,6 +305,7 @@ def test_one_ctrl_c_on_make_demo_drains_and_exits_zero(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+        _kill_demo_processes(env["DATABASE_URL"])
     text = output.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, text
     assert "received SIGTERM: draining" in text

@@ -69,3 +69,62 @@ def test_the_models_raise_no_warnings_on_the_database_under_test():
     config = apps.get_app_config("headgate_django")
     found = checks.run_checks(app_configs=[config], databases=["default"])
     assert [m.id for m in found if m.level >= checks.WARNING] == []
+
+
+def test_worker_heartbeat_and_retention_are_positive_durations():
+    assert ids(WORKER_HEARTBEAT=timedelta(seconds=1), WORKER_RETENTION=timedelta(hours=2)) == []
+    assert ids(WORKER_HEARTBEAT=timedelta(0)) == ["headgate.E002"]
+    assert ids(WORKER_RETENTION=60) == ["headgate.E002"]
+
+
+@pytest.mark.parametrize(
+    "headgate",
+    [
+        {"RATE_CLASSES": {"mail": {"limit": 0, "window": 1}}},
+        {"RATE_CLASSES": {"mail": {"limit": 5}}},
+        {"RATE_CLASSES": {"mail": {"limit": 5, "window": 1, "colour": "red"}}},
+        {"RATE_CLASSES": {"bad name": {"limit": 5, "window": 1}}},
+        {"RATE_CLASSES": ["mail"]},
+        {"CONCURRENCY_LIMITS": {"reports": 0}},
+        {"CONCURRENCY_LIMITS": {"reports": {"max_concurrent": 3, "on_saturated": "drop"}}},
+        {"CONCURRENCY_LIMITS": {"bad queue": 3}},
+        {"BACKPRESSURE": {"imports": -1}},
+        {"BACKPRESSURE": {"imports": "lots"}},
+    ],
+)
+def test_bad_admission_policies_are_errors(headgate):
+    assert ids(**headgate) == ["headgate.E009"]
+
+
+def test_good_admission_policies_are_clean():
+    assert (
+        ids(
+            RATE_CLASSES={"mail": {"limit": 50, "window": timedelta(seconds=1), "burst": 10}},
+            CONCURRENCY_LIMITS={
+                "reports": 3,
+                "sync": {"max_concurrent": 1, "on_saturated": "cancel_running"},
+            },
+            BACKPRESSURE={"imports": 0},
+        )
+        == []
+    )
+
+
+def test_bulk_limits_are_counts_in_order_and_the_bulk_queue_a_queue_name():
+    assert ids(BULK_MAX_JOBS=0) == ["headgate.E005"]
+    assert ids(BULK_SYNC_LIMIT=True) == ["headgate.E005"]
+    assert ids(BULK_MAX_JOBS=100, BULK_SYNC_LIMIT=101) == ["headgate.E020"]
+    assert ids(BULK_MAX_JOBS=100, BULK_SYNC_LIMIT=100) == []
+    assert ids(BULK_QUEUE="no spaces allowed") == ["headgate.E020"]
+    assert ids(BULK_QUEUE="") == ["headgate.E020"]
+
+
+def test_encryption_settings_are_checked():
+    key = b"k" * 32
+    assert ids(ENCRYPTION_KEYS={"k1": key}, ENCRYPTION_KEY_ID="k1") == []
+    assert ids(ENCRYPTION_KEYS={"k1": key}) == []  # a ring to read old payloads with
+    assert ids(ENCRYPTION_KEYS=[key]) == ["headgate.E021"]
+    assert ids(ENCRYPTION_KEYS={"k1": b"short"}) == ["headgate.E021"]
+    assert ids(ENCRYPTION_KEYS={"k1": "not base64"}) == ["headgate.E021"]
+    assert ids(ENCRYPTION_KEYS={"k1": key}, ENCRYPTION_KEY_ID="k2") == ["headgate.E021"]
+    assert ids(ENCRYPTION_KEY_ID="k1") == ["headgate.E021"]

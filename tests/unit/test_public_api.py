@@ -7,6 +7,7 @@ import headgate_django.workflows
 def test_headgate_django_all():
     assert sorted(headgate_django.__all__) == sorted(
         [
+            "BackpressureError",
             "ConfigurationError",
             "DefinitionError",
             "DuplicateError",
@@ -54,3 +55,15 @@ def test_workflows_all_names_from_the_design():
     assert required <= set(headgate_django.workflows.__all__)
     for name in headgate_django.workflows.__all__:
         assert getattr(headgate_django.workflows, name) is not None
+
+
+def test_signals_all():
+    import headgate_django.signals
+
+    assert sorted(headgate_django.signals.__all__) == [
+        "job_archived",
+        "job_failed",
+        "job_finished",
+        "job_retried",
+        "workflow_finished",
+    ]

@@ -246,6 +246,20 @@ def test_cap_leaves_the_rest_for_the_next_pass() -> None:
     assert result.next_run_at == T0 + timedelta(seconds=4)
 
 
+def test_a_horizon_fires_the_ticks_before_it_ahead_of_their_instant() -> None:
+    spec = parse_spec("@every 1s")
+    kw = {"grace": timedelta(seconds=60), "on_missed": "skip", "backfill_limit": 0, "cap": 100}
+    now = T0 - timedelta(milliseconds=1500)  # T0 is 1.5 s away
+    early = plan_pass(spec, next_run_at=T0, now=now, horizon=now + timedelta(seconds=3), **kw)
+    assert early.fire == (T0, T0 + timedelta(seconds=1))  # T0 + 2 s is past the horizon
+    assert early.next_run_at == T0 + timedelta(seconds=2)
+    nothing = plan_pass(spec, next_run_at=T0, now=now, horizon=now, **kw)
+    assert (nothing.fire, nothing.next_run_at) == ((), T0)
+    # A horizon before now is now: the due ticks fire all the same.
+    late = plan_pass(spec, next_run_at=T0, now=T0, horizon=T0 - timedelta(hours=1), **kw)
+    assert late.fire == (T0,)
+
+
 def test_dst_gap_in_a_pass() -> None:
     spec = parse_spec("CRON_TZ=Europe/Berlin 30 2 * * *")
     before = local(BERLIN, 2027, 3, 27, 2, 30)

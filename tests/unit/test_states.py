@@ -39,6 +39,7 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("available", "admitted"): {"running"},
     ("available", "operator_cancel"): {"cancelled"},
     ("available", "quarantine"): {"quarantined"},
+    ("available", "saturated"): {"archived", "cancelled"},
     ("running", "success"): {"completed", "deleted"},
     ("running", "retry"): {"retryable", "archived"},
     ("running", "skip"): {"archived"},
@@ -48,6 +49,7 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("running", "release"): {"available"},
     ("running", "lease_lost"): {"retryable", "quarantined"},
     ("running", "operator_cancel"): {"cancelled"},
+    ("running", "saturated"): {"cancelled"},
     ("retryable", "backoff_due"): {"available"},
     ("retryable", "operator_promote"): {"available"},
     ("retryable", "operator_cancel"): {"cancelled"},
@@ -56,6 +58,17 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("cancelled", "operator_retry"): {"available"},
     ("undecodable", "operator_retry"): {"available"},
     ("quarantined", "operator_release"): {"available"},
+    ("scheduled", "unique_replace"): {"scheduled", "available"},
+    ("available", "unique_replace"): {"available"},
+    ("retryable", "unique_replace"): {"retryable"},
+    ("scheduled", "debounce"): {"scheduled"},
+    ("available", "debounce"): {"scheduled"},
+    ("retryable", "debounce"): {"retryable"},
+    ("pending", "deadline"): {"archived"},
+    ("scheduled", "deadline"): {"archived"},
+    ("available", "deadline"): {"archived"},
+    ("retryable", "deadline"): {"archived"},
+    ("running", "deadline"): {"archived"},
 }
 
 ALL_PAIRS = list(itertools.product(State, Event))

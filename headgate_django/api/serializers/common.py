@@ -15,6 +15,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from headgate_django.kernel.names import NAME_PATTERN
 from headgate_django.visibility import may_see_payloads
 
 INT32_MAX = 2**31 - 1
@@ -89,6 +90,11 @@ class AnyJSONField(serializers.JSONField):
 
 #: No control characters; drf-spectacular states it as the field's ``pattern``.
 NO_CONTROL = RegexValidator(r"^[^\x00-\x1f]*\Z", "control characters are not allowed")
+#: A queue or rate class name, stated as the field's ``pattern`` too: a name the store
+#: would refuse is refused by the schema as well, not only by the body's validation.
+SIMPLE_NAME = RegexValidator(
+    f"^{NAME_PATTERN}", "letters, digits and _-.: only, a letter, digit or _ first"
+)
 
 
 class NameField(serializers.CharField):

@@ -29,6 +29,7 @@ _LINKS = {
     "quarantine": "headgate_api:quarantine-list",
     "workflows": "headgate_api:workflow-list",
     "durable_executions": "headgate_api:execution-list",
+    "workers": "headgate_api:worker-list",
     "healthz": "headgate_api:healthz",
     "readyz": "headgate_api:readyz",
     "meta": "headgate_api:meta",

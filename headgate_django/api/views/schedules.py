@@ -23,14 +23,14 @@ from headgate_django.api.serializers import schedules as s
 from headgate_django.models import Schedule
 from headgate_django.schedules import delete as delete_schedule
 from headgate_django.schedules.declared import options
+from headgate_django.schedules.targets import target_label
 from headgate_django.store.schedules import EVENTS_KEPT
 
 
 def _body(view: schedules.ScheduleView, *, detail: bool = False) -> dict[str, Any]:
-    target = view.target
-    name = target.get("kind") or target.get("factory") or target.get("name") or ""
+    target_type, target_name = target_label(view.target)
     body = {key: getattr(view, key) for key in s.ScheduleSerializer().fields if hasattr(view, key)}
-    body.update(target_type=target.get("type", ""), target_name=name)
+    body.update(target_type=target_type, target_name=target_name)
     if detail:
         body["next_runs"] = schedules.next_runs(view.name)
         return dict(s.ScheduleDetailSerializer(body).data)

@@ -19,7 +19,7 @@ from headgate_django.store.schema import schema_problem
 from headgate_django.worker import logs
 from headgate_django.worker.exit import exit_code, exit_now
 from headgate_django.worker.runner import Worker
-from headgate_django.worker.signals import relay_signals
+from headgate_django.worker.signals import relayed_signals
 
 
 class Command(BaseCommand):
@@ -103,6 +103,7 @@ class Command(BaseCommand):
             raise CommandError("--lease-ttl must be positive")
         self._check_schema()
         self._sync_schedules(options["verbosity"])
+        self._apply_admission(options["verbosity"])
         if options["metrics_port"] is not None:
             if options["processes"] > 1:
                 raise CommandError(
@@ -128,6 +129,21 @@ class Command(BaseCommand):
                 raise CommandError(f"--processes: {exc}") from exc
             sys.exit(code)
         self._serve(options, options["worker_id"])
+
+    def _apply_admission(self, verbosity: int) -> None:
+        """Write ``HEADGATE["RATE_CLASSES"]``, ``["CONCURRENCY_LIMITS"]`` and
+        ``["BACKPRESSURE"]`` into the store. An unreachable database is left to the worker."""
+        from headgate_django.admission import apply_declared
+        from headgate_django.exceptions import DefinitionError
+
+        try:
+            applied = apply_declared()
+        except DatabaseError:
+            return
+        except DefinitionError as exc:
+            raise CommandError(str(exc)) from exc
+        if applied and verbosity > 1:
+            self.stderr.write(f"applied {applied} declared admission policies")
 
     def _sync_schedules(self, verbosity: int) -> None:
         """Sync ``HEADGATE["SCHEDULES"]`` into the store and say which ones it paused
@@ -180,19 +196,20 @@ class Command(BaseCommand):
                 # (a KeyboardInterrupt would still wait for them at interpreter exit).
                 self.stderr.write(f"received {name} again: exiting without draining")
                 exit_now(1, close_connections=False)
+            # Stop first: the message below writes to a stream that may be gone.
+            worker.stop()
             if options["verbosity"] > 0:
                 window = headgate_settings.SHUTDOWN_TIMEOUT.total_seconds()
                 self.stderr.write(
                     f"received {name}: draining (running jobs get up to {window:g} s, "
                     "HEADGATE['SHUTDOWN_TIMEOUT']); send it again to exit at once"
                 )
-            worker.stop()
 
-        relay_signals(on_signal, (signal.SIGTERM, signal.SIGINT))
-        # A --processes child starts with both blocked (see the supervisor); one that came
-        # in meanwhile is handled now, by the handler above.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-        worker.run()
+        with relayed_signals(on_signal, (signal.SIGTERM, signal.SIGINT)):
+            # A --processes child starts with both blocked (see the supervisor); one that
+            # came in meanwhile is handled now, by the handler above.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+            worker.run()
         if worker.handlers_running:
             # Handlers that outlived the drain window were released back to their queues;
             # do not let the interpreter wait for their threads at exit.

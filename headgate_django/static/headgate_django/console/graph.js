@@ -11,6 +11,7 @@
   var NS = "http://www.w3.org/2000/svg";
   var MIN_ZOOM = 0.02;
   var MAX_ZOOM = 3;
+  var READABLE_ZOOM = 0.8; // 13 px names stay above 10 px on screen
 
   function make(tag, attrs, parent) {
     var el = document.createElementNS(NS, tag);
@@ -48,6 +49,7 @@
   function Graph(svg, options) {
     this.svg = svg;
     this.onSelect = options.onSelect;
+    this.onGroup = options.onGroup || function () {};
     this.t = { x: 0, y: 0, k: 1 };
     this.items = {};
     this.selected = null;
@@ -62,11 +64,27 @@
     this.bindPanZoom();
   }
 
+  /* What the members of a group have in common, for its label: "s03-task*". */
+  function commonLabel(names, fallback) {
+    var prefix = names[0];
+    for (var i = 1; i < names.length && prefix; i++) {
+      while (names[i].indexOf(prefix) !== 0) {
+        prefix = prefix.slice(0, -1);
+      }
+    }
+    return prefix.length >= 2 ? prefix + "*" : fallback;
+  }
+
+  /* The state a group is coloured by: the one most in need of attention that it holds. */
+  var ATTENTION = ["running", "archived", "quarantined", "undecodable", "retryable", "available",
+    "scheduled", "pending", "missing", "cancelled", "completed"];
+
   Graph.prototype.render = function (snapshot) {
     var layout = snapshot.layout;
     var W = layout.node[0];
     var H = layout.node[1];
     var nodes = snapshot.nodes;
+    var drawn = snapshot.drawn || nodes.map(function (n) { return n.name; });
     var pos = layout.positions;
     var frag = document.createDocumentFragment();
     var edgeLayer = make("g", { "class": "hg-edges" }, frag);
@@ -75,32 +93,64 @@
     var i;
     this.width = layout.width;
     this.height = layout.height;
+    this.data = {};
+    this.groups = {};
+    this.groupOf = {};
     for (i = 0; i < nodes.length; i++) {
-      items[nodes[i].name] = { data: nodes[i], index: i, out: [], deps: [], dependents: [] };
+      this.data[nodes[i].name] = nodes[i];
+    }
+    var groups = snapshot.groups || [];
+    for (i = 0; i < groups.length; i++) {
+      this.groups[groups[i].id] = groups[i];
+      if (!groups[i].expanded) {
+        for (var m = 0; m < groups[i].members.length; m++) {
+          this.groupOf[groups[i].members[m]] = groups[i].id;
+        }
+      }
+    }
+    for (i = 0; i < drawn.length; i++) {
+      var group = this.groupOf[drawn[i]] ? null : (this.groups[drawn[i]] || null);
+      items[drawn[i]] = {
+        data: group ? null : this.data[drawn[i]], group: group && !group.expanded ? group : null,
+        index: i, out: [], deps: [], dependents: []
+      };
     }
     for (i = 0; i < layout.edges.length; i++) {
       var edge = layout.edges[i];
       var a = pos[edge[0]];
       var b = pos[edge[1]];
+      var from = drawn[edge[0]];
+      var to = drawn[edge[1]];
       var points = [[a[0] + W / 2, a[1]]].concat(edge[2], [[b[0] - W / 2, b[1]]]);
       var path = make("path", {
-        d: edgePath(points), "marker-end": "url(#hg-arrow)",
-        "data-from": nodes[edge[0]].name, "data-to": nodes[edge[1]].name
+        d: edgePath(points), "marker-end": "url(#hg-arrow)", "data-from": from, "data-to": to
       }, edgeLayer);
-      var source = items[nodes[edge[0]].name];
-      source.out.push(path);
-      source.dependents.push(nodes[edge[1]].name);
-      items[nodes[edge[1]].name].deps.push(nodes[edge[0]].name);
+      items[from].out.push(path);
+      items[from].dependents.push(to);
+      items[to].deps.push(from);
     }
-    for (i = 0; i < nodes.length; i++) {
-      var n = nodes[i];
-      var g = make("g", {
+    for (i = 0; i < drawn.length; i++) {
+      var item = items[drawn[i]];
+      var attrs = {
         transform: "translate(" + (pos[i][0] - W / 2) + "," + (pos[i][1] - H / 2) + ")",
-        tabindex: "0", role: "button", "data-node": n.name
-      }, nodeLayer);
+        tabindex: "0", role: "button"
+      };
+      var label;
+      if (item.group) {
+        attrs["data-group"] = drawn[i];
+        attrs["aria-expanded"] = "false";
+        label = item.group.members.length + " × " + commonLabel(item.group.members,
+          this.data[item.group.members[0]].job_kind);
+      } else {
+        attrs["data-node"] = drawn[i];
+        label = drawn[i];
+      }
+      var g = make("g", attrs, nodeLayer);
+      if (item.group) {
+        make("rect", { x: 5, y: -5, width: W, height: H, rx: 6, "class": "hg-stack" }, g);
+      }
       make("rect", { width: W, height: H, rx: 6 }, g);
-      make("text", { x: 10, y: 20, "class": "hg-name" }, g).textContent = shorten(n.name, 24);
-      var item = items[n.name];
+      make("text", { x: 10, y: 20, "class": "hg-name" }, g).textContent = shorten(label, 24);
       item.el = g;
       item.stateText = make("text", { x: 10, y: 39, "class": "hg-state" }, g);
       item.title = make("title", {}, g);
@@ -115,16 +165,53 @@
     }
     // Size the view before inserting: reading the canvas size afterwards would force a
     // synchronous layout of thousands of fresh SVG elements.
-    this.fit();
+    this.home();
     this.view.replaceChildren(frag);
     if (this.selected && !items[this.selected]) {
       this.selected = null;
     }
   };
 
+  /* Redraw a group from its members' current states: colour, per-state counts, edges. */
+  Graph.prototype.paintGroup = function (id) {
+    var item = this.items[id];
+    var members = item.group.members;
+    var counts = {};
+    var done = true;
+    for (var i = 0; i < members.length; i++) {
+      var n = this.data[members[i]];
+      counts[n.state] = (counts[n.state] || 0) + 1;
+      done = done && n.done;
+    }
+    var parts = [];
+    var worst = null;
+    ATTENTION.forEach(function (state) {
+      if (counts[state]) {
+        parts.push(counts[state] + " " + state);
+        worst = worst || state;
+      }
+    });
+    item.el.setAttribute("class", "hg-node hg-group hg-s-" + worst + (id === this.selected ? " hg-selected" : ""));
+    item.el.setAttribute("data-state", worst);
+    item.el.setAttribute("data-counts", JSON.stringify(counts));
+    var text = parts.join(" · ");
+    item.stateText.textContent = shorten(text, 30);
+    item.el.setAttribute("aria-label", "group of " + members.length + " alike nodes, " + text
+      + "; press Enter to expand");
+    item.title.textContent = members.length + " alike nodes — " + text + " (click to expand)";
+    var edgeClass = "hg-edge hg-bundle " + (done ? "hg-done" : "hg-wait");
+    for (var e = 0; e < item.out.length; e++) {
+      item.out[e].setAttribute("class", edgeClass);
+    }
+  };
+
   /* Redraw one node (and its outgoing edges) from its current data. */
   Graph.prototype.paint = function (name) {
     var item = this.items[name];
+    if (item.group) {
+      this.paintGroup(name);
+      return;
+    }
     var n = item.data;
     var cls = "hg-node hg-s-" + n.state + (name === this.selected ? " hg-selected" : "");
     item.el.setAttribute("class", cls);
@@ -146,13 +233,22 @@
   /* Apply changed node dicts; returns true if any was known. */
   Graph.prototype.update = function (nodes) {
     var any = false;
+    var groups = {};
     for (var i = 0; i < nodes.length; i++) {
-      var item = this.items[nodes[i].name];
+      var name = nodes[i].name;
+      this.data[name] = nodes[i];
+      var item = this.items[name];
       if (item) {
         item.data = nodes[i];
-        this.paint(nodes[i].name);
+        this.paint(name);
+        any = true;
+      } else if (this.groupOf[name]) {
+        groups[this.groupOf[name]] = true;
         any = true;
       }
+    }
+    for (var id in groups) {
+      this.paintGroup(id);
     }
     return any;
   };
@@ -205,6 +301,24 @@
     var h = this.svg.clientHeight || 600;
     var k = Math.min(1, w / this.width, h / this.height);
     this.t = { k: k, x: (w - this.width * k) / 2, y: Math.max(0, (h - this.height * k) / 2) };
+    this.apply();
+  };
+
+  /* The first view: the whole graph if its labels stay readable so, else the start of it
+     (its roots, on the left) at a zoom where they are. "Fit" shows everything. */
+  Graph.prototype.home = function () {
+    if (!this.width) {
+      return;
+    }
+    var w = this.svg.clientWidth || 800;
+    var h = this.svg.clientHeight || 600;
+    var k = Math.min(1, w / this.width, h / this.height);
+    if (k >= READABLE_ZOOM) {
+      this.fit();
+      return;
+    }
+    k = READABLE_ZOOM;
+    this.t = { k: k, x: 8, y: this.height * k < h ? (h - this.height * k) / 2 : 8 };
     this.apply();
   };
 
@@ -264,8 +378,10 @@
     });
     function endDrag(e) {
       if (drag && !drag.moved) {
-        var node = e.target.closest ? e.target.closest("[data-node]") : null;
-        if (node) {
+        var node = e.target.closest ? e.target.closest("[data-node], [data-group]") : null;
+        if (node && node.hasAttribute("data-group")) {
+          self.onGroup(node.getAttribute("data-group"));
+        } else if (node) {
           self.onSelect(node.getAttribute("data-node"));
         }
       }
@@ -277,18 +393,22 @@
       drag = null;
     });
     svg.addEventListener("focusin", function (e) {
-      var node = e.target.closest ? e.target.closest("[data-node]") : null;
+      var node = e.target.closest ? e.target.closest("[data-node], [data-group]") : null;
       if (node && self.keyboard) {
-        self.reveal(node.getAttribute("data-node"));
+        self.reveal(node.getAttribute("data-node") || node.getAttribute("data-group"));
       }
     });
     svg.addEventListener("keydown", function (e) {
       self.keyboard = true;
-      var node = e.target.closest ? e.target.closest("[data-node]") : null;
-      var name = node ? node.getAttribute("data-node") : null;
+      var node = e.target.closest ? e.target.closest("[data-node], [data-group]") : null;
+      var name = node ? node.getAttribute("data-node") || node.getAttribute("data-group") : null;
       if (name && (e.key === "Enter" || e.key === " ")) {
         e.preventDefault();
-        self.onSelect(name);
+        if (node.hasAttribute("data-group")) {
+          self.onGroup(name);
+        } else {
+          self.onSelect(name);
+        }
       } else if (name && e.key.indexOf("Arrow") === 0) {
         e.preventDefault();
         self.step(name, e.key);

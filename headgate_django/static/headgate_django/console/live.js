@@ -12,7 +12,9 @@
     var stopped = false;
 
     function url() {
-      return (window.location.protocol === "https:" ? "wss://" : "ws://") + window.location.host + path;
+      // A function when the path changes with the page's view (the graph's open groups).
+      var now = typeof path === "function" ? path() : path;
+      return (window.location.protocol === "https:" ? "wss://" : "ws://") + window.location.host + now;
     }
 
     function open() {
@@ -47,6 +49,14 @@
 
     open();
     return {
+      /* Send a view request; false when the socket is not open (the caller falls back). */
+      send: function (message) {
+        if (!socket || socket.readyState !== 1) {
+          return false;
+        }
+        socket.send(JSON.stringify(message));
+        return true;
+      },
       close: function () {
         stopped = true;
         if (socket) {

@@ -54,6 +54,9 @@
     this.graph = new window.HGGraph(document.getElementById("hg-graph"), {
       onSelect: function (name) {
         self.select(name);
+      },
+      onGroup: function (id) {
+        self.setGroup(id, true);
       }
     });
     this.panel = document.getElementById("hg-panel");
@@ -72,6 +75,12 @@
       });
     });
     root.addEventListener("click", function (e) {
+      var collapse = e.target.closest("[data-collapse]");
+      if (collapse) {
+        e.preventDefault();
+        self.setGroup(collapse.getAttribute("data-collapse"), false);
+        return;
+      }
       var target = e.target.closest("[data-select]");
       if (target) {
         e.preventDefault();
@@ -81,11 +90,55 @@
     });
   }
 
+  /* The group ids drawn expanded, as the page's URL and socket carry them. */
+  Page.prototype.expanded = function () {
+    return (this.snap.groups || []).filter(function (g) {
+      return g.expanded;
+    }).map(function (g) {
+      return g.id;
+    });
+  };
+
+  Page.prototype.expandQuery = function (ids) {
+    return ids.map(function (id) {
+      return "&expand=" + encodeURIComponent(id);
+    }).join("");
+  };
+
+  /* Expand (open) or collapse a fan-out group: the server lays the graph out again and
+     answers over the socket with a whole snapshot; without a socket, the page reloads. */
+  Page.prototype.setGroup = function (id, open) {
+    var ids = this.expanded().filter(function (g) {
+      return g !== id;
+    });
+    if (open) {
+      ids.push(id);
+    }
+    this.wanted = ids;
+    var url = new URL(window.location.href);
+    url.searchParams.delete("expand");
+    ids.forEach(function (g) {
+      url.searchParams.append("expand", g);
+    });
+    this.root.setAttribute("data-ready", "0");
+    this.asked = performance.now();
+    if (this.socket && this.socket.send({ type: "expand", groups: ids })) {
+      window.history.replaceState(null, "", url);
+    } else {
+      window.location.assign(url);
+    }
+  };
+
   /* Draw everything from a whole snapshot (first load, or a graft changed the shape). */
   Page.prototype.load = function (snapshot) {
     this.snap = snapshot;
     this.index();
     this.graph.render(snapshot);
+    if (this.asked) {
+      window.hgGroupMs = performance.now() - this.asked;
+      this.asked = null;
+      this.root.setAttribute("data-ready", "1");
+    }
     if (this.selected && !this.byName[this.selected]) {
       this.selected = null;
     }
@@ -105,6 +158,11 @@
   Page.prototype.receive = function (message) {
     if (message.type === "gone") {
       this.root.querySelector(".hg-gone").hidden = false;
+      return;
+    }
+    if (message.type === "drawing") {
+      // The same nodes drawn with other groups expanded (the answer to setGroup).
+      this.load(Object.assign({}, this.snap, message.drawing));
       return;
     }
     if (message.type === "snapshot") {
@@ -255,6 +313,13 @@
       dl.appendChild(h("dd", {}, [row[1]]));
     });
     var parts = [h("h2", {}, [node.name]), dl];
+    var group = (this.snap.groups || []).filter(function (g) {
+      return g.expanded && g.members.indexOf(node.name) >= 0;
+    })[0];
+    if (group) {
+      parts.push(h("p", {}, ["One of " + group.members.length + " alike nodes. ",
+        h("button", { type: "button", "class": "button", "data-collapse": group.id }, ["Collapse group"])]));
+    }
     var wait = this.waitDetail(node);
     if (wait) {
       parts.push(h("h3", {}, ["Waiting for"]), wait);
@@ -322,8 +387,10 @@
       });
     });
     var live = document.getElementById("hg-live");
-    var path = root.getAttribute("data-ws") + "?site=" + encodeURIComponent(root.getAttribute("data-site"));
-    window.HGLive.connect(path, {
+    var base = root.getAttribute("data-ws") + "?site=" + encodeURIComponent(root.getAttribute("data-site"));
+    page.socket = window.HGLive.connect(function () {
+      return base + page.expandQuery(page.wanted || page.expanded());
+    }, {
       onStatus: function (status) {
         window.HGLive.showStatus(live, status);
       },

@@ -1,0 +1,137 @@
+"""OpenTelemetry: ``enqueue`` under a span stores its W3C trace context in the job, and
+each attempt runs in a span (kind, queue, attempt, outcome) linked to it; without a span
+nothing is stored; without the package nothing runs at all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="needs opentelemetry-sdk (the dev extra)")
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+
+from headgate_django import Skip, enqueue, task, testing
+from headgate_django.models import Job
+from headgate_django.worker.runner import Worker
+from tests.conformance.helpers import fresh_queue
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.django_db
+EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(autouse=True)
+def spans():
+    """The process's tracer provider, set once (OpenTelemetry allows no second one)."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+    EXPORTER.clear()
+    yield EXPORTER
+    EXPORTER.clear()
+
+
+@task(kind="test.trace.work")
+def work(ctx, skip: bool = False):
+    if skip:
+        raise Skip("not now")
+    with trace.get_tracer("test").start_as_current_span("inside"):
+        return {"ok": True}
+
+
+@task(kind="test.trace.batch", batch_size=5)
+def batched(members):
+    return {m.job_id: m.kwargs["n"] for m in members}
+
+
+def job_spans(exporter):
+    return [s for s in exporter.get_finished_spans() if s.name.startswith("headgate.job ")]
+
+
+def test_the_enqueue_context_is_stored_and_the_attempt_span_links_to_it(spans):
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        job_id = work.enqueue()
+    stored = Job.objects.get(pk=job_id).trace_context
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert stored["traceparent"].split("-")[1] == trace_id
+    assert testing.run_one() == (job_id, "completed")
+    (span,) = job_spans(spans)
+    assert span.name == "headgate.job test.trace.work"
+    assert span.kind is trace.SpanKind.CONSUMER
+    assert dict(span.attributes) == {
+        "headgate.job.id": job_id,
+        "headgate.job.kind": "test.trace.work",
+        "headgate.job.queue": "default",
+        "headgate.job.attempt": 1,
+        "headgate.job.outcome": "succeeded",
+    }
+    assert [link.context.trace_id for link in span.links] == [request.get_span_context().trace_id]
+    assert span.context.trace_id != request.get_span_context().trace_id  # linked, not a child
+    (inside,) = [s for s in spans.get_finished_spans() if s.name == "inside"]
+    assert inside.parent.span_id == span.context.span_id  # the handler's spans nest in it
+
+
+def test_no_current_span_stores_nothing_and_the_span_has_no_link(spans):
+    job_id = work.enqueue(skip=True)
+    assert Job.objects.get(pk=job_id).trace_context is None
+    testing.run_one()
+    (span,) = job_spans(spans)
+    assert span.links == () or list(span.links) == []
+    assert span.attributes["headgate.job.outcome"] == "skipped"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_traces_each_member_of_a_batch(spans):
+    q = fresh_queue()
+    with trace.get_tracer("test").start_as_current_span("producer") as producer:
+        ids = enqueue([replace(batched.envelope(n=n), queue=q) for n in range(3)])
+    Worker(queues=[q], concurrency=4, burst=True, run_duties=False).run()
+    found = {s.attributes["headgate.job.id"]: s for s in job_spans(spans)}
+    assert set(found) == set(ids)
+    for span in found.values():
+        assert span.attributes["headgate.job.outcome"] == "succeeded"
+        assert span.links[0].context.trace_id == producer.get_span_context().trace_id
+
+
+def test_a_rolled_back_enqueue_leaves_no_job_and_no_context():
+    from django.db import transaction
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with trace.get_tracer("test").start_as_current_span("request"):
+            job_id = work.enqueue()
+        raise RuntimeError("roll back")
+    assert not Job.objects.filter(pk=job_id).exists()
+
+
+def test_without_the_package_tracing_is_off_and_costs_no_import():
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "import headgate_django.tracing as t\n"
+        "assert t.ENABLED is False and t.carrier() is None\n"
+        "assert not any(m.startswith('opentelemetry.') for m in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_with_the_package_but_no_tracer_provider_nothing_is_traced():
+    code = (
+        "import headgate_django.tracing as t\n"
+        "assert t.ENABLED is True and t.active() is False and t.carrier() is None\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr

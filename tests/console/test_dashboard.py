@@ -1,0 +1,209 @@
+"""The overview dashboard and the workers page: staff only with the view permission of what
+they show, read-only, every number linking to the list behind it, and live over the
+console socket (a change in the store reaches an open page with no reload)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import AnonymousUser
+from django.test import Client
+from django.urls import reverse
+
+from headgate_django.console.chart import minute_chart
+from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
+from tests.conformance.helpers import enqueue_job
+from tests.console.conftest import make_user
+from tests.console.test_admin import mutation_controls
+from tests.console.test_consumers import communicator
+
+OVERVIEW = "admin:headgate_django_overview"
+WORKERS = "admin:headgate_django_workers"
+
+
+def register(worker_id: str, **kw: Any) -> None:
+    stopped = kw.pop("stopped", False)
+    heartbeat = kw.pop("heartbeat", 5.0)
+    beat = Beat(
+        worker_id, "host-a", 42, kw.pop("queues", None), 4, timedelta(seconds=heartbeat), **kw
+    )
+    worker_heartbeat(beat, stopped=stopped)
+
+
+def get(user: Any, name: str) -> Any:
+    client = Client()
+    client.force_login(user)
+    return client.get(reverse(name))
+
+
+def links_of(html: str) -> list[dict[str, list[str]]]:
+    return [
+        parse_qs(urlsplit(unquote(href.replace("&amp;", "&"))).query)
+        for href in re.findall(r'href="([^"]*/job/\?[^"]*)"', html)
+    ]
+
+
+@pytest.mark.django_db
+def test_overview_shows_depth_ages_the_hour_and_in_flight_with_links(viewer: Any) -> None:
+    enqueue_job(queue="mail")
+    enqueue_job(queue="mail")
+    queue_minutes_add({"mail": (5, 1, 2)})
+    register("w-busy", in_flight=3, in_flight_by_queue={"mail": 3})
+    register("w-dead", in_flight=1, in_flight_by_queue={"mail": 1}, heartbeat=0.01)
+    time.sleep(0.05)  # w-dead misses its beats: gone workers hold nothing on the dashboard
+    response = get(viewer, OVERVIEW)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert mutation_controls(html) == []
+    section = re.search(r'<section class="hg-queue" data-queue="mail".*?</section>', html, re.S)
+    assert section, html
+    mail = section.group(0)
+    assert 'data-state="available" data-n="2"' in mail
+    assert "Oldest available" in mail and "data-oldest=" in mail
+    assert 'data-series="completed" data-n="5"' in mail
+    assert 'data-series="failed" data-n="1"' in mail
+    assert 'data-series="retried" data-n="2"' in mail
+    assert '<svg class="hg-chart"' in mail and "5 completed, 1 failed, 2 retried" in mail
+    assert 'data-worker="w-busy" data-n="3"' in mail and "w-dead" not in mail
+    found = links_of(mail)
+    assert {"queue__exact": ["mail"], "state__exact": ["available"]} in found
+    assert {"queue__exact": ["mail"], "state__exact": ["archived"]} in found
+    assert {
+        "queue__exact": ["mail"],
+        "state__exact": ["running"],
+        "claimed_by__exact": ["w-busy"],
+    } in found
+    # The lists behind the numbers open (the admin allows these filters).
+    client = Client()
+    client.force_login(viewer)
+    for query in found:
+        url = (
+            reverse("admin:headgate_django_job_changelist")
+            + "?"
+            + "&".join(f"{k}={v[0]}" for k, v in query.items())
+        )
+        assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.django_db
+def test_overview_is_the_console_landing_page(viewer: Any) -> None:
+    index = get(viewer, "admin:index").content.decode()
+    module = re.search(r'id="headgate-console-module".*?</div>', index, re.S).group(0)
+    overview = reverse(OVERVIEW)
+    assert f'<caption><a href="{overview}"' in module
+    assert re.findall(r'<a href="([^"]+)">', module)[0] == overview
+    tabs = re.search(r'<nav class="hg-tabs".*?</nav>', get(viewer, OVERVIEW).content.decode(), re.S)
+    assert re.findall(r'href="([^"]+)"', tabs.group(0))[0] == overview
+    assert reverse(WORKERS) in tabs.group(0)
+
+
+@pytest.mark.django_db
+def test_workers_page_lists_live_gone_and_stopped(viewer: Any) -> None:
+    register("w-live", queues=["default", "mail"], in_flight=2, claimed=10, completed=8)
+    register("w-stopped", stopped=True)
+    register("w-gone", heartbeat=0.01)
+    time.sleep(0.05)
+    response = get(viewer, WORKERS)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert mutation_controls(html) == []
+    rows = re.findall(r'<tr data-worker="([^"]+)" data-status="([^"]+)"', html)
+    assert rows == [("w-live", "live"), ("w-gone", "gone"), ("w-stopped", "stopped")]
+    assert "1 live · 1 gone · 1 stopped" in html
+    live = re.search(r'<tr data-worker="w-live".*?</tr>', html, re.S).group(0)
+    for text in (
+        "host-a",
+        ">42<",
+        "default, mail",
+        '"in_flight">2<',
+        '"claimed">10<',
+        '"completed">8<',
+    ):
+        assert text in live, text
+
+
+@pytest.mark.django_db
+def test_pages_need_staff_and_the_view_permission_of_what_they_show(
+    outsider: Any, staff_without_perms: Any
+) -> None:
+    jobs_only = make_user("jobs-only", staff=True, perms=["view_job"])
+    for name in (OVERVIEW, WORKERS):
+        for user in (outsider,):
+            response = get(user, name)
+            assert response.status_code == 302 and "/login/" in response["Location"]
+        assert get(staff_without_perms, name).status_code == 403
+    assert get(jobs_only, OVERVIEW).status_code == 200
+    assert get(jobs_only, WORKERS).status_code == 403
+    # Without view_worker the dashboard leaves the worker column out.
+    register("w-busy", in_flight=1, in_flight_by_queue={"default": 1})
+    enqueue_job(queue="default")
+    assert "In flight per worker" not in get(jobs_only, OVERVIEW).content.decode()
+    client = Client()
+    client.force_login(jobs_only)
+    assert client.post(reverse(OVERVIEW)).status_code == 403
+
+
+def test_the_chart_scales_to_the_busiest_minute_and_says_its_totals() -> None:
+    rows = [(100, 0, 0, 0), (101, 4, 0, 0), (102, 1, 1, 2)]
+    svg = minute_chart("q<1>", rows)
+    assert 'data-peak="4"' in svg and "q&lt;1&gt;" in svg and "q<1>" not in svg
+    assert "last 3 minutes: 5 completed, 1 failed, 2 retried" in svg
+    assert svg.count("<title>") == 2  # the empty minute has no bar
+    assert 'height="72.0"' in svg  # the busiest minute fills the height
+    assert "<rect" not in minute_chart("q", [(1, 0, 0, 0)])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sockets_send_the_pages_again_when_the_store_changes(viewer: Any) -> None:
+    enqueue_job(queue="live-q")
+
+    async def scenario() -> None:
+        for path, change, expect in (
+            (
+                "/ws/headgate/overview/",
+                lambda: queue_minutes_add({"live-q": (7, 0, 0)}),
+                'data-series="completed" data-n="7"',
+            ),
+            ("/ws/headgate/workers/", lambda: register("w-new"), 'data-worker="w-new"'),
+        ):
+            comm = communicator(path, viewer)
+            connected, _ = await comm.connect(timeout=10)
+            assert connected, path
+            first = await comm.receive_json_from(timeout=10)
+            assert first["type"] == "snapshot" and expect not in first["snapshot"]["html"]
+            await database_sync_to_async(change)()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 5
+            while True:
+                message = await comm.receive_json_from(timeout=max(0.01, deadline - loop.time()))
+                if expect in message["snapshot"]["html"]:
+                    break
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sockets_refuse_who_may_not_see_the_page(outsider: Any) -> None:
+    jobs_only = make_user("jobs-only", staff=True, perms=["view_job"])
+
+    async def scenario() -> None:
+        for user, path in (
+            (AnonymousUser(), "/ws/headgate/overview/"),
+            (outsider, "/ws/headgate/overview/"),
+            (outsider, "/ws/headgate/workers/"),
+            (jobs_only, "/ws/headgate/workers/"),
+        ):
+            comm = communicator(path, user)
+            connected, code = await comm.connect(timeout=5)
+            assert (connected, code) == (False, 4403), (user, path)
+
+    async_to_sync(scenario)()

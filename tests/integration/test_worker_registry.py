@@ -1,0 +1,57 @@
+"""A real ``runworkers`` in the registry: it appears with what it serves, its counters and
+per-minute outcomes follow the jobs it runs, a clean stop marks it stopped, and a SIGKILL
+leaves it to be shown as gone once it has missed three heartbeats."""
+
+from __future__ import annotations
+
+import pytest
+
+from headgate_django.store.workers import queue_minutes, worker_get, worker_list
+from tests.app import tasks
+from tests.conftest import wait_for
+from tests.integration.helpers import headgate_env, wait_serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+BEAT = 0.2
+
+
+def registered(pid: int):
+    return next((w for w in worker_list() if w.pid == pid), None)
+
+
+def test_a_worker_registers_counts_and_stops_cleanly(start_worker):
+    worker = start_worker(
+        "--queue", "default", "--concurrency", "3", env=headgate_env(WORKER_HEARTBEAT=BEAT)
+    )
+    wait_serving(worker)
+    row = wait_for(lambda: registered(worker.pid))
+    assert row.status == "live" and row.queues == ["default"] and row.concurrency == 3
+    assert row.heartbeat_s == BEAT and row.stopped_at is None
+    for i in range(4):
+        tasks.echo.enqueue(value=i)
+    tasks.flaky.enqueue()  # one retry (in the per-minute series), then completes later
+
+    def totals() -> list[int]:
+        rows = queue_minutes()[1].get("default", [])
+        return [sum(r[i] for r in rows) for i in (1, 2, 3)]
+
+    wait_for(lambda: totals()[0] >= 4 and totals()[2] >= 1)
+    wait_for(lambda: registered(worker.pid).completed >= 4)
+    row = registered(worker.pid)
+    assert row.claimed >= 5 and row.retried >= 1 and row.failed == 0
+    assert worker.terminate() == 0
+    row = worker_get(row.id)
+    assert row.status == "stopped" and row.stopped_at is not None
+    assert row.completed >= 4
+
+
+def test_a_killed_worker_is_shown_gone(start_worker):
+    worker = start_worker("--queue", "default", env=headgate_env(WORKER_HEARTBEAT=BEAT))
+    wait_serving(worker)
+    row = wait_for(lambda: registered(worker.pid))
+    assert row.status == "live"
+    worker.kill()
+    gone = wait_for(lambda: worker_get(row.id).status == "gone", timeout=10)
+    assert gone
+    assert worker_get(row.id).stopped_at is None
