@@ -1,4 +1,4 @@
-"""Golden histories (``tests/replay/*.json``), one per determinism rule, replayed through
+"""Golden histories (``tests/durable/golden/*.json``), one per determinism rule, replayed through
 ``durable.replay`` and ``manage.py durable_replay``.
 
 Each file was recorded by running its ``ORIGINAL`` workflow through the real runtime and
@@ -19,7 +19,7 @@ from headgate_django import durable
 from headgate_django.durable import WorkflowDef
 from headgate_django.exceptions import DefinitionError, HistoryCorruptError
 
-GOLDEN = Path(__file__).resolve().parent.parent / "replay"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def _two_ops(first: str, second: str, version: str = "1") -> Any:
