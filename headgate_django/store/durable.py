@@ -56,6 +56,7 @@ from headgate_django.store.durable_history import (
 )
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.insert import job_insert_many
+from headgate_django.store.tracing import job_trace_stamp
 
 _MS = timedelta(milliseconds=1)
 
@@ -221,7 +222,10 @@ def execution_start(
             raise IdConflictError(f"execution {execution_id} already exists") from exc
         started = NewEvent(WORKFLOW_STARTED, {"input": input, "seed": seed})
         insert_events(cursor, conn, execution_id, 1, [started])
-        job_insert_many([jobs.task_envelope(execution_id, task_queue)], using=using)
+        job_trace_stamp(
+            job_insert_many([jobs.task_envelope(execution_id, task_queue)], using=using),
+            using=using,
+        )
     return execution_id, False
 
 
