@@ -62,8 +62,11 @@ def two_servers(tmp_path: Path) -> Iterator[list[Server]]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_change_reaches_pages_on_two_asgi_servers_through_redis(  # noqa: F811
-    two_servers: list[Server], browser: Any, start_worker: Callable[..., Any], viewer: Any
+def test_a_change_reaches_pages_on_two_asgi_servers_through_redis(
+    two_servers: list[Server],
+    browser: Any,  # noqa: F811  (the fixture)
+    start_worker: Callable[..., Any],
+    viewer: Any,
 ) -> None:
     flow = Workflow("two-servers")
     for name in NODES:  # each in a queue of its own, so one worker finishes one node
