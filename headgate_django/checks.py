@@ -57,6 +57,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         + _admission()
         + _queue_weights()
         + _death_handler()
+        + _listen_using(headgate_settings)
         + _environment()
     )
 
@@ -227,6 +228,20 @@ def _schedules(s: Any) -> list[Any]:
         except ScheduleError as exc:
             problems.append(Error(str(exc), id="headgate.E008", hint="See HEADGATE['SCHEDULES']."))
     return problems
+
+
+def _listen_using(s: Any) -> list[Any]:
+    alias = s.LISTEN_USING
+    if alias is None or (isinstance(alias, str) and alias in settings.DATABASES):
+        return []
+    return [
+        Error(
+            f"HEADGATE['LISTEN_USING'] is {alias!r}, which is not an alias in DATABASES",
+            hint="Name a DATABASES alias that reaches the same PostgreSQL database directly "
+            "(not through a transaction-pooling proxy), or remove the key.",
+            id="headgate.E011",
+        )
+    ]
 
 
 def _environment() -> list[Any]:

@@ -48,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     # this long; with rows still left it runs again on the worker's next duty tick.
     "EVICT_BUDGET": timedelta(seconds=1),
     "LISTEN_NOTIFY": True,
+    # The DATABASES alias the LISTEN sessions connect through (None: the worker's own). Behind
+    # a transaction-pooling proxy, an alias that reaches PostgreSQL directly keeps wake-ups.
+    "LISTEN_USING": None,
     # SQLite has no NOTIFY: an idle worker checks PRAGMA data_version this often (None: poll).
     "SQLITE_WAKE_INTERVAL": timedelta(milliseconds=5),
     # Queues a worker serves when --queue is not given: None means every queue.

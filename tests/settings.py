@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sampleproject.dburl import database_from_env
+from sampleproject.dburl import database_from_env, database_from_url
 
 SECRET_KEY = "tests"
 USE_TZ = True
@@ -81,6 +81,12 @@ if os.environ.get("HEADGATE_TEST_REDIS_URL"):
         }
     }
 HEADGATE: dict[str, object] = {}
+# Behind a transaction-pooling proxy (the PgBouncer leg, tests/pooler/run_pgbouncer.py),
+# worker subprocesses get HEADGATE_TEST_DIRECT_URL, the same test database reached
+# directly, and LISTEN through it (HEADGATE["LISTEN_USING"]) as the deployment docs advise.
+if os.environ.get("HEADGATE_TEST_DIRECT_URL"):
+    DATABASES["direct"] = database_from_url(os.environ["HEADGATE_TEST_DIRECT_URL"])
+    HEADGATE["LISTEN_USING"] = "direct"
 
 # Worker subprocesses started by the integration tests take extra HEADGATE settings from
 # HEADGATE_TEST_SETTINGS_JSON, a JSON object of HEADGATE keys, e.g.
