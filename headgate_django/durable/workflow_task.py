@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
+from headgate_django.durable.children import check_child, close_children
 from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
@@ -47,6 +49,7 @@ from headgate_django.exceptions import (
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
+    CHILD_STARTED,
     OPERATION_COMPLETED,
     TIMER_FIRED,
     Completed,
@@ -55,6 +58,7 @@ from headgate_django.kernel.replay_events import (
     Nondeterministic,
     Parked,
     ScheduleOperation,
+    StartChild,
     due_timers,
 )
 from headgate_django.registry import internal_task
@@ -66,6 +70,7 @@ from headgate_django.store.durable import (
     execution_commit_pass,
     execution_suspend,
 )
+from headgate_django.store.durable_children import ChildStart
 from headgate_django.store.durable_history import from_ms, to_ms
 from headgate_django.store.durable_jobs import (
     TASK_KIND,
@@ -222,7 +227,12 @@ def _pass(
     if fact is not None:
         fired.append(Event(seq + len(fired) + 1, fact.type, fact.payload, now_ms))
     outcome = replay(
-        definition.fn, header.input, history + fired, workflow_id=header.id, now_ms=now_ms
+        definition.fn,
+        header.input,
+        history + fired,
+        workflow_id=header.id,
+        now_ms=now_ms,
+        check_child=check_child,
     )
     if isinstance(outcome, Nondeterministic):
         if fact is not None:
@@ -256,11 +266,18 @@ def _pass(
         next_timer_at=None if wake_at_ms is None else from_ms(wake_at_ms),
         reset_attempts=ctx.attempt > 1,
         eager=eager,
+        children=[
+            ChildStart(c, uuid.uuid4().hex, header.task_queue)
+            for c in outcome.commands
+            if isinstance(c, StartChild)
+        ],
     )
     written = [Event(seq + n, e.type, e.payload, now_ms) for n, e in enumerate(events, start=1)]
     histories.store(header, [*history, *written])
     if ending is not None:
         metrics.observe_durable(ending.state)
+        if any(e.type == CHILD_STARTED for e in [*history, *written]):
+            close_children(header.id, ending.state)
         return {"execution_id": header.id, "state": ending.state}
     wake_at = None if wake_at_ms is None else read_at + (wake_at_ms - now_ms) / 1000
     return _Park(wake_at, leased)
