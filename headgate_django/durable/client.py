@@ -87,6 +87,8 @@ class Client:
         A repeated ``message_id`` for the name is not delivered again. Every argument is
         checked, as by :meth:`start` and :meth:`signal`, before anything is written.
         """
+        # Required here: without a key there is no "live execution" to signal instead.
+        check_name("business idempotency key", business_idempotency_key, 255)
         start = self._start_row(
             workflow, version, input, business_idempotency_key, None, task_queue, meta
         )
