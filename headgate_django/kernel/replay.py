@@ -103,7 +103,6 @@ External facts — append, then wake a pass (``execution_key`` = the ScheduleOpe
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
 import random
 import uuid
@@ -577,8 +576,8 @@ def child_execution_id(run_id: str, command_id: str, key: str | None = None) -> 
     derived = f"{run_id}:{command_id}"
     if len(derived) <= MAX_EXECUTION_ID:
         return derived
-    digest = hashlib.sha256(derived.encode()).hexdigest()[:40]
-    return f"{run_id[: MAX_EXECUTION_ID - len(command_id) - 43]}~{digest}:{command_id}"
+    digest = uuid.uuid5(uuid.NAMESPACE_URL, derived).hex  # a name hash: the same everywhere
+    return f"{run_id[: MAX_EXECUTION_ID - len(command_id) - 35]}~{digest}:{command_id}"
 
 
 def _decide(futures: tuple[Future, ...], pos: int) -> int | None:
