@@ -272,3 +272,33 @@ def test_a_changed_child_workflow_on_replay_is_nondeterminism(swap_code: Any) ->
         durable.NondeterminismError, match="the code starts child workflow 'kid-double'"
     ):
         durable.replay(export, workflows=[durable.WorkflowDef(renamed, "kid-waits-for-one", "1")])
+
+
+@durable.workflow("kid-grandparent", version="1")
+def grandparent(ctx: durable.Context, _: Any) -> Any:
+    return ctx.child("kid-holder", ["terminate"], version="1")
+
+
+def test_cancelling_a_grandparent_cancels_the_whole_line() -> None:
+    wf = start("kid-grandparent", None)
+    drive()
+    kid = f"{wf}:child:1"
+    grandkid = f"{kid}:child:1"
+    assert (view(kid).state, view(grandkid).state) == ("running", "running")
+    durable.Manager().cancel(wf)
+    assert [view(i).state for i in (wf, kid, grandkid)] == ["cancelled"] * 3
+    assert view(grandkid).failure_reason == f"terminated: its parent {kid} is cancelled"
+
+
+def test_the_reconcile_duty_closes_children_a_finished_parent_left_running() -> None:
+    from headgate_django.durable.duties import reconcile
+    from headgate_django.store import durable as store
+
+    wf = start("kid-holder", ["terminate", "abandon"])
+    drive()
+    store.execution_cancel(wf, reason="the worker died before closing its children")
+    terminated, abandoned = children(wf)
+    assert (terminated.state, abandoned.state) == ("running", "running")
+    assert reconcile()["closed"] == 1
+    assert [k.state for k in children(wf)] == ["cancelled", "running"]
+    assert reconcile()["closed"] == 0
