@@ -1,8 +1,8 @@
 """``durable.Client``: start executions and deliver signals to them (or both at once).
 
-Both validate everything before they write, so bad input is a clear error and leaves no
-trace; each write is one transaction (the header, ``WorkflowStarted`` and the first task;
-the inbox row, ``SignalReceived`` and the wake-up).
+Each verb validates everything before it writes, so bad input is a clear error and leaves
+no trace; each write is one transaction (the header, ``WorkflowStarted`` and the first
+task; the inbox row, ``SignalReceived`` and the wake-up; for signal-with-start, both).
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.replay import MAX_EXECUTION_ID
 from headgate_django.store import durable as store
-
-MAX_WORKFLOW_ID = MAX_EXECUTION_ID
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ class Client:
         if business_idempotency_key is not None:
             check_name("business idempotency key", business_idempotency_key, 255)
         execution_id = new_id() if workflow_id is None else workflow_id
-        check_name("workflow id", execution_id, MAX_WORKFLOW_ID)
+        check_name("workflow id", execution_id, MAX_EXECUTION_ID)
         validate_queue(task_queue)
         return {
             "execution_id": execution_id,

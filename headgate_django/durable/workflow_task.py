@@ -49,7 +49,6 @@ from headgate_django.exceptions import (
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
-    CHILD_STARTED,
     OPERATION_COMPLETED,
     TIMER_FIRED,
     Completed,
@@ -106,7 +105,10 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     while races < MAX_RACES:
         read = histories.read(execution_id)
         if read is None or read[0].state in TERMINAL:
-            # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost.
+            # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost (then its
+            # children may not have been closed yet).
+            if read is not None:
+                close_children(execution_id, read[0].state)
             return {"execution_id": execution_id, "state": read[0].state if read else None}
         header, history = read
         if header.state == "suspended":
@@ -126,6 +128,9 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             if isinstance(step, str) and step not in FINISHED:
                 raise _snooze(park.wake_at)  # it runs again later; its outcome wakes us
         if isinstance(step, dict):
+            # After the pass's transaction (and an eager fold's) committed: a child's
+            # writer locks the child before the parent, so this must not hold the parent.
+            close_children(execution_id, step["state"])
             return step
         if isinstance(step, _Park):
             raise _snooze(step.wake_at)
@@ -276,8 +281,6 @@ def _pass(
     histories.store(header, [*history, *written])
     if ending is not None:
         metrics.observe_durable(ending.state)
-        if any(e.type == CHILD_STARTED for e in [*history, *written]):
-            close_children(header.id, ending.state)
         return {"execution_id": header.id, "state": ending.state}
     wake_at = None if wake_at_ms is None else read_at + (wake_at_ms - now_ms) / 1000
     return _Park(wake_at, leased)

@@ -34,6 +34,7 @@ from headgate_django.store.durable_history import (
     lock_execution,
 )
 from headgate_django.store.insert import job_insert_many
+from headgate_django.store.tracing import job_trace_stamp
 
 #: ``ChildFailed.state`` of a child that could not start (its id belongs to another execution).
 NOT_STARTED = "not_started"
@@ -95,7 +96,8 @@ def children_insert(
         insert_events(cursor, conn, command.child_id, 1, [started])
         tasks.append(jobs.task_envelope(command.child_id, child.task_queue))
     if tasks:
-        job_insert_many(tasks, using=conn.alias)
+        # A child's attempts nest into the trace of the parent's pass that started it.
+        job_trace_stamp(job_insert_many(tasks, using=conn.alias), using=conn.alias)
     return refused
 
 
