@@ -12,7 +12,7 @@ parent's (a parent's pass only inserts new children, it never locks a live one).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from headgate_django.kernel.replay_events import (
@@ -76,11 +76,13 @@ def children_insert(
         command = child.command
         owner = taken.get(command.child_id)
         if owner == (parent_id, command.command_id):
-            continue
+            continue  # started by this very command: a retried pass
         if owner is not None:
             reason = f"workflow id {command.child_id} is already in use by another execution"
-            refused.append(_outcome(command.command_id, command.child_id, NOT_STARTED, reason))
+            # No fact key: the key belongs to the outcome of the child that holds the id.
+            refused.append(_failed(command.command_id, command.child_id, NOT_STARTED, reason))
             continue
+        taken[command.child_id] = (parent_id, command.command_id)  # two starts, one key
         header = NewHeader(
             command.child_id,
             command.name,
@@ -121,15 +123,15 @@ def child_ended(
         payload = {"command_id": command_id, "child_id": child_id, "result": result}
         fact = NewEvent(CHILD_COMPLETED, payload, fact_key=fact_key(child_id))
     else:
-        fact = _outcome(command_id, child_id, state, reason)
+        fact = replace(_failed(command_id, child_id, state, reason), fact_key=fact_key(child_id))
     append_fact(cursor, conn, parent_id, locked, [fact])
     if locked.state == "running":
         jobs.task_wake(cursor, conn, parent_id, locked.task_queue)
 
 
-def _outcome(command_id: str, child_id: str, state: str, reason: str) -> NewEvent:
+def _failed(command_id: str, child_id: str, state: str, reason: str) -> NewEvent:
     payload = {"command_id": command_id, "child_id": child_id, "state": state, "reason": reason}
-    return NewEvent(CHILD_FAILED, payload, fact_key=fact_key(child_id))
+    return NewEvent(CHILD_FAILED, payload)
 
 
 def children_of(parent_id: str, *, using: str = "default") -> list[Execution]:

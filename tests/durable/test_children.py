@@ -302,3 +302,21 @@ def test_the_reconcile_duty_closes_children_a_finished_parent_left_running() -> 
     assert reconcile()["closed"] == 1
     assert [k.state for k in children(wf)] == ["cancelled", "running"]
     assert reconcile()["closed"] == 0
+
+
+@durable.workflow("kid-same-key-twice", version="1")
+def same_key_twice(ctx: durable.Context, _: Any) -> Any:
+    first = ctx.start_child("kid-double", 1, version="1", key="twice")
+    second = ctx.start_child("kid-double", 2, version="1", key="twice")
+    try:
+        second.result()
+    except durable.ChildFailedError as failure:
+        return [first.result(), failure.state]
+    return "unreachable"
+
+
+def test_two_starts_with_one_key_in_one_pass_start_one_child() -> None:
+    wf = start("kid-same-key-twice", None)
+    drive()
+    assert view(wf).result == [2, "not_started"]
+    assert [k.id for k in children(wf)] == ["twice"]
