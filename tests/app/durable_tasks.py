@@ -160,3 +160,8 @@ def parent_killed(ctx: durable.Context, marker: str) -> Any:
     handle = ctx.start_child("it-child", marker, version="1")
     _hang_once(f"decided:{ctx.workflow_id}")
     return handle.result()
+
+
+@durable.workflow("it-parent-of-two-steps", version="1")
+def parent_of_two_steps(ctx: durable.Context, marker: str) -> Any:
+    return ctx.child("it-two-steps", marker, version="1")

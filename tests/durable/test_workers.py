@@ -66,6 +66,24 @@ def test_a_worker_killed_between_the_decision_and_the_child_start_starts_one_chi
     assert rescuer.terminate() == 0
 
 
+def test_a_worker_killed_inside_a_running_child_finishes_parent_and_child_once(
+    start_worker: Any,
+) -> None:
+    wf = start("it-parent-of-two-steps", "deep")
+    kid = f"{wf}:child:1"
+    victim = start_worker("--no-duties", "--lease-ttl", "1", env=env())
+    wait_for(lambda: runs(f"{kid}:op:2"), timeout=60)
+    victim.kill()
+
+    rescuer = start_worker("--lease-ttl", "1", env=env())
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert view(wf).result == ["before", {"recovered": "deep"}]
+    assert [k.id for k in Execution.objects.filter(parent_id=wf)] == [kid]
+    assert [t for t, _ in history(wf)].count("ChildCompleted") == 1
+    assert len(runs(f"{kid}:op:1")) == 1
+    assert rescuer.terminate() == 0
+
+
 def test_case_16_heartbeats_keep_a_long_operation_leased(start_worker: Any) -> None:
     wf = start("it-call", ["it-long", 3.0])  # three leases long
     worker = start_worker("--lease-ttl", "1", env=env())
