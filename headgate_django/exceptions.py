@@ -335,6 +335,27 @@ class OperationFailedError(HeadgateError):
     default_code = "operation_failed"
 
 
+class ChildFailedError(HeadgateError):
+    """The child execution did not succeed.
+
+    Raised inside the parent's workflow code by the child handle's ``result()`` when the
+    child failed, was cancelled or could not start. ``child_id`` names the child and
+    ``reason`` says why, as the child's own ``failure_reason`` does; the parent may catch
+    it and carry on.
+    """
+
+    status_code = 422
+    default_code = "child_failed"
+
+    def __init__(
+        self, message: str | None = None, *, child_id: str, reason: str, state: str, **details: Any
+    ) -> None:
+        self.child_id = child_id
+        self.reason = reason
+        self.state = state
+        super().__init__(message, child_id=child_id, reason=reason, state=state, **details)
+
+
 # -- conditions (CEL) ----------------------------------------------------------------
 
 

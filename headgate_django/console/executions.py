@@ -1,4 +1,5 @@
-"""What the durable execution page shows: header, history timeline, Operations, timers.
+"""What the durable execution page shows: header, history timeline, Operations, timers,
+and the parent and children of a child execution.
 
 Operations are read off the history (``OperationScheduled`` and its facts) and joined
 with their jobs, so the page can point at the Operation the execution is waiting for
@@ -15,6 +16,7 @@ from headgate_django.console.groups import DURABLE_PREFIX
 from headgate_django.console.snapshots import iso
 from headgate_django.exceptions import NotFoundError
 from headgate_django.store.console import execution_detail, execution_jobs
+from headgate_django.store.durable_children import children_of
 from headgate_django.visibility import public_event_values
 
 _OUTCOME = {
@@ -108,6 +110,11 @@ def execution_snapshot(
         "pending": [o["command_id"] for o in operations if o["status"] == "pending"],
         "uncertain": [o["command_id"] for o in operations if o["status"] == "uncertain"],
         "timers": _timers(events),
+        "parent_id": header.parent_id,
+        "children": [
+            {"id": c.id, "name": c.name, "version": c.version, "state": c.state}
+            for c in children_of(header.id)
+        ],
         "events": [_event(e, reveal) for e in reversed(events)],
         "revealed": reveal,
     }

@@ -10,20 +10,33 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from headgate_django.durable.children import cancel_execution
 from headgate_django.envelope import canonical_json
 from headgate_django.exceptions import DefinitionError, NotFoundError
 from headgate_django.kernel.replay_events import history_to_json
 from headgate_django.models import Execution
 from headgate_django.store import durable as store
-from headgate_django.store import durable_jobs
-from headgate_django.store.operator import job_cancel_many
+from headgate_django.store import durable_children, durable_jobs
 
 DECISIONS = ("complete", "fail", "retry")
 
 
 @dataclass(frozen=True)
+class ChildView:
+    """A child execution as its parent's view lists it."""
+
+    id: str
+    name: str
+    version: str
+    state: str
+    command_id: str
+    parent_close_policy: str
+
+
+@dataclass(frozen=True)
 class ExecutionView:
-    """One execution's header as an operator sees it."""
+    """One execution's header as an operator sees it; ``parent_id`` names the execution
+    that started it as a child, ``children`` the ones it started (oldest first)."""
 
     id: str
     name: str
@@ -40,9 +53,11 @@ class ExecutionView:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    parent_id: str | None = None
+    children: tuple[ChildView, ...] = ()
 
     @classmethod
-    def of(cls, row: Execution) -> ExecutionView:
+    def of(cls, row: Execution, children: list[Execution] | None = None) -> ExecutionView:
         return cls(
             id=row.id,
             name=row.name,
@@ -59,6 +74,13 @@ class ExecutionView:
             created_at=row.created_at,
             updated_at=row.updated_at,
             finished_at=row.finished_at,
+            parent_id=row.parent_id,
+            children=tuple(
+                ChildView(
+                    c.id, c.name, c.version, c.state, c.parent_command_id, c.parent_close_policy
+                )
+                for c in children or ()
+            ),
         )
 
 
@@ -75,7 +97,8 @@ class Manager:
         self.using = using
 
     def get(self, workflow_id: str) -> ExecutionView:
-        return ExecutionView.of(self._row(workflow_id))
+        row = self._row(workflow_id)
+        return ExecutionView.of(row, durable_children.children_of(row.id, using=self.using))
 
     def list(
         self, filters: dict[str, Any] | None = None, cursor: str | None = None, limit: int = 50
@@ -101,9 +124,9 @@ class Manager:
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by an operator") -> None:
         """Cancel a running or suspended execution and its live jobs (a running Operation
-        learns at its next lease renewal). No compensation runs."""
-        live = store.execution_cancel(workflow_id, reason=reason, using=self.using)
-        job_cancel_many(live, using=self.using)
+        learns at its next lease renewal), then its live children as their
+        ``parent_close_policy`` says. No compensation runs."""
+        cancel_execution(workflow_id, reason, using=self.using)
 
     def suspend(self, workflow_id: str, reason: str = "suspended by an operator") -> None:
         """Stop replaying a running execution until :meth:`resume`; facts still accrue."""

@@ -197,6 +197,21 @@ def find_workflow(name: str, version: str) -> WorkflowDef | None:
     return _WORKFLOWS.get((name, version))
 
 
+def require_workflow(name: str, version: str) -> WorkflowDef:
+    """The workflow registered as (``name``, ``version``), or a ``DefinitionError`` naming
+    the versions of ``name`` this process has: what a start refuses before it writes."""
+    definition = find_workflow(name, version)
+    if definition is None:
+        known = sorted(d.version for d in registered_workflows() if d.name == name)
+        raise DefinitionError(
+            f"no durable workflow {name!r} version {version!r} is registered here"
+            + (f" (versions: {', '.join(known)})" if known else ""),
+            workflow=name,
+            version=version,
+        )
+    return definition
+
+
 def find_operation(name: str, version: str) -> OperationDef | None:
     return _OPERATIONS.get((name, version))
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
+from headgate_django.durable.children import check_child, close_children
 from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
@@ -55,6 +57,7 @@ from headgate_django.kernel.replay_events import (
     Nondeterministic,
     Parked,
     ScheduleOperation,
+    StartChild,
     due_timers,
 )
 from headgate_django.registry import internal_task
@@ -66,6 +69,7 @@ from headgate_django.store.durable import (
     execution_commit_pass,
     execution_suspend,
 )
+from headgate_django.store.durable_children import ChildStart
 from headgate_django.store.durable_history import from_ms, to_ms
 from headgate_django.store.durable_jobs import (
     TASK_KIND,
@@ -101,7 +105,10 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     while races < MAX_RACES:
         read = histories.read(execution_id)
         if read is None or read[0].state in TERMINAL:
-            # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost.
+            # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost (then its
+            # children may not have been closed yet).
+            if read is not None:
+                close_children(execution_id, read[0].state)
             return {"execution_id": execution_id, "state": read[0].state if read else None}
         header, history = read
         if header.state == "suspended":
@@ -121,6 +128,9 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             if isinstance(step, str) and step not in FINISHED:
                 raise _snooze(park.wake_at)  # it runs again later; its outcome wakes us
         if isinstance(step, dict):
+            # After the pass's transaction (and an eager fold's) committed: a child's
+            # writer locks the child before the parent, so this must not hold the parent.
+            close_children(execution_id, step["state"])
             return step
         if isinstance(step, _Park):
             raise _snooze(step.wake_at)
@@ -222,7 +232,12 @@ def _pass(
     if fact is not None:
         fired.append(Event(seq + len(fired) + 1, fact.type, fact.payload, now_ms))
     outcome = replay(
-        definition.fn, header.input, history + fired, workflow_id=header.id, now_ms=now_ms
+        definition.fn,
+        header.input,
+        history + fired,
+        workflow_id=header.id,
+        now_ms=now_ms,
+        check_child=check_child,
     )
     if isinstance(outcome, Nondeterministic):
         if fact is not None:
@@ -256,6 +271,11 @@ def _pass(
         next_timer_at=None if wake_at_ms is None else from_ms(wake_at_ms),
         reset_attempts=ctx.attempt > 1,
         eager=eager,
+        children=[
+            ChildStart(c, uuid.uuid4().hex, header.task_queue)
+            for c in outcome.commands
+            if isinstance(c, StartChild)
+        ],
     )
     written = [Event(seq + n, e.type, e.payload, now_ms) for n, e in enumerate(events, start=1)]
     histories.store(header, [*history, *written])

@@ -33,12 +33,17 @@ SELECT_RESOLVED = "SelectResolved"
 WORKFLOW_COMPLETED = "WorkflowCompleted"
 WORKFLOW_FAILED = "WorkflowFailed"
 WORKFLOW_CANCELLED = "WorkflowCancelled"
+CHILD_STARTED = "ChildStarted"
+CHILD_COMPLETED = "ChildCompleted"
+CHILD_FAILED = "ChildFailed"
 #: Audit-only events an operator's Suspend/Resume may append; replay ignores them.
 WORKFLOW_SUSPENDED = "WorkflowSuspended"
 WORKFLOW_RESUMED = "WorkflowResumed"
 
 #: Events a pass's commands produce: each must be matched by the code on every replay.
-COMMAND_EVENT_TYPES = frozenset({OPERATION_SCHEDULED, TIMER_SCHEDULED, SELECT_RESOLVED})
+COMMAND_EVENT_TYPES = frozenset(
+    {OPERATION_SCHEDULED, TIMER_SCHEDULED, SELECT_RESOLVED, CHILD_STARTED}
+)
 TERMINAL_EVENT_TYPES = frozenset({WORKFLOW_COMPLETED, WORKFLOW_FAILED, WORKFLOW_CANCELLED})
 
 #: Command identity prefixes; the number after them counts calls of that kind in one pass.
@@ -46,6 +51,13 @@ OP_PREFIX = "op:"
 TIMER_PREFIX = "timer:"
 SELECT_PREFIX = "select:"
 SIGNAL_PREFIX = "signal:"
+CHILD_PREFIX = "child:"
+
+#: What happens to a child still live when its parent finishes (completed, failed, cancelled).
+PARENT_CLOSE_POLICIES = ("terminate", "abandon", "request_cancel")
+#: The signal a ``request_cancel`` child receives when its parent finishes; its payload is
+#: ``{"parent_id": ..., "parent_state": ...}``. Wait for it to wind down cleanly.
+CANCEL_REQUESTED = "headgate.cancel-requested"
 
 UNCERTAIN_DECISIONS = frozenset({"complete", "fail", "retry"})
 
@@ -138,7 +150,35 @@ class RecordSelect:
         return {"command_id": self.command_id, "index": self.index, "futures": list(self.futures)}
 
 
-Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect
+@dataclass(frozen=True)
+class StartChild:
+    """Start child execution ``child_id`` of workflow ``name@version`` with ``input``.
+
+    The runtime inserts the child with the ``ChildStarted`` event, in one transaction, and
+    dedupes on ``child_id``: a pass retried after a crash never starts a second child.
+    """
+
+    event_type: ClassVar[str] = CHILD_STARTED
+
+    command_id: str
+    name: str
+    version: str
+    input: Any
+    child_id: str
+    parent_close_policy: str
+
+    def event_payload(self) -> dict[str, Any]:
+        return {
+            "command_id": self.command_id,
+            "name": self.name,
+            "version": self.version,
+            "input": self.input,
+            "child_id": self.child_id,
+            "parent_close_policy": self.parent_close_policy,
+        }
+
+
+Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect | StartChild
 
 
 # -- outcomes of one pass ------------------------------------------------------------
@@ -206,7 +246,8 @@ class HistoryIndex:
     #: SelectResolved), and those ids in seq order for error messages.
     commands: dict[str, Event] = field(default_factory=dict)
     command_order: list[str] = field(default_factory=list)
-    #: command_id -> the fact that settled it (OperationCompleted/Failed, TimerFired).
+    #: command_id -> the fact that settled it (OperationCompleted/Failed, TimerFired,
+    #: ChildCompleted/Failed).
     facts: dict[str, Event] = field(default_factory=dict)
     uncertain: set[str] = field(default_factory=set)
     #: signal name -> its SignalReceived events in seq order.
@@ -366,6 +407,19 @@ def _on_select_resolved(index: HistoryIndex, event: Event) -> None:
     _add_command(index, event, SELECT_PREFIX)
 
 
+def _on_child_started(index: HistoryIndex, event: Event) -> None:
+    _field(event, "name", str)
+    _field(event, "version", str)
+    _field(event, "child_id", str)
+    _add_command(index, event, CHILD_PREFIX)
+
+
+def _on_child_settled(index: HistoryIndex, event: Event) -> None:
+    if event.type == CHILD_FAILED:
+        _field(event, "reason", str, optional=True)
+    index.facts[_scheduled(index, event, CHILD_PREFIX)] = event
+
+
 def _on_terminal(index: HistoryIndex, event: Event) -> None:
     if index.terminal is not None:
         raise _corrupt(event, f"the workflow already ended at seq {index.terminal.seq}")
@@ -391,6 +445,9 @@ _HANDLERS = {
     TIMER_FIRED: _on_timer_fired,
     SIGNAL_RECEIVED: _on_signal_received,
     SELECT_RESOLVED: _on_select_resolved,
+    CHILD_STARTED: _on_child_started,
+    CHILD_COMPLETED: _on_child_settled,
+    CHILD_FAILED: _on_child_settled,
     WORKFLOW_COMPLETED: _on_terminal,
     WORKFLOW_FAILED: _on_terminal,
     WORKFLOW_CANCELLED: _on_terminal,

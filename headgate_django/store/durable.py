@@ -40,15 +40,18 @@ from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent, Signal
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
 from headgate_django.store.claim import ClaimedJob
+from headgate_django.store.durable_children import ChildStart, child_ended, children_insert
 from headgate_django.store.durable_history import (
     EXEC_TABLE,
     HISTORY_TABLE,
     NewEvent,
+    NewHeader,
     append,
     append_fact,
     history_append,
     history_load,
     insert_events,
+    insert_header,
     lock_execution,
     prep,
     read_rows,
@@ -71,6 +74,7 @@ __all__ = [
     "execution_read",
     "execution_reconcile",
     "execution_resume",
+    "execution_signal_with_start",
     "execution_start",
     "execution_suspend",
     "execution_vacuum",
@@ -190,31 +194,16 @@ def execution_start(
     ``business_key`` is returned instead of starting another one.
     """
     conn = v.connection_for(using)
-    q = conn.ops.quote_name
     with transaction.atomic(using=using), conn.cursor() as cursor:
         live = _live_with_key(name, business_key, using)
         if live is not None:
             return live, True
         if Execution.objects.using(using).filter(pk=execution_id).exists():
             raise IdConflictError(f"execution {execution_id} already exists", id=execution_id)
-        now = v.now(conn)
+        header = NewHeader(execution_id, name, version, input, task_queue, business_key, meta)
         try:
             with transaction.atomic(using=using):
-                cursor.execute(
-                    f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
-                    "failure_reason, suspended_reason, business_idempotency_key, task_queue, "
-                    "meta, last_seq, created_at, updated_at) "
-                    f"VALUES (%s, %s, %s, 'running', %s, '', '', %s, %s, %s, 1, {now}, {now})",
-                    [
-                        execution_id,
-                        name,
-                        version,
-                        prep(Execution, "input", input, conn),
-                        business_key,
-                        task_queue,
-                        prep(Execution, "meta", meta, conn),
-                    ],
-                )
+                insert_header(cursor, conn, header)
         except IntegrityError as exc:  # lost a race for the business key or the id
             live = _live_with_key(name, business_key, using)
             if live is not None:
@@ -250,6 +239,7 @@ def execution_commit_pass(
     next_timer_at: datetime | None = None,
     reset_attempts: bool = False,
     eager: jobs.EagerLease | None = None,
+    children: Sequence[ChildStart] = (),
     using: str = "default",
 ) -> ClaimedJob | None:
     """Record what one replay pass decided, in one transaction fenced twice.
@@ -264,6 +254,9 @@ def execution_commit_pass(
 
     With ``eager``, the named Operation job is leased to that worker in the same
     transaction (see :func:`.durable_jobs.operation_lease`) and returned for it to run.
+    ``children`` are inserted with the ``ChildStarted`` events among ``events``
+    (:func:`.durable_children.children_insert`); an ``ending`` tells this execution's
+    parent, if it has one.
     """
     conn = v.connection_for(using)
     header: dict[str, Any] = {"next_timer_at": next_timer_at}
@@ -279,8 +272,22 @@ def execution_commit_pass(
     # transaction, and a savepoint would only add two round trips.
     with transaction.atomic(using=using, savepoint=False), conn.cursor() as cursor:
         # The compare-and-set takes the header lock first, as every durable writer does.
-        append(cursor, conn, execution_id, expected_seq, events, header, state="running")
+        last = append(cursor, conn, execution_id, expected_seq, events, header, state="running")
         jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)
+        refused = children_insert(cursor, conn, execution_id, children)
+        if refused:
+            append(cursor, conn, execution_id, last, refused)
+            # Replay again at once with the refusals (children share the parent's queue).
+            jobs.task_wake(cursor, conn, execution_id, children[0].task_queue)
+        if ending is not None:
+            child_ended(
+                cursor,
+                conn,
+                execution_id,
+                state=ending.state,
+                result=ending.result,
+                reason=ending.failure_reason,
+            )
         if eager is not None:
             # Inserted pending, not available: no other worker is woken up for it.
             operations = [internal(replace(e, pending=e.id == eager.job_id)) for e in operations]
@@ -331,6 +338,26 @@ def signal_deliver(
         if locked.state == "running":
             jobs.task_wake(cursor, conn, execution_id, locked.task_queue)
     return True
+
+
+def execution_signal_with_start(
+    start: dict[str, Any],
+    *,
+    signal_name: str,
+    payload: Any,
+    message_id: str | None,
+    using: str = "default",
+) -> tuple[str, bool, bool]:
+    """In one transaction: start the execution :func:`execution_start` describes unless a
+    live one holds its business key, then deliver the signal to whichever it is. Returns
+    ``(execution_id, started, delivered)``; ``delivered`` is False for a repeated
+    ``message_id``."""
+    with transaction.atomic(using=using):
+        execution_id, deduplicated = execution_start(**start, using=using)
+        delivered = signal_deliver(
+            execution_id, name=signal_name, payload=payload, message_id=message_id, using=using
+        )
+    return execution_id, not deduplicated, delivered
 
 
 # -- operator verbs ------------------------------------------------------------------
@@ -385,6 +412,8 @@ def _transition(execution_id: str, target: str, *, reason: str = "", using: str)
         append(cursor, conn, execution_id, last_seq, [event], header)
         if target == "running":
             jobs.task_wake(cursor, conn, execution_id, task_queue, reset_attempts=True)
+        elif target == "cancelled":
+            child_ended(cursor, conn, execution_id, state=target, reason=reason)
 
 
 # -- maintenance ---------------------------------------------------------------------

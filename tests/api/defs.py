@@ -28,3 +28,8 @@ def wait_for_go(ctx: durable.Context, order: Any) -> Any:
 @durable.workflow("api-unsure", version="1")
 def call_unsure(ctx: durable.Context, _: Any) -> Any:
     return ctx.execute_operation("api-unsure", "1", None).result()
+
+
+@durable.workflow("api-parent", version="1")
+def parent(ctx: durable.Context, _: Any) -> Any:
+    return ctx.child("api-wait", "child", version="1")

@@ -237,6 +237,20 @@ ROUTES = [
         _static("/api/v1/durable/executions", {"name": "api-wait", "version": "1", "input": 1}),
         201,
     ),
+    Route(
+        "POST",
+        "/api/v1/durable/executions/signal-with-start",
+        _static(
+            "/api/v1/durable/executions/signal-with-start",
+            {
+                "name": "api-wait",
+                "version": "1",
+                "business_idempotency_key": "order:1",
+                "signal": "go",
+            },
+        ),
+        201,
+    ),
     Route("GET", "/api/v1/durable/executions/{workflow_id}", _execution(), 200),
     Route(
         "GET",

@@ -70,6 +70,11 @@ def checkout(ctx, order):
     return [first, second]
 
 
+@durable.workflow("test-trace-parent", version="1")
+def trace_parent(ctx, order):
+    return ctx.child("test-trace-checkout", order, version="1")
+
+
 def job_spans(exporter):
     return [s for s in exporter.get_finished_spans() if s.name.startswith("headgate.job ")]
 
@@ -170,6 +175,22 @@ def test_a_durable_execution_is_one_trace_with_operations_inside_their_pass(span
     assert ops[0].parent.span_id != ops[1].parent.span_id
     providers = [s for s in finished if s.name == "provider"]
     assert {s.parent.span_id for s in providers} == {s.context.span_id for s in ops}
+
+
+def test_a_child_execution_nests_into_the_parents_pass_that_started_it(spans):
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        workflow_id = durable.Client().start("test-trace-parent", "1", {"cents": 3}).workflow_id
+    for _ in range(10):
+        if not testing.run_jobs().outcomes:
+            break
+    assert durable.Manager().get(workflow_id).result == [{"charged": 3}, {"charged": 3}]
+    passes = [s for s in job_spans(spans) if s.attributes["headgate.job.kind"] == TASK_KIND]
+    parent_passes = [s for s in passes if s.parent.span_id == request.get_span_context().span_id]
+    child_passes = [s for s in passes if s not in parent_passes]
+    assert parent_passes and child_passes
+    assert {s.context.trace_id for s in spans.get_finished_spans()} == {_trace(request)}
+    starter = {s.parent.span_id for s in child_passes}
+    assert len(starter) == 1 and starter <= {s.context.span_id for s in parent_passes}
 
 
 @pytest.mark.django_db(transaction=True)

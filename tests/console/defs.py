@@ -28,3 +28,8 @@ def ship_after_go(ctx: durable.Context, order: Any) -> Any:
     go = ctx.wait_signal("go")
     ctx.select(go)
     return ctx.execute_operation("console-ship", "1", order).result()
+
+
+@durable.workflow("console-parent", version="1")
+def parent(ctx: durable.Context, order: Any) -> Any:
+    return ctx.child("console-ship", order, version="1")

@@ -282,3 +282,24 @@ def test_schedule_list_in_words_zones_events_and_paused(viewer: Any, settings: A
     other = Client()
     other.force_login(jobs_only)
     assert other.get(reverse("admin:headgate_django_schedules")).status_code == 403
+
+
+@pytest.mark.django_db
+def test_execution_page_links_parent_and_children(viewer: Any) -> None:
+    from headgate_django import durable, testing
+    from headgate_django.console.links import ID_MARK
+
+    wf = durable.Client().start("console-parent", "1", 9, workflow_id="order:9").workflow_id
+    testing.run_jobs()
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(reverse("admin:headgate_django_execution_page", args=[wf])).content.decode()
+    snap = snapshot_of(html)
+    assert snap["parent_id"] is None
+    assert snap["children"] == [
+        {"id": "order:9:child:1", "name": "console-ship", "version": "1", "state": "running"}
+    ]
+    template = reverse("admin:headgate_django_execution_page", args=[ID_MARK])
+    assert f'data-url="{template}" data-mark="{ID_MARK}"' in html
+    child = reverse("admin:headgate_django_execution_page", args=["order:9:child:1"])
+    assert snapshot_of(client.get(child).content.decode())["parent_id"] == wf

@@ -232,6 +232,10 @@ def test_get_list_and_history_export() -> None:
 def test_public_api_is_pinned() -> None:
     assert sorted(durable.__all__) == [
         "Abort",
+        "CANCEL_REQUESTED",
+        "ChildFailedError",
+        "ChildFuture",
+        "ChildView",
         "Client",
         "Context",
         "ExecutionView",
@@ -242,6 +246,7 @@ def test_public_api_is_pinned() -> None:
         "OperationDef",
         "OperationFailedError",
         "Page",
+        "SignalWithStartResult",
         "StartResult",
         "Uncertain",
         "WorkflowDef",

@@ -58,6 +58,25 @@ def _deadline(now: Any) -> Any:
     return workflow
 
 
+def _child(workflow: str, version: str = "1", key: str | None = None) -> Any:
+    def code(ctx: durable.Context, order: Any) -> Any:
+        return ctx.child(workflow, order, version=version, key=key)
+
+    return code
+
+
+def _child_or_refusal(catch: bool) -> Any:
+    def code(ctx: durable.Context, order: Any) -> Any:
+        try:
+            return ctx.child("golden-refuse", order, version="1")
+        except durable.ChildFailedError as failure:
+            if not catch:
+                raise
+            return {"refused": failure.reason}
+
+    return code
+
+
 def _defs(name: str, original: Any, changed: Any) -> tuple[WorkflowDef, WorkflowDef]:
     return WorkflowDef(original, name, "1"), WorkflowDef(changed, name, "1")
 
@@ -110,6 +129,30 @@ CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
             _deadline(lambda ctx: datetime.now(UTC)),  # the worker's clock: not recorded
         ),
         "op:1: the code schedules Operation 'golden-late'",
+    ),
+    "renamed_child_workflow.json": (
+        *_defs("golden-child", _child("golden-shipping"), _child("golden-delivery")),
+        "child:1: the code starts child workflow 'golden-delivery' version '1', but history "
+        "has child:1 (ChildStarted(name='golden-shipping', version='1')",
+    ),
+    "changed_child_version.json": (
+        *_defs("golden-child-version", _child("golden-shipping"), _child("golden-shipping", "2")),
+        "child:1: the code starts child workflow 'golden-shipping' version '2'",
+    ),
+    "child_failed.json": (
+        *_defs("golden-child-failed", _child_or_refusal(True), _child_or_refusal(False)),
+        "History records WorkflowCompleted at seq 4, but the code now fails with "
+        "'ChildFailedError: child ",
+    ),
+    # The child's id is recorded, not recomputed: a changed key (like a changed input)
+    # replays, and only new executions get the new id.
+    "changed_child_key.json": (
+        *_defs(
+            "golden-child-key",
+            _child("golden-shipping", key="ship:42"),
+            _child("golden-shipping", key="shipment:42"),
+        ),
+        None,
     ),
 }
 

@@ -13,6 +13,7 @@ from headgate_django.api.serializers.common import (
     RequestSerializer,
     exactly_one,
 )
+from headgate_django.kernel.replay_events import PARENT_CLOSE_POLICIES
 from headgate_django.models import DURABLE_STATES
 
 DECISIONS = ["complete", "fail", "retry"]
@@ -29,20 +30,36 @@ class ExecutionSummarySerializer(serializers.Serializer):
     suspended_reason = serializers.CharField(allow_blank=True, allow_null=True)
     business_idempotency_key = serializers.CharField(allow_null=True)
     task_queue = serializers.CharField()
+    parent_id = serializers.CharField(
+        allow_null=True, help_text="The execution that started this one as a child, or null."
+    )
     history_length = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
 
 
+class ChildSerializer(serializers.Serializer):
+    """A child execution this one started (``child:N`` names the start in its history)."""
+
+    id = serializers.CharField()
+    name = serializers.CharField()
+    version = serializers.CharField()
+    state = serializers.ChoiceField(choices=DURABLE_STATES)
+    command_id = serializers.CharField()
+    parent_close_policy = serializers.ChoiceField(choices=list(PARENT_CLOSE_POLICIES))
+
+
 class ExecutionSerializer(RedactingSerializer, ExecutionSummarySerializer):
-    """The header plus input, result and meta: user data, null unless the caller may see it."""
+    """The header plus input, result and meta (user data, null unless the caller may see
+    it), and the children it started, oldest first."""
 
     private_fields = ("input", "result", "meta")
 
     input = AnyJSONField(allow_null=True)
     result = AnyJSONField(allow_null=True)
     meta = serializers.DictField(child=AnyJSONField(), allow_null=True)
+    children = ChildSerializer(many=True)
 
 
 class ExecutionListSerializer(serializers.Serializer):
@@ -64,6 +81,34 @@ class StartResultSerializer(serializers.Serializer):
     workflow_id = serializers.CharField()
     deduplicated = serializers.BooleanField(
         help_text="True: a live execution already held the business key; nothing started."
+    )
+
+
+class SignalWithStartSerializer(RequestSerializer):
+    """Start ``name@version`` with ``input`` unless a live execution of ``name`` holds
+    ``business_idempotency_key``, then deliver ``signal`` to it, in one transaction."""
+
+    name = NameField(max_length=128)
+    version = NameField(max_length=64)
+    input = AnyJSONField(required=False, allow_null=True, default=None)
+    business_idempotency_key = NameField()
+    task_queue = NameField(max_length=128, required=False, default="default")
+    meta = serializers.DictField(child=AnyJSONField(allow_null=True), required=False)
+    signal = NameField(max_length=128, help_text="The signal's name.")
+    payload = AnyJSONField(required=False, allow_null=True, default=None)
+    message_id = NameField(
+        required=False,
+        help_text="Deduplicates deliveries of this signal name; defaults to the Idempotency-Key.",
+    )
+
+
+class SignalWithStartResultSerializer(serializers.Serializer):
+    workflow_id = serializers.CharField()
+    started = serializers.BooleanField(
+        help_text="True: this request started the execution; false: a live one held the key."
+    )
+    delivered = serializers.BooleanField(
+        help_text="False when this message_id was already delivered for this signal name."
     )
 
 

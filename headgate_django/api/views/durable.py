@@ -1,4 +1,5 @@
-"""``/durable/executions``: start, list, read, history, signal and operate executions.
+"""``/durable/executions``: start, list, read, history, signal (or signal-with-start) and
+operate executions.
 
 A thin translation of :class:`headgate_django.durable.Client` and ``Manager``. The history
 route returns the export byte for byte as ``Manager.history`` writes it, so
@@ -7,7 +8,8 @@ directly. Input, result, meta and the history are user data
 (:mod:`headgate_django.visibility`): the history needs ``headgate_django.view_job_payload``
 (403 otherwise), and an execution's input, result and meta are null with ``redacted: true``
 without it. A signal's ``message_id`` defaults to the request's ``Idempotency-Key``, so a
-retried request can never deliver a signal twice, even after the response record expired.
+retried request can never deliver a signal twice, even after the response record expired
+(``signal-with-start`` does the same).
 """
 
 from __future__ import annotations
@@ -88,6 +90,35 @@ class ExecutionViewSet(HeadgateViewSet):
         )
         code = status.HTTP_200_OK if started.deduplicated else status.HTTP_201_CREATED
         body = {"workflow_id": started.workflow_id, "deduplicated": started.deduplicated}
+        return Response(body, status=code)
+
+    @document(
+        summary="Start unless a live execution holds the business key, then signal it",
+        request=s.SignalWithStartSerializer,
+        responses={201: s.SignalWithStartResultSerializer, 200: s.SignalWithStartResultSerializer},
+    )
+    @action(detail=False, methods=["post"], url_path="signal-with-start")
+    def signal_with_start(self, request: Request) -> Response:
+        serializer = s.SignalWithStartSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = Client().signal_with_start(
+            data["name"],
+            data["version"],
+            data["input"],
+            data["signal"],
+            data["payload"],
+            business_idempotency_key=data["business_idempotency_key"],
+            message_id=data.get("message_id") or require_key(request),
+            task_queue=data["task_queue"],
+            meta=data.get("meta"),
+        )
+        code = status.HTTP_201_CREATED if result.started else status.HTTP_200_OK
+        body = {
+            "workflow_id": result.workflow_id,
+            "started": result.started,
+            "delivered": result.delivered,
+        }
         return Response(body, status=code)
 
     @document(

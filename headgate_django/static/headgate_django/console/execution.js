@@ -69,11 +69,32 @@
       return h("li", {}, [t.command_id + ": " + (t.duration_ms / 1000) + " s, " +
         (t.fired ? "fired" : "due " + when(new Date(t.fire_at_ms).toISOString()))]);
     })) : h("p", {}, ["No timers."]));
+    renderFamily(snap);
     var history = document.getElementById("hg-history-body");
     history.replaceChildren.apply(history, snap.events.map(function (e) {
       return h("tr", {}, [h("td", { "class": "hg-num" }, [e.seq]), h("td", {}, [when(e.at)]),
         h("td", {}, [e.type]), h("td", {}, summary(e))]);
     }));
+  }
+
+  function renderFamily(snap) {
+    var family = document.getElementById("hg-family");
+    var template = family.getAttribute("data-url") || "";
+    var mark = family.getAttribute("data-mark");
+    function link(id, text) {
+      return template ? h("a", { href: template.replace(mark, encodeURIComponent(id)) }, [text]) : text;
+    }
+    var items = [];
+    if (snap.parent_id) {
+      items.push(h("p", { "class": "hg-parent" }, ["Child of ", link(snap.parent_id, snap.parent_id)]));
+    }
+    if (snap.children.length) {
+      items.push(h("ul", { "class": "hg-children" }, snap.children.map(function (c) {
+        return h("li", {}, [link(c.id, c.id), " " + c.name + "@" + c.version + " ",
+          h("span", { "class": "hg-flag" }, [c.state])]);
+      })));
+    }
+    family.replaceChildren.apply(family, items.length ? items : [h("p", {}, ["No parent, no children."])]);
   }
 
   function start() {
