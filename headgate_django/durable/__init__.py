@@ -24,7 +24,14 @@ from typing import Any
 
 from headgate_django.control import Abort, Uncertain
 from headgate_django.durable.checker import replay
-from headgate_django.durable.registry import OperationDef, WorkflowDef, operation, workflow
+from headgate_django.durable.registry import (
+    OperationDef,
+    QueryDef,
+    UpdateDef,
+    WorkflowDef,
+    operation,
+    workflow,
+)
 from headgate_django.exceptions import NondeterminismError, OperationFailedError
 from headgate_django.kernel.replay import Context, Future
 
@@ -35,6 +42,7 @@ _LAZY = {
     "ExecutionView": "headgate_django.durable.manager",
     "Page": "headgate_django.durable.manager",
     "OperationContext": "headgate_django.durable.operations",
+    "UpdateView": "headgate_django.durable.updates",
 }
 
 
@@ -59,8 +67,11 @@ __all__ = [
     "OperationDef",
     "OperationFailedError",
     "Page",
+    "QueryDef",
     "StartResult",
     "Uncertain",
+    "UpdateDef",
+    "UpdateView",
     "WorkflowDef",
     "operation",
     "replay",

@@ -36,6 +36,9 @@ WORKFLOW_CANCELLED = "WorkflowCancelled"
 #: Audit-only events an operator's Suspend/Resume may append; replay ignores them.
 WORKFLOW_SUSPENDED = "WorkflowSuspended"
 WORKFLOW_RESUMED = "WorkflowResumed"
+#: An update passed its validator (written by the caller) / its handler ran (by a pass).
+UPDATE_ACCEPTED = "UpdateAccepted"
+UPDATE_COMPLETED = "UpdateCompleted"
 
 #: Events a pass's commands produce: each must be matched by the code on every replay.
 COMMAND_EVENT_TYPES = frozenset({OPERATION_SCHEDULED, TIMER_SCHEDULED, SELECT_RESOLVED})
@@ -138,7 +141,38 @@ class RecordSelect:
         return {"command_id": self.command_id, "index": self.index, "futures": list(self.futures)}
 
 
-Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect
+@dataclass(frozen=True)
+class CompleteUpdate:
+    """The outcome of accepted update ``update_id``: the handler's ``result``, or ``error``.
+
+    ``handled`` is False when the workflow ended before its code reached the update (then
+    ``error`` says so). Replay runs the handler again to rebuild the state, but the
+    recorded outcome is what callers get: it is never recorded twice.
+    """
+
+    event_type: ClassVar[str] = UPDATE_COMPLETED
+
+    update_id: str
+    result: Any = None
+    error: str | None = None
+    handled: bool = True
+
+    @property
+    def command_id(self) -> str:
+        return f"update:{self.update_id}"
+
+    def event_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"update_id": self.update_id}
+        if self.error is None:
+            payload["result"] = self.result
+        else:
+            payload["error"] = self.error
+        if not self.handled:
+            payload["handled"] = False
+        return payload
+
+
+Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect | CompleteUpdate
 
 
 # -- outcomes of one pass ------------------------------------------------------------
@@ -211,6 +245,9 @@ class HistoryIndex:
     uncertain: set[str] = field(default_factory=set)
     #: signal name -> its SignalReceived events in seq order.
     signals: dict[str, list[Event]] = field(default_factory=dict)
+    #: update_id -> its UpdateAccepted (in seq order), and -> its UpdateCompleted.
+    updates: dict[str, Event] = field(default_factory=dict)
+    update_results: dict[str, Event] = field(default_factory=dict)
     terminal: Event | None = None
 
 
@@ -366,6 +403,24 @@ def _on_select_resolved(index: HistoryIndex, event: Event) -> None:
     _add_command(index, event, SELECT_PREFIX)
 
 
+def _on_update_accepted(index: HistoryIndex, event: Event) -> None:
+    update_id = _field(event, "update_id", str)
+    _field(event, "name", str)
+    if update_id in index.updates:
+        raise _corrupt(event, f"update {update_id!r} was already accepted")
+    index.updates[update_id] = event
+
+
+def _on_update_completed(index: HistoryIndex, event: Event) -> None:
+    update_id = _field(event, "update_id", str)
+    if update_id not in index.updates:
+        raise _corrupt(event, f"update {update_id!r} was never accepted")
+    if update_id in index.update_results:
+        raise _corrupt(event, f"update {update_id!r} already completed")
+    _field(event, "error", str, optional=True)
+    index.update_results[update_id] = event
+
+
 def _on_terminal(index: HistoryIndex, event: Event) -> None:
     if index.terminal is not None:
         raise _corrupt(event, f"the workflow already ended at seq {index.terminal.seq}")
@@ -391,6 +446,8 @@ _HANDLERS = {
     TIMER_FIRED: _on_timer_fired,
     SIGNAL_RECEIVED: _on_signal_received,
     SELECT_RESOLVED: _on_select_resolved,
+    UPDATE_ACCEPTED: _on_update_accepted,
+    UPDATE_COMPLETED: _on_update_completed,
     WORKFLOW_COMPLETED: _on_terminal,
     WORKFLOW_FAILED: _on_terminal,
     WORKFLOW_CANCELLED: _on_terminal,
