@@ -1,4 +1,5 @@
-"""``/durable/executions``: start, list, read, history, signal and operate executions.
+"""``/durable/executions``: start, list, read, history, signal, query, update and operate
+executions.
 
 A thin translation of :class:`headgate_django.durable.Client` and ``Manager``. The history
 route returns the export byte for byte as ``Manager.history`` writes it, so
@@ -7,7 +8,10 @@ directly. Input, result, meta and the history are user data
 (:mod:`headgate_django.visibility`): the history needs ``headgate_django.view_job_payload``
 (403 otherwise), and an execution's input, result and meta are null with ``redacted: true``
 without it. A signal's ``message_id`` defaults to the request's ``Idempotency-Key``, so a
-retried request can never deliver a signal twice, even after the response record expired.
+retried request can never deliver a signal twice, even after the response record expired;
+an update's ``update_id`` defaults to it the same way. A query's or an update's result is
+user data too, redacted like an execution's result. Queries and update validators run the
+workflow's code in this process: the project's web process must import its workflows.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -40,6 +45,17 @@ FILTERS = [
 ]
 CURSOR = query.text("cursor", "`next_cursor` of the previous page (an execution id).")
 LIMIT = limit_param(50)
+ARGS = query.json_or_text(
+    "arg",
+    "The query's arguments in order, one `arg` each: read as JSON when it parses as JSON "
+    '(`3`, `"3"`, `[1, 2]`), otherwise as text (`tea`).',
+)
+QUERY_NAME = OpenApiParameter("query_name", str, OpenApiParameter.PATH, description="Query name.")
+UPDATE_NAME = OpenApiParameter(
+    "update_name", str, OpenApiParameter.PATH, description="Update name."
+)
+UPDATE_ID = OpenApiParameter("update_id", str, OpenApiParameter.PATH, description="Update id.")
+UPDATE_PATH = rf"updates/(?P<update_name>{ID_REGEX})"
 
 
 def _view(request: Request, workflow_id: str) -> Response:
@@ -120,6 +136,57 @@ class ExecutionViewSet(HeadgateViewSet):
         message_id = data.get("message_id") or require_key(request)
         delivered = Client().signal(workflow_id, data["name"], data["payload"], message_id)
         return Response({"delivered": delivered})
+
+    @document(
+        summary="Ask a query: the workflow's state as of its last committed event",
+        parameters=[QUERY_NAME, ARGS.openapi()],
+        responses=s.QueryResultSerializer,
+    )
+    @action(detail=True, methods=["get"], url_path=rf"queries/(?P<query_name>{ID_REGEX})")
+    def query(self, request: Request, workflow_id: str, query_name: str) -> Response:
+        result = Manager().query(workflow_id, query_name, *ARGS.read(request))
+        body = {"query": query_name, "result": result}
+        return Response(s.QueryResultSerializer(body, context={"request": request}).data)
+
+    @document(
+        summary="Send an update: validated, recorded once per update id, then handled",
+        parameters=[UPDATE_NAME],
+        request=s.UpdateRequestSerializer,
+        responses={202: s.UpdateSerializer, 200: s.UpdateSerializer},
+    )
+    @action(detail=True, methods=["post"], url_path=UPDATE_PATH, url_name="update")
+    def send_update(self, request: Request, workflow_id: str, update_name: str) -> Response:
+        serializer = s.UpdateRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        update_id = data.get("update_id") or require_key(request)
+        sent = Manager().update(
+            workflow_id, update_name, data["payload"], update_id=update_id, wait=False
+        )
+        code = status.HTTP_202_ACCEPTED if sent.state == "accepted" else status.HTTP_200_OK
+        body = s.UpdateSerializer(sent, context={"request": request}).data
+        return Response(body, status=code)
+
+    @document(
+        summary="One update: accepted, succeeded (with its result) or failed",
+        parameters=[UPDATE_NAME, UPDATE_ID],
+        responses=s.UpdateSerializer,
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=rf"{UPDATE_PATH}/(?P<update_id>{ID_REGEX})",
+        url_name="update-detail",
+    )
+    def update_detail(
+        self, request: Request, workflow_id: str, update_name: str, update_id: str
+    ) -> Response:
+        found = Manager().get_update(workflow_id, update_id)
+        if found.name != update_name:
+            raise NotFoundError(
+                f"update {update_id} of execution {workflow_id} is not {update_name!r}"
+            )
+        return Response(s.UpdateSerializer(found, context={"request": request}).data)
 
     @document(
         summary="Cancel a running or suspended execution (no compensation runs)",
