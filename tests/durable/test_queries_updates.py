@@ -6,11 +6,12 @@ and the job table, and every query against the execution's history length.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from headgate_django import durable
 from headgate_django.exceptions import (
@@ -28,6 +29,7 @@ from headgate_django.exceptions import (
     WaitInTransactionError,
 )
 from headgate_django.kernel.replay_updates import ENDED_FIRST
+from headgate_django.store.durable_history import lock_execution
 from tests.durable.helpers import counts, drive, history, start, types, view
 
 pytestmark = pytest.mark.django_db
@@ -283,6 +285,33 @@ def test_an_update_accepted_as_the_workflow_returns_is_recorded_unhandled(
     dropped = durable.Manager().get_update(second, "u-q")
     assert (dropped.state, dropped.error) == ("failed", ENDED_FIRST)
     assert history(second)[-2][1]["handled"] is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_query_does_not_wait_for_the_lock_a_pass_holds() -> None:
+    workflow_id = parked_cart()
+    locked, release = threading.Event(), threading.Event()
+    timed_out: list[bool] = []
+
+    def hold_the_header() -> None:  # as a replay pass does while it commits
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                lock_execution(cursor, connection, workflow_id)
+                locked.set()
+                timed_out.append(not release.wait(20))
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_header)
+    holder.start()
+    try:
+        assert locked.wait(20)
+        answer = durable.Manager().query(workflow_id, "status")
+    finally:
+        release.set()
+        holder.join()
+    assert answer == {"stage": "shopping", "items": []}
+    assert timed_out == [False]  # answered while the lock was still held
 
 
 @pytest.mark.django_db(transaction=True)

@@ -142,8 +142,15 @@ class ExecutionViewSet(HeadgateViewSet):
         parameters=[QUERY_NAME, ARGS.openapi()],
         responses=s.QueryResultSerializer,
     )
-    @action(detail=True, methods=["get"], url_path=rf"queries/(?P<query_name>{ID_REGEX})")
-    def query(self, request: Request, workflow_id: str, query_name: str) -> Response:
+    # Not named ``query``/``update``: a view method named like an HTTP method (``QUERY``)
+    # or a DRF route would be taken for one.
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=rf"queries/(?P<query_name>{ID_REGEX})",
+        url_name="query",
+    )
+    def ask_query(self, request: Request, workflow_id: str, query_name: str) -> Response:
         result = Manager().query(workflow_id, query_name, *ARGS.read(request))
         body = {"query": query_name, "result": result}
         return Response(s.QueryResultSerializer(body, context={"request": request}).data)
