@@ -65,6 +65,7 @@ One pass, holding the execution's lock (at most one pass per execution at a time
    StartTimer           TimerScheduled {command_id, duration_ms,      none (see wake_at_ms)
                         fire_at_ms}
    RecordSelect         SelectResolved {command_id, index, futures}   none
+   CompleteUpdate       UpdateCompleted {update_id, result | error}   none (the caller polls it)
    ===================  ============================================  ============================
 
 5. ``Completed`` → append ``WorkflowCompleted {"result"}``; ``Failed`` → ``WorkflowFailed
@@ -91,6 +92,9 @@ External facts — append, then wake a pass (``execution_key`` = the ScheduleOpe
   Losing timers fire too; that is harmless.
 - Signal delivered: ``SignalReceived {name, payload, message_id?}`` (after inbox dedupe).
   Signals nobody waits for stay buffered; they are never "unconsumed history".
+- Update accepted (its validator passed on a read-only replay up to the last seq):
+  ``UpdateAccepted {update_id, name, payload}``, appended only if history has not moved
+  since. Its handler runs where the code waits (:mod:`.replay_updates`).
 - Cancel: ``WorkflowCancelled {reason?}``. Suspend/resume may append ``WorkflowSuspended`` /
   ``WorkflowResumed`` (audit only). Events after a terminal event are allowed and ignored.
 """

@@ -207,6 +207,7 @@ class JobCreateSerializer(RequestSerializer):
             not_together("scheduled_at", "delay_ms"),
             not_together("deadline", "deadline_ms"),
             not_together("unique_window_ms", "unique_replace", "unique_debounce_ms"),
+            not_together("unique_replace", "unique_debounce_ms"),
             needed_by("unique_key", "unique_window_ms", "unique_replace", "unique_debounce_ms"),
             _PENDING_AND_SCHEDULED,
         ]
