@@ -84,10 +84,14 @@ def send(
     check_name("update id", update_id, MAX_UPDATE_ID)
     sized(payload, "update's payload")
     for _ in range(MAX_RACES):
-        known = update_read(workflow_id, update_id, using=using)
+        known = update_read(workflow_id, update_id, using=using)  # needs no code here
+        if known is None:
+            snap = snapshot(workflow_id, using=using)
+            # Again after the snapshot: an update its validator could see, this sees too,
+            # so a racing sender of the same id is never judged against its own twin.
+            known = update_read(workflow_id, update_id, using=using)
         if known is not None:
             return _repeated(workflow_id, known, name, payload)
-        snap = snapshot(workflow_id, using=using)
         if snap.header.state != "running":
             raise InvalidTransitionError(
                 f"execution {workflow_id} is {snap.header.state}; only a running execution "

@@ -314,6 +314,49 @@ def test_a_query_does_not_wait_for_the_lock_a_pass_holds() -> None:
     assert timed_out == [False]  # answered while the lock was still held
 
 
+def _concurrently(*calls: Any) -> list[Any]:
+    """Run ``calls`` on threads of their own at once; their results or exceptions."""
+    start_line = threading.Barrier(len(calls))
+    outcomes: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            start_line.wait(10)
+            outcomes[i] = calls[i]()
+        except Exception as exc:
+            outcomes[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return outcomes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_senders_record_an_update_once_and_validate_against_each_other() -> None:
+    workflow_id = parked_cart()
+    manager = durable.Manager()
+
+    def send(update_id: str, item: str) -> Any:
+        return lambda: manager.update(workflow_id, "add", item, update_id=update_id, wait=False)
+
+    same = _concurrently(*(send("u-same", "tea") for _ in range(3)))
+    assert all(isinstance(o, durable.UpdateView) for o in same), same
+    assert sorted(o.deduplicated for o in same) == [False, True, True]
+    assert types(workflow_id).count("UpdateAccepted") == 1
+    # Two other ids for the same item: the validator of the one that comes second sees
+    # the first (accepted, handled where the code waits) and refuses it.
+    rivals = _concurrently(send("u-a", "jam"), send("u-b", "jam"))
+    assert sorted(type(o).__name__ for o in rivals) == ["UpdateRejectedError", "UpdateView"]
+    assert types(workflow_id).count("UpdateAccepted") == 2
+    drive()
+    assert manager.query(workflow_id, "status")["items"] == ["tea", "jam"]
+
+
 @pytest.mark.django_db(transaction=True)
 class TestWaiting:
     """``wait=True`` polls from outside any transaction, as a script or a view would."""
