@@ -4,8 +4,8 @@ An update is accepted by appending ``UpdateAccepted`` with ``fact_key = "update:
 the unique ``(execution, fact_key)`` constraint makes an update id count once per
 execution, and the lookup by it is an index seek. The append is a compare-and-set on the
 seq the caller's validator replayed up to, so an update is only ever accepted against the
-state its validator judged; the header lock is held for that one statement, never while
-code runs. The handler's outcome (``UpdateCompleted``) is appended by the replay pass
+state its validator judged; the header lock is held only for that short transaction,
+never while workflow code runs. The handler's outcome (``UpdateCompleted``) is appended by the replay pass
 that runs it (see :mod:`headgate_django.store.durable`).
 """
 
