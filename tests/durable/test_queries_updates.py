@@ -101,6 +101,27 @@ def parked_cart() -> str:
     return workflow_id
 
 
+# -- definitions ---------------------------------------------------------------------
+
+
+def test_bad_handler_definitions_fail_when_decorated() -> None:
+    async def coroutine(ctx: Any) -> None: ...
+
+    with pytest.raises(DefinitionError, match="plain"):
+        cart.query("async")(coroutine)
+    with pytest.raises(DefinitionError, match=r"takes \(ctx, payload\)"):
+        cart.update("no-payload")(lambda ctx: None)
+    with pytest.raises(DefinitionError, match=r"takes \(ctx, payload\)"):
+        cart.update("bad-validator", validator=lambda: None)
+    with pytest.raises(DefinitionError, match="already has query 'status'"):
+        cart.query("status")(lambda ctx: None)
+    with pytest.raises(DefinitionError):
+        cart.query(" spaced ")
+    assert cart.query("status")(status) is status  # re-importing the module is no conflict
+    assert set(cart.queries) == {"status", "item", "sneaky", "a-set"}
+    assert set(cart.updates) == {"add", "explode"}
+
+
 # -- queries -------------------------------------------------------------------------
 
 
