@@ -56,6 +56,8 @@ def test_update_then_poll_then_repeat(operator: Api) -> None:
         "redacted": False,
     }
     assert operator.get(f"{base}/updates/note/k-1").json()["state"] == "accepted"
+    waiting_again = operator.post(f"{base}/updates/note", {"payload": "hello", "update_id": "k-1"})
+    assert waiting_again.status_code == 202 and waiting_again.json()["deduplicated"] is True
     testing.run_jobs()
     done = operator.get(f"{base}/updates/note/k-1").json()
     assert (done["state"], done["result"]) == ("succeeded", 1)
