@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -30,7 +30,7 @@ from headgate_django.api.base import ID_REGEX, HeadgateViewSet
 from headgate_django.api.idempotency import require_key
 from headgate_django.api.pagination import limit_param
 from headgate_django.api.permissions import require_payload_permission
-from headgate_django.api.schema import document
+from headgate_django.api.schema import ErrorSerializer, document
 from headgate_django.api.serializers import durable as s
 from headgate_django.durable import Client, Manager
 from headgate_django.exceptions import NotFoundError
@@ -56,6 +56,24 @@ UPDATE_NAME = OpenApiParameter(
 )
 UPDATE_ID = OpenApiParameter("update_id", str, OpenApiParameter.PATH, description="Update id.")
 UPDATE_PATH = rf"updates/(?P<update_name>{ID_REGEX})"
+#: A query runs code: besides the errors of every read, it may answer these.
+QUERY_ERRORS = {
+    409: OpenApiResponse(
+        ErrorSerializer,
+        description="`nondeterminism`: the workflow code no longer replays the history.",
+    ),
+    413: OpenApiResponse(
+        ErrorSerializer,
+        description="`payload_too_large` / `result_too_large`: the arguments or the result "
+        "are over their limit.",
+    ),
+    422: OpenApiResponse(
+        ErrorSerializer,
+        description="`query_failed` (the handler raised or tried to issue a command), "
+        "`invalid_payload`, or `invalid_definition` (the workflow is not registered in "
+        "the web process).",
+    ),
+}
 
 
 def _view(request: Request, workflow_id: str) -> Response:
@@ -140,7 +158,7 @@ class ExecutionViewSet(HeadgateViewSet):
     @document(
         summary="Ask a query: the workflow's state as of its last committed event",
         parameters=[QUERY_NAME, ARGS.openapi()],
-        responses=s.QueryResultSerializer,
+        responses={200: s.QueryResultSerializer, **QUERY_ERRORS},
     )
     # Not named ``query``/``update``: a view method named like an HTTP method (``QUERY``)
     # or a DRF route would be taken for one.
