@@ -16,7 +16,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from headgate_django.durable.queries import MAX_HANDLER_NAME, sized, snapshot, unknown
+from headgate_django.durable.queries import (
+    MAX_HANDLER_NAME,
+    Snapshot,
+    sized,
+    snapshot,
+    unknown,
+)
 from headgate_django.durable.registry import check_name
 from headgate_django.envelope import canonical_json, new_id
 from headgate_django.exceptions import (
@@ -92,21 +98,7 @@ def send(
             known = update_read(workflow_id, update_id, using=using)
         if known is not None:
             return _repeated(workflow_id, known, name, payload)
-        if snap.header.state != "running":
-            raise InvalidTransitionError(
-                f"execution {workflow_id} is {snap.header.state}; only a running execution "
-                "takes updates",
-                state=snap.header.state,
-            )
-        definition = snap.definition.updates.get(name)
-        if definition is None:
-            raise unknown("update", name, snap.definition, list(snap.definition.updates))
-        if definition.validator is not None:
-            verdict = snap.ask(definition.validator, [payload])
-            if isinstance(verdict, Raised):
-                raise UpdateRejectedError(
-                    f"update {name!r} was rejected: {verdict.reason}", update=name
-                )
+        _admit(snap, name, payload)
         try:
             known = update_accept(
                 workflow_id,
@@ -126,6 +118,26 @@ def send(
         "validated; try again",
         execution_id=workflow_id,
     )
+
+
+def _admit(snap: Snapshot, name: str, payload: Any) -> None:
+    """Refuse the update unless the execution runs, its workflow has the handler, and the
+    validator passes on the state as of the snapshot."""
+    if snap.header.state != "running":
+        raise InvalidTransitionError(
+            f"execution {snap.header.id} is {snap.header.state}; only a running execution "
+            "takes updates",
+            state=snap.header.state,
+        )
+    definition = snap.definition.updates.get(name)
+    if definition is None:
+        raise unknown("update", name, snap.definition, list(snap.definition.updates))
+    if definition.validator is not None:
+        verdict = snap.ask(definition.validator, [payload])
+        if isinstance(verdict, Raised):
+            raise UpdateRejectedError(
+                f"update {name!r} was rejected: {verdict.reason}", update=name
+            )
 
 
 def _repeated(workflow_id: str, known: UpdateRecord, name: str, payload: Any) -> UpdateView:
