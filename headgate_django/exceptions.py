@@ -324,6 +324,14 @@ class HistoryCorruptError(NondeterminismError):
     default_code = "history_corrupt"
 
 
+class HandlerCommandError(ReplayError):
+    """Query, update and validator handlers only read and change ``ctx.state``: they cannot
+    schedule Operations, start timers, wait for signals or select."""
+
+    status_code = 422
+    default_code = "handler_command"
+
+
 class OperationFailedError(HeadgateError):
     """The Operation failed.
 
@@ -369,3 +377,45 @@ class ConditionEvaluationError(ConditionError):
     """The condition expression did not evaluate to a boolean."""
 
     default_code = "condition_evaluation_failed"
+
+
+# -- queries and updates of durable executions ---------------------------------------
+
+
+class UnknownHandlerError(DefinitionError):
+    """The workflow has no query or update handler of this name."""
+
+    status_code = 404
+    default_code = "unknown_handler"
+
+
+class QueryFailedError(HeadgateError):
+    """The query handler raised; its message says why."""
+
+    status_code = 422
+    default_code = "query_failed"
+
+
+class UpdateRejectedError(HeadgateError):
+    """The update's validator rejected it; nothing was recorded."""
+
+    status_code = 422
+    default_code = "update_rejected"
+
+
+class UpdateFailedError(HeadgateError):
+    """The update was recorded, but its handler raised (or the workflow ended first)."""
+
+    status_code = 422
+    default_code = "update_failed"
+
+
+class UpdateTimeoutError(HeadgateError, TimeoutError):
+    """The update was accepted but not handled within the timeout; it will still run."""
+
+    status_code = 504
+    default_code = "update_timeout"
+
+    def __init__(self, message: str | None = None, *, update_id: str, **details: Any) -> None:
+        self.update_id = update_id
+        super().__init__(message, update_id=update_id, **details)

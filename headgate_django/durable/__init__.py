@@ -24,7 +24,14 @@ from typing import Any
 
 from headgate_django.control import Abort, Uncertain
 from headgate_django.durable.checker import replay
-from headgate_django.durable.registry import OperationDef, WorkflowDef, operation, workflow
+from headgate_django.durable.registry import (
+    OperationDef,
+    QueryDef,
+    UpdateDef,
+    WorkflowDef,
+    operation,
+    workflow,
+)
 from headgate_django.exceptions import ChildFailedError, NondeterminismError, OperationFailedError
 from headgate_django.kernel.replay import ChildFuture, Context, Future
 from headgate_django.kernel.replay_events import CANCEL_REQUESTED
@@ -38,6 +45,7 @@ _LAZY = {
     "ExecutionView": "headgate_django.durable.manager",
     "Page": "headgate_django.durable.manager",
     "OperationContext": "headgate_django.durable.operations",
+    "UpdateView": "headgate_django.durable.updates",
 }
 
 
@@ -66,9 +74,12 @@ __all__ = [
     "OperationDef",
     "OperationFailedError",
     "Page",
+    "QueryDef",
     "SignalWithStartResult",
     "StartResult",
     "Uncertain",
+    "UpdateDef",
+    "UpdateView",
     "WorkflowDef",
     "operation",
     "replay",

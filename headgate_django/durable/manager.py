@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
+from django.db import connections
+
+from headgate_django.durable import queries, updates
 from headgate_django.durable.children import cancel_execution
+from headgate_django.durable.updates import UpdateView
 from headgate_django.envelope import canonical_json
-from headgate_django.exceptions import DefinitionError, NotFoundError
+from headgate_django.exceptions import (
+    DefinitionError,
+    NotFoundError,
+    UpdateFailedError,
+    WaitInTransactionError,
+)
 from headgate_django.kernel.replay_events import history_to_json
 from headgate_django.models import Execution
 from headgate_django.store import durable as store
@@ -151,6 +160,80 @@ class Manager:
         durable_jobs.operation_resolve(
             job_id, decision=decision, result=result, error=error, using=self.using
         )
+
+    def query(self, workflow_id: str, name: str, *args: Any) -> Any:
+        """What query ``name`` of the execution's workflow returns for ``args`` (JSON), on
+        its state as of the last committed event: the history is replayed here, read-only
+        and without a lock, and nothing is ever recorded. A finished execution answers
+        with its state at the end. Raises :class:`UnknownHandlerError` for an unknown name,
+        :class:`QueryFailedError` when the handler raised (or tried to issue a command)."""
+        return queries.query(workflow_id, name, args, using=self.using)
+
+    @overload
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = ...,
+        *,
+        update_id: str | None = ...,
+        wait: Literal[True] = ...,
+        timeout: float | None = ...,
+    ) -> Any: ...
+
+    @overload
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = ...,
+        *,
+        update_id: str | None = ...,
+        wait: Literal[False],
+        timeout: float | None = ...,
+    ) -> UpdateView: ...
+
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        update_id: str | None = None,
+        wait: bool = True,
+        timeout: float | None = 30.0,
+    ) -> Any:
+        """Send update ``name`` with ``payload`` (JSON) to a running execution.
+
+        Its validator runs first, here: a rejection raises :class:`UpdateRejectedError`
+        and records nothing. Then the update is recorded and the workflow's handler runs
+        in the next replay pass. ``wait=True`` returns the handler's result (raising
+        :class:`UpdateFailedError` if it raised, :class:`UpdateTimeoutError` after
+        ``timeout`` seconds — the update still runs); ``wait=False`` returns an
+        :class:`UpdateView` at once, to poll with :meth:`get_update`. ``update_id``
+        (default: a new id) makes it exactly-once: a known id returns that update's
+        outcome without running anything again.
+        """
+        if wait and connections[self.using].in_atomic_block:
+            raise WaitInTransactionError(
+                "cannot wait for an update inside a transaction: workers see it only after "
+                "the commit (pass wait=False)"
+            )
+        view = updates.send(workflow_id, name, payload, update_id=update_id, using=self.using)
+        if not wait:
+            return view
+        view = updates.wait(view, timeout=timeout, using=self.using)
+        if view.state == "failed":
+            raise UpdateFailedError(
+                f"update {view.update_id} ({name!r}) failed: {view.error}",
+                update_id=view.update_id,
+            )
+        return view.result
+
+    def get_update(self, workflow_id: str, update_id: str) -> UpdateView:
+        """Update ``update_id`` of the execution as recorded now (``state`` accepted,
+        succeeded or failed); :class:`NotFoundError` when it was never accepted."""
+        return updates.read(workflow_id, update_id, using=self.using)
 
     def _row(self, workflow_id: str) -> Execution:
         row = store.execution_get(workflow_id, using=self.using)

@@ -39,19 +39,22 @@ from headgate_django.durable.registry import (
     find_workflow,
     registered_workflows,
 )
-from headgate_django.envelope import Envelope, canonical_json
+from headgate_django.envelope import Envelope, canonical_json, check_result
 from headgate_django.exceptions import (
     InvalidTransitionError,
     NondeterminismError,
     PayloadError,
     PayloadTooLargeError,
+    ResultTooLargeError,
     RevisionConflictError,
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
     OPERATION_COMPLETED,
     TIMER_FIRED,
+    Command,
     Completed,
+    CompleteUpdate,
     Event,
     Failed,
     Nondeterministic,
@@ -238,6 +241,7 @@ def _pass(
         workflow_id=header.id,
         now_ms=now_ms,
         check_child=check_child,
+        updates=definition.update_handlers(),
     )
     if isinstance(outcome, Nondeterministic):
         if fact is not None:
@@ -298,7 +302,18 @@ def _checked(
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
     except PayloadError as exc:
         return Failed(f"{type(exc).__name__}: {exc}", []), []
-    return outcome, operations
+    return replace(outcome, commands=[_bounded(c) for c in outcome.commands]), operations
+
+
+def _bounded(command: Command) -> Command:
+    """An update result over ``MAX_RESULT_BYTES`` fails the update, not the workflow: the
+    caller asked for too much, the workflow did nothing wrong."""
+    if isinstance(command, CompleteUpdate) and command.error is None:
+        try:
+            check_result(command.result)
+        except ResultTooLargeError as exc:
+            return replace(command, result=None, error=f"{type(exc).__name__}: {exc}")
+    return command
 
 
 def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation) -> Envelope:

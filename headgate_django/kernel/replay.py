@@ -67,6 +67,7 @@ One pass, holding the execution's lock (at most one pass per execution at a time
    RecordSelect         SelectResolved {command_id, index, futures}   none
    StartChild           ChildStarted {command_id, name, version,      insert the child execution,
                         input, child_id, parent_close_policy}         deduped by child_id
+   CompleteUpdate       UpdateCompleted {update_id, result | error}   none (the caller polls it)
    ===================  ============================================  ============================
 
 5. ``Completed`` → append ``WorkflowCompleted {"result"}``; ``Failed`` → ``WorkflowFailed
@@ -96,6 +97,9 @@ External facts — append, then wake a pass (``execution_key`` = the ScheduleOpe
 - Child ended: ``ChildCompleted {command_id, child_id, result}`` or ``ChildFailed
   {command_id, child_id, state, reason}`` (failed, cancelled, or could not start), appended
   to the parent in the transaction that ends the child; one per child (fact key: its id).
+- Update accepted (its validator passed on a read-only replay up to the last seq):
+  ``UpdateAccepted {update_id, name, payload}``, appended only if history has not moved
+  since. Its handler runs where the code waits (:mod:`.replay_updates`).
 - Cancel: ``WorkflowCancelled {reason?}``. Suspend/resume may append ``WorkflowSuspended`` /
   ``WorkflowResumed`` (audit only). Events after a terminal event are allowed and ignored.
 """
@@ -106,11 +110,16 @@ import copy
 import inspect
 import random
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from headgate_django.exceptions import ChildFailedError, NondeterminismError, OperationFailedError
+from headgate_django.exceptions import (
+    ChildFailedError,
+    HandlerCommandError,
+    NondeterminismError,
+    OperationFailedError,
+)
 from headgate_django.kernel.replay_events import (
     CHILD_COMPLETED,
     CHILD_FAILED,
@@ -142,6 +151,7 @@ from headgate_django.kernel.replay_events import (
     StartTimer,
     index_history,
 )
+from headgate_django.kernel.replay_updates import UpdateHandler, UpdateQueue
 
 __all__ = [
     "ChildCheck",
@@ -185,6 +195,7 @@ class _Pass:
         run_id: str,
         now_ms: int,
         check_child: ChildCheck | None = None,
+        updates: Mapping[str, UpdateHandler] | None = None,
     ) -> None:
         self.index = index
         self.check_child = check_child
@@ -203,6 +214,11 @@ class _Pass:
         seed = index.started.payload.get("seed")
         self.seed = seed if isinstance(seed, str) and seed else run_id
         self.rngs: dict[str, random.Random] = {}
+        self.state: dict[str, Any] = {}  # what query and update handlers read (ctx.state)
+        self.updates = UpdateQueue(index, updates or {})
+        #: A query's replay: new commands are dropped, so nothing can be recorded.
+        self.read_only = False
+        self.in_handler = False
 
     def guard(self) -> None:
         if self.closed:
@@ -210,12 +226,19 @@ class _Pass:
         if self.waiting_on is not None or self.error is not None:
             raise ReplayUnwind()
 
+    def no_handler(self) -> None:
+        if self.in_handler:
+            raise HandlerCommandError()
+
     def next_id(self, prefix: str) -> str:
+        self.no_handler()
         count = self.counters.get(prefix, 0) + 1
         self.counters[prefix] = count
         return f"{prefix}{count}"
 
     def park(self, waiting_on: tuple[str, ...]) -> NoReturn:
+        self.no_handler()
+        self.updates.run_before(self, None)  # they arrive while the code waits
         self.waiting_on = waiting_on
         raise ReplayUnwind()
 
@@ -250,16 +273,31 @@ class _Pass:
         return self.index.commands[cid]
 
     def emit_command(self, command: Command) -> None:
+        if self.read_only:
+            return  # a query's replay is refused every new command: it records nothing
         self.commands.append(command)
 
     def advance(self, fact: Event) -> None:
         if fact.seq > self.pos:
+            self.no_handler()
+            self.updates.run_before(self, fact.seq)  # accepted while the code waited
             self.pos = fact.seq
             self.clock_ms = max(self.clock_ms, fact.at_ms)
 
     def wake_at_ms(self) -> int | None:
         unfired = [at for cid, at in self.timers.items() if cid not in self.index.facts]
         return min(unfired, default=None)
+
+    def run_handler(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+        """``(True, fn(ctx, *args))``, or ``(False, reason)`` when it raised: a query's,
+        validator's or update's handler, which may read and change ``ctx.state`` only."""
+        self.in_handler = True
+        try:
+            return True, fn(Context(self), *args)
+        except Exception as exc:  # the handler's failure is data, like the workflow's
+            return False, _reason(exc)
+        finally:
+            self.in_handler = False
 
     def rng(self, stream: str) -> random.Random:
         # A str seed is hashed with SHA-512, so the stream is the same in every process.
@@ -384,6 +422,12 @@ class Context:
     @property
     def run_id(self) -> str:
         return self._pass.run_id
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """What the code keeps for its query and update handlers: a dict rebuilt by every
+        replay (so anything may go in it; query results must be JSON)."""
+        return self._pass.state
 
     def execute_operation(self, name: str, version: str, input: Any = None) -> Future:
         """Schedule Operation ``name@version`` (or replay it) and park until it settles."""
@@ -629,31 +673,64 @@ def replay(
     run_id: str | None = None,
     now_ms: int | None = None,
     check_child: ChildCheck | None = None,
+    updates: Mapping[str, UpdateHandler] | None = None,
 ) -> Outcome:
     """Run ``fn(ctx, input)`` against ``history`` once and say what happened.
 
     ``now_ms`` is the store clock read for this pass (it only dates new timers); it defaults
     to the last event's ``at_ms``. ``check_child`` vets each new child start (the runtime
-    refuses unknown workflows and oversized inputs there, where the code can see it). Never
-    raises because of workflow code: its exceptions become ``Failed``; only
-    KeyboardInterrupt/SystemExit (process control) propagate.
+    refuses unknown workflows and oversized inputs there, where the code can see it).
+    ``updates`` maps update names to their handlers (see
+    :mod:`headgate_django.kernel.replay_updates`). Never raises because of workflow code:
+    its exceptions become ``Failed``; only KeyboardInterrupt/SystemExit (process control)
+    propagate.
     """
+    p = open_pass(
+        history,
+        workflow_id=workflow_id,
+        run_id=run_id,
+        now_ms=now_ms,
+        check_child=check_child,
+        updates=updates,
+    )
+    if isinstance(p, Nondeterministic):
+        return p
+    return run_pass(fn, input, p)
+
+
+def open_pass(
+    history: Iterable[Event],
+    *,
+    workflow_id: str,
+    run_id: str | None = None,
+    now_ms: int | None = None,
+    check_child: ChildCheck | None = None,
+    updates: Mapping[str, UpdateHandler] | None = None,
+) -> _Pass | Nondeterministic:
+    """A pass over ``history``, or why the history cannot be replayed."""
     try:
         index = index_history(history)
     except NondeterminismError as corrupt:
         return Nondeterministic(corrupt)
-    p = _Pass(
+    return _Pass(
         index,
         workflow_id=workflow_id,
         run_id=run_id or workflow_id,
         now_ms=index.last.at_ms if now_ms is None else now_ms,
         check_child=check_child,
+        updates=updates,
     )
+
+
+def run_pass(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
+    """Run the workflow code through pass ``p`` and check it against history."""
     ran = _run(fn, input, p)
     if p.error is not None:
         return Nondeterministic(p.error)
     outcome = ran if p.waiting_on is None else Parked(p.commands, p.wake_at_ms(), p.waiting_on)
-    mismatch = _unissued(p, outcome) or _ending_changed(p, outcome)
+    # At the end, the pass records the updates the code never reached (in outcome.commands).
+    ended = p.updates.finish(p) if isinstance(outcome, Completed | Failed) else None
+    mismatch = ended or _unissued(p, outcome) or _ending_changed(p, outcome)
     return outcome if mismatch is None else Nondeterministic(mismatch)
 
 
@@ -664,13 +741,14 @@ def check_history(
     *,
     workflow_id: str = "",
     run_id: str | None = None,
+    updates: Mapping[str, UpdateHandler] | None = None,
 ) -> NondeterminismError | None:
     """The nondeterminism replaying ``history`` with ``fn`` reveals, or None if it matches.
 
     For the replay checker and golden-history tests: run new code against exported histories
     before deploying it.
     """
-    outcome = replay(fn, input, history, workflow_id=workflow_id, run_id=run_id)
+    outcome = replay(fn, input, history, workflow_id=workflow_id, run_id=run_id, updates=updates)
     return outcome.error if isinstance(outcome, Nondeterministic) else None
 
 

@@ -39,6 +39,9 @@ CHILD_FAILED = "ChildFailed"
 #: Audit-only events an operator's Suspend/Resume may append; replay ignores them.
 WORKFLOW_SUSPENDED = "WorkflowSuspended"
 WORKFLOW_RESUMED = "WorkflowResumed"
+#: An update passed its validator (written by the caller) / its handler ran (by a pass).
+UPDATE_ACCEPTED = "UpdateAccepted"
+UPDATE_COMPLETED = "UpdateCompleted"
 
 #: Events a pass's commands produce: each must be matched by the code on every replay.
 COMMAND_EVENT_TYPES = frozenset(
@@ -178,7 +181,38 @@ class StartChild:
         }
 
 
-Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect | StartChild
+@dataclass(frozen=True)
+class CompleteUpdate:
+    """The outcome of accepted update ``update_id``: the handler's ``result``, or ``error``.
+
+    ``handled`` is False when the workflow ended before its code reached the update (then
+    ``error`` says so). Replay runs the handler again to rebuild the state, but the
+    recorded outcome is what callers get: it is never recorded twice.
+    """
+
+    event_type: ClassVar[str] = UPDATE_COMPLETED
+
+    update_id: str
+    result: Any = None
+    error: str | None = None
+    handled: bool = True
+
+    @property
+    def command_id(self) -> str:
+        return f"update:{self.update_id}"
+
+    def event_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"update_id": self.update_id}
+        if self.error is None:
+            payload["result"] = self.result
+        else:
+            payload["error"] = self.error
+        if not self.handled:
+            payload["handled"] = False
+        return payload
+
+
+Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect | StartChild | CompleteUpdate
 
 
 # -- outcomes of one pass ------------------------------------------------------------
@@ -252,6 +286,9 @@ class HistoryIndex:
     uncertain: set[str] = field(default_factory=set)
     #: signal name -> its SignalReceived events in seq order.
     signals: dict[str, list[Event]] = field(default_factory=dict)
+    #: update_id -> its UpdateAccepted (in seq order), and -> its UpdateCompleted.
+    updates: dict[str, Event] = field(default_factory=dict)
+    update_results: dict[str, Event] = field(default_factory=dict)
     terminal: Event | None = None
 
 
@@ -420,6 +457,24 @@ def _on_child_settled(index: HistoryIndex, event: Event) -> None:
     index.facts[_scheduled(index, event, CHILD_PREFIX)] = event
 
 
+def _on_update_accepted(index: HistoryIndex, event: Event) -> None:
+    update_id = _field(event, "update_id", str)
+    _field(event, "name", str)
+    if update_id in index.updates:
+        raise _corrupt(event, f"update {update_id!r} was already accepted")
+    index.updates[update_id] = event
+
+
+def _on_update_completed(index: HistoryIndex, event: Event) -> None:
+    update_id = _field(event, "update_id", str)
+    if update_id not in index.updates:
+        raise _corrupt(event, f"update {update_id!r} was never accepted")
+    if update_id in index.update_results:
+        raise _corrupt(event, f"update {update_id!r} already completed")
+    _field(event, "error", str, optional=True)
+    index.update_results[update_id] = event
+
+
 def _on_terminal(index: HistoryIndex, event: Event) -> None:
     if index.terminal is not None:
         raise _corrupt(event, f"the workflow already ended at seq {index.terminal.seq}")
@@ -448,6 +503,8 @@ _HANDLERS = {
     CHILD_STARTED: _on_child_started,
     CHILD_COMPLETED: _on_child_settled,
     CHILD_FAILED: _on_child_settled,
+    UPDATE_ACCEPTED: _on_update_accepted,
+    UPDATE_COMPLETED: _on_update_completed,
     WORKFLOW_COMPLETED: _on_terminal,
     WORKFLOW_FAILED: _on_terminal,
     WORKFLOW_CANCELLED: _on_terminal,

@@ -276,6 +276,27 @@ ROUTES = [
         200,
     ),
     Route("POST", "/api/v1/durable/executions/{workflow_id}/resolve-uncertain", _uncertain, 200),
+    Route(
+        "GET",
+        "/api/v1/durable/executions/{workflow_id}/queries/{query_name}",
+        _execution("/queries/notes"),
+        200,
+    ),
+    Route(
+        "POST",
+        "/api/v1/durable/executions/{workflow_id}/updates/{update_name}",
+        _execution("/updates/note", {"payload": "hello"}),
+        202,
+    ),
+    Route(
+        "GET",
+        "/api/v1/durable/executions/{workflow_id}/updates/{update_name}/{update_id}",
+        _execution(
+            "/updates/note/u-1",
+            then=lambda wf: durable.Manager().update(wf, "note", "hi", update_id="u-1", wait=False),
+        ),
+        200,
+    ),
     # periodic schedules
     Route("GET", "/api/v1/schedules", _schedule(listed=True), 200),
     Route("GET", "/api/v1/schedules/{name}", _schedule(), 200),

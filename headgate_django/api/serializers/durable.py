@@ -1,4 +1,5 @@
-"""Durable execution shapes: the header (list without input/result), start, signal, verbs."""
+"""Durable execution shapes: the header (list without input/result), start, signal, verbs,
+queries and updates."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from headgate_django.kernel.replay_events import PARENT_CLOSE_POLICIES
 from headgate_django.models import DURABLE_STATES
 
 DECISIONS = ["complete", "fail", "retry"]
+UPDATE_STATES = ["accepted", "succeeded", "failed"]
 
 
 class ExecutionSummarySerializer(serializers.Serializer):
@@ -158,4 +160,43 @@ class HistoryDocumentSerializer(serializers.Serializer):
     events = serializers.ListField(
         child=serializers.DictField(child=AnyJSONField(allow_null=True)),
         help_text="[{seq, type, payload, at_ms}], oldest first.",
+    )
+
+
+class QueryResultSerializer(RedactingSerializer):
+    """What a query returned: user data, null unless the caller may see it."""
+
+    private_fields = ("result",)
+
+    query = serializers.CharField()
+    result = AnyJSONField(allow_null=True)
+
+
+class UpdateRequestSerializer(RequestSerializer):
+    payload = AnyJSONField(required=False, allow_null=True, default=None)
+    update_id = NameField(
+        max_length=200,
+        required=False,
+        help_text="Makes the update exactly-once: a known id returns that update without "
+        "running it again. Defaults to the Idempotency-Key.",
+    )
+
+
+class UpdateSerializer(RedactingSerializer):
+    """One update; ``result`` is user data, null unless the caller may see it."""
+
+    private_fields = ("result",)
+
+    workflow_id = serializers.CharField()
+    update_id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.ChoiceField(
+        choices=UPDATE_STATES,
+        help_text="accepted: recorded, not handled yet; succeeded: `result` is the handler's "
+        "value; failed: `error` says why (the handler raised, or the workflow ended first).",
+    )
+    result = AnyJSONField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+    deduplicated = serializers.BooleanField(
+        help_text="True when the update id was already known: nothing new was recorded."
     )
