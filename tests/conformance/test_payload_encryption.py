@@ -133,3 +133,23 @@ def test_the_console_shows_the_key_id_not_the_bytes():
     client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
     page = client.get(f"/admin/headgate_django/job/{job_id}/change/").content.decode()
     assert "encrypted with key id &#x27;k1&#x27;" in page and SECRET not in page
+
+
+def test_a_project_without_encryption_never_imports_cryptography():
+    """Its import costs about 15 ms in every process that starts; only sealing or opening
+    a payload needs it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = (
+        "import sys\n"
+        "from headgate_django.kernel import sealed\n"
+        "assert sealed.AVAILABLE and sealed.is_sealed(b'{}') is False\n"
+        "assert 'cryptography' not in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr

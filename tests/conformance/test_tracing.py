@@ -239,8 +239,25 @@ def test_without_the_package_tracing_is_off_and_costs_no_import():
     assert result.returncode == 0, result.stderr
 
 
+def test_a_project_that_does_not_trace_never_imports_opentelemetry():
+    """The package installed, the application not using it: headgate does not import it
+    (about 15 ms at every process start) for its checks."""
+    code = (
+        "import sys\n"
+        "import headgate_django.tracing as t\n"
+        "assert t.ENABLED is True and t.active() is False and t.carrier() is None\n"
+        "assert not any(m.startswith('opentelemetry.') for m in sys.modules), sorted(\n"
+        "    m for m in sys.modules if m.startswith('opentelemetry'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_with_the_package_but_no_tracer_provider_nothing_is_traced():
     code = (
+        "import opentelemetry.trace\n"
         "import headgate_django.tracing as t\n"
         "assert t.ENABLED is True and t.active() is False and t.carrier() is None\n"
     )
