@@ -210,7 +210,7 @@ def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tup
     value of ``claimed_by``. ``pg_notify`` returns ``void``, whose text is ``''``, the value
     a new job's ``claimed_by`` has anyway, and PostgreSQL sends the notification at commit,
     or never if the statement or the transaction fails. A returned row cost every single
-    enqueue about 17 µs (interleaved calls, per-call medians; docs/benchmarks-history.md).
+    enqueue about 17 µs (interleaved calls, per-call medians; docs/benchmarks.md).
     Inside a transaction a row skipped for a taken id or key has notified all the same: an
     idle worker wakes, finds nothing, and sleeps again.
     """
