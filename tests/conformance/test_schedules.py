@@ -32,7 +32,7 @@ from headgate_django.store.schedules import (
 from tests.app import tasks
 from tests.app.models import Execution
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clear_of_the_hour")]
 
 HOUR = timedelta(hours=1)
 #: Every due tick counts as missed: on_missed decides all of them.

@@ -23,7 +23,11 @@ from tests.app.models import Execution
 from tests.conftest import wait_for
 from tests.integration.helpers import FAST, headgate_env, wait_serving
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("clear_of_the_hour"),
+]
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)

@@ -116,6 +116,7 @@ def test_attempt_durations_are_a_cumulative_histogram():
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("clear_of_the_hour")
 def test_the_scheduler_observes_its_lag():
     from datetime import timedelta
 
