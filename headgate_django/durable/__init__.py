@@ -34,6 +34,7 @@ _LAZY = {
     "Manager": "headgate_django.durable.manager",
     "ExecutionView": "headgate_django.durable.manager",
     "Page": "headgate_django.durable.manager",
+    "RunView": "headgate_django.durable.manager",
     "OperationContext": "headgate_django.durable.operations",
 }
 
@@ -59,6 +60,7 @@ __all__ = [
     "OperationDef",
     "OperationFailedError",
     "Page",
+    "RunView",
     "StartResult",
     "Uncertain",
     "WorkflowDef",

@@ -11,6 +11,10 @@ just scheduled may run it on this thread and replay again at once (``durable.eag
 Replay errors (nondeterminism, a corrupt history) are retried with the job backoff, then
 the execution is suspended with the reason. A worker that lacks the execution's
 (name, version) leaves the task for one that has it, and says so in its log and status.
+
+A pass whose code continued as new ends the run and starts the next one in its own
+transaction; the task then replays the new run at once. A run whose history passes the
+``DURABLE_HISTORY_WARN_*`` thresholds gets one warning (logged, and kept on the header).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -37,7 +42,7 @@ from headgate_django.durable.registry import (
     find_workflow,
     registered_workflows,
 )
-from headgate_django.envelope import Envelope, canonical_json
+from headgate_django.envelope import Envelope, canonical_json, new_id
 from headgate_django.exceptions import (
     InvalidTransitionError,
     NondeterminismError,
@@ -50,6 +55,7 @@ from headgate_django.kernel.replay_events import (
     OPERATION_COMPLETED,
     TIMER_FIRED,
     Completed,
+    ContinuedAsNew,
     Event,
     Failed,
     Nondeterministic,
@@ -57,22 +63,25 @@ from headgate_django.kernel.replay_events import (
     ScheduleOperation,
     due_timers,
 )
+from headgate_django.kernel.replay_runs import history_size_warning
 from headgate_django.registry import internal_task
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.durable import (
     Ending,
     Header,
     NewEvent,
+    NextRun,
     execution_commit_pass,
     execution_suspend,
 )
-from headgate_django.store.durable_history import from_ms, to_ms
+from headgate_django.store.durable_history import from_ms, payload_bytes, to_ms
 from headgate_django.store.durable_jobs import (
     TASK_KIND,
     TERMINAL,
     operation_complete_in_pass,
     operation_envelope,
 )
+from headgate_django.store.durable_runs import command_of
 from headgate_django.worker import execute
 
 log = logging.getLogger("headgate_django.durable")
@@ -83,6 +92,11 @@ PARK_RECHECK = timedelta(hours=1)
 REPLAY_ATTEMPTS = 5
 #: Passes in a row that may lose the race against facts landing before the task yields.
 MAX_RACES = 20
+
+
+@dataclass(frozen=True)
+class _Continued:
+    """A committed pass that ended its run and started the next one: replay that now."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +124,7 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
         if definition is None:
             _leave_for_another_worker(header)
             raise Snooze(MISSING_CODE_RETRY)
-        step: dict[str, Any] | _Park | str
+        step: dict[str, Any] | _Park | _Continued | str
         try:
             step = _pass(ctx, header, history, definition, since=since)
         except RevisionConflictError:
@@ -124,7 +138,7 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             return step
         if isinstance(step, _Park):
             raise _snooze(step.wake_at)
-        races = 0  # the Operation's outcome is in history: replay with it
+        races = 0  # the Operation's outcome (or the new run) is in history: replay it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
 
 
@@ -134,7 +148,7 @@ class _Unfoldable(Exception):
 
 def _run_eagerly(
     ctx: JobContext, execution_id: str, definition: WorkflowDef, park: _Park, *, since: float
-) -> dict[str, Any] | _Park | str:
+) -> dict[str, Any] | _Park | _Continued | str:
     """Run the Operation job ``park`` leased to this worker, here. A success is recorded in
     the transaction of the pass that replays with it (one transaction per Operation, not
     two); that pass's result is returned. Any other outcome, or a success the pass cannot
@@ -164,7 +178,7 @@ def _fold(
     result: Any,
     *,
     since: float,
-) -> dict[str, Any] | _Park:
+) -> dict[str, Any] | _Park | _Continued:
     """Complete the Operation's job and run the next pass with its outcome, in one
     transaction. The lock order is the one of every durable writer: the Operation's job,
     the header (held while the pass replays, so nothing lands in between), the task."""
@@ -173,7 +187,7 @@ def _fold(
         if read is None or read[0].state != "running":
             raise _Unfoldable("the execution is not running")
         header, history = read
-        cid = job.ref.job_id[len(execution_id) + 1 :]
+        cid = command_of(job.ref.job_id)
         payload = {"command_id": cid, "result": json.loads(json.dumps(result))}
         fact = NewEvent(OPERATION_COMPLETED, payload, fact_key=job.ref.job_id)
         return _pass(ctx, header, history, definition, since=since, fact=fact)
@@ -208,7 +222,7 @@ def _pass(
     *,
     since: float,
     fact: NewEvent | None = None,
-) -> dict[str, Any] | _Park:
+) -> dict[str, Any] | _Park | _Continued:
     """One replay pass. ``fact`` (an eager Operation's outcome, see ``_fold``) is recorded
     with the pass, after the timers already due; the pass then replays with it."""
     read_at = time.monotonic()
@@ -221,8 +235,14 @@ def _pass(
     ]
     if fact is not None:
         fired.append(Event(seq + len(fired) + 1, fact.type, fact.payload, now_ms))
+    replayed = history + fired
     outcome = replay(
-        definition.fn, header.input, history + fired, workflow_id=header.id, now_ms=now_ms
+        definition.fn,
+        header.input,
+        replayed,
+        workflow_id=header.id,
+        run_id=header.run_id,
+        now_ms=now_ms,
     )
     if isinstance(outcome, Nondeterministic):
         if fact is not None:
@@ -233,7 +253,11 @@ def _pass(
     if fact is not None:
         events[-1] = replace(fact, at=now)
     events += [NewEvent(c.event_type, c.event_payload(), at=now) for c in outcome.commands]
-    ending = None
+    ending = next_run = None
+    if isinstance(outcome, ContinuedAsNew):
+        next_run = _next_run(header, replayed, outcome)
+        payload = {**outcome.event_payload(), "next_run_id": next_run.run_id}
+        events.append(NewEvent(outcome.event_type, payload, at=now))
     if isinstance(outcome, Completed | Failed):
         events.append(NewEvent(outcome.event_type, outcome.event_payload(), at=now))
         ending = (
@@ -246,6 +270,7 @@ def _pass(
     if isinstance(outcome, Parked) and operations:
         scheduled = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
         eager = eager_lease(ctx, outcome, scheduled, operations, since=since)
+    warning = _size_warning(header, seq + len(events), events) if next_run is None else None
     leased = execution_commit_pass(
         ctx.lease,
         execution_id=header.id,
@@ -256,7 +281,14 @@ def _pass(
         next_timer_at=None if wake_at_ms is None else from_ms(wake_at_ms),
         reset_attempts=ctx.attempt > 1,
         eager=eager,
+        history_warning=warning,
+        next_run=next_run,
     )
+    if warning:
+        log.warning("execution %s: %s", header.id, warning, extra={"execution_id": header.id})
+    if next_run is not None:
+        histories.forget(header.id)
+        return _Continued()
     written = [Event(seq + n, e.type, e.payload, now_ms) for n, e in enumerate(events, start=1)]
     histories.store(header, [*history, *written])
     if ending is not None:
@@ -266,19 +298,62 @@ def _pass(
     return _Park(wake_at, leased)
 
 
+def _next_run(header: Header, replayed: list[Event], outcome: ContinuedAsNew) -> NextRun:
+    """The run that follows ``header``'s current one, with the signals it did not consume."""
+    carried = [replayed[seq - 1] for seq in outcome.carried]
+    return NextRun(
+        at=header.now,
+        run_id=new_id(),
+        input=outcome.input,
+        seed=uuid.uuid4().hex,
+        carried=[NewEvent(e.type, e.payload) for e in carried],
+        ended_run_id=header.run_id,
+        ended_number=header.run_number,
+        ended_input=header.input,
+        ended_started_at=from_ms(replayed[0].at_ms),
+        ended_bytes=header.history_bytes,
+    )
+
+
+def _size_warning(header: Header, events: int, new: list[NewEvent]) -> str | None:
+    """The run's history-size warning, when this pass is the first to pass a threshold."""
+    if header.history_warning:
+        return None  # once per run
+    return history_size_warning(
+        run_number=header.run_number,
+        events=events,
+        size=header.history_bytes + payload_bytes(new),
+        max_events=headgate_settings.DURABLE_HISTORY_WARN_EVENTS,
+        max_bytes=headgate_settings.DURABLE_HISTORY_WARN_BYTES,
+    )
+
+
 def _checked(
-    outcome: Completed | Failed | Parked, header: Header
-) -> tuple[Completed | Failed | Parked, list[Envelope]]:
+    outcome: Completed | Failed | ContinuedAsNew | Parked, header: Header
+) -> tuple[Completed | Failed | ContinuedAsNew | Parked, list[Envelope]]:
     """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, over
     ``MAX_PAYLOAD_BYTES``) as a failure of the workflow: it is a bug in its code."""
     try:
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
+        if isinstance(outcome, ContinuedAsNew):
+            _check_next_input(outcome.input)
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
     except PayloadError as exc:
         return Failed(f"{type(exc).__name__}: {exc}", []), []
     return outcome, operations
+
+
+def _check_next_input(input: Any) -> None:
+    """A new run's input is stored like a start's: JSON, within ``MAX_PAYLOAD_BYTES``."""
+    size = len(canonical_json(input))
+    limit = headgate_settings.MAX_PAYLOAD_BYTES
+    if size > limit:
+        raise PayloadTooLargeError(
+            f"the input of continue_as_new is {size} bytes, over the {limit}-byte limit "
+            "(HEADGATE['MAX_PAYLOAD_BYTES'])"
+        )
 
 
 def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation) -> Envelope:

@@ -631,11 +631,11 @@ def _ending_changed(p: _Pass, outcome: Outcome) -> NondeterminismError | None:
     end = p.index.terminal
     if end is None or end.type not in CODE_ENDINGS:
         return None
-    wanted = {
+    wanted: type[Completed | Failed | ContinuedAsNew] = {
         WORKFLOW_COMPLETED: Completed,
         WORKFLOW_CONTINUED_AS_NEW: ContinuedAsNew,
     }.get(end.type, Failed)
-    if not isinstance(outcome, wanted):
+    if not isinstance(outcome, wanted) or isinstance(outcome, Parked | Nondeterministic):
         return NondeterminismError(
             f"History records {end.type} at seq {end.seq}, but the code now {_how(outcome)}.",
             expected=end.type,

@@ -41,7 +41,7 @@ from headgate_django.kernel.replay_events import (
     RecordPatch,
 )
 
-__all__ = ["carried_signals", "patch_answer", "patch_deprecated"]
+__all__ = ["carried_signals", "history_size_warning", "patch_answer", "patch_deprecated"]
 
 
 def carried_signals(index: HistoryIndex, counters: dict[str, int], pos: int) -> tuple[int, ...]:
@@ -87,4 +87,18 @@ def _replaying(p: Any) -> bool:
     terminal = p.index.terminal
     return p.first_unmatched() is not None or (
         terminal is not None and terminal.type in CODE_ENDINGS
+    )
+
+
+def history_size_warning(
+    *, run_number: int, events: int, size: int, max_events: int, max_bytes: int
+) -> str | None:
+    """The warning for a run whose history has ``events`` events of ``size`` payload bytes,
+    or None while it is within both thresholds."""
+    if events <= max_events and size <= max_bytes:
+        return None
+    return (
+        f"run {run_number} has {events} history events ({size} bytes), past the threshold of "
+        f"{max_events} events or {max_bytes} bytes: every pass replays the whole run, so "
+        "call ctx.continue_as_new(...) to go on in a fresh run"
     )

@@ -54,6 +54,7 @@ from headgate_django.store.durable_history import (
     read_rows,
     to_ms,
 )
+from headgate_django.store.durable_runs import NextRun, run_start_next, runs_vacuum
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.insert import job_insert_many
 
@@ -63,6 +64,7 @@ __all__ = [
     "Ending",
     "Header",
     "NewEvent",
+    "NextRun",
     "execution_cancel",
     "execution_commit_pass",
     "execution_get",
@@ -103,10 +105,29 @@ class Header:
     last_seq: int
     task_queue: str
     created_at: datetime
+    #: The current run: its id (the execution's own id for the first run) and number.
+    run_id: str
+    run_number: int
+    #: The current run's history size so far, and its size warning ("" until one is due).
+    history_bytes: int
+    history_warning: str
     now: datetime
 
 
-_HEADER = ("id", "name", "version", "state", "input", "last_seq", "task_queue", "created_at")
+_HEADER = (
+    "id",
+    "name",
+    "version",
+    "state",
+    "input",
+    "last_seq",
+    "task_queue",
+    "created_at",
+    "run_id",
+    "run_number",
+    "history_bytes",
+    "history_warning",
+)
 
 
 def execution_read(
@@ -136,9 +157,9 @@ def execution_read(
         return None
     width = len(_HEADER)
     (values,) = read_rows(conn, Execution, _HEADER, [rows[0][:width]])
-    header = Header(
-        **dict(zip(_HEADER, values, strict=True)), now=v.parse_instant(conn, rows[0][width])
-    )
+    fields = dict(zip(_HEADER, values, strict=True))
+    fields["run_id"] = fields["run_id"] or execution_id
+    header = Header(**fields, now=v.parse_instant(conn, rows[0][width]))
     found = [r[width + 1 :] for r in rows if r[width + 1] is not None]
     events = read_rows(conn, HistoryEvent, ("seq", "type", "payload", "at"), found)
     return header, [Event(seq, kind, payload, to_ms(at)) for seq, kind, payload, at in events]
@@ -246,6 +267,8 @@ def execution_commit_pass(
     next_timer_at: datetime | None = None,
     reset_attempts: bool = False,
     eager: jobs.EagerLease | None = None,
+    history_warning: str | None = None,
+    next_run: NextRun | None = None,
     using: str = "default",
 ) -> ClaimedJob | None:
     """Record what one replay pass decided, in one transaction fenced twice.
@@ -260,9 +283,14 @@ def execution_commit_pass(
 
     With ``eager``, the named Operation job is leased to that worker in the same
     transaction (see :func:`.durable_jobs.operation_lease`) and returned for it to run.
+    ``history_warning`` records the run's history-size warning; ``next_run`` ends the run
+    (the events end with its ``WorkflowContinuedAsNew``) and starts the next one
+    (:func:`.durable_runs.run_start_next`).
     """
     conn = v.connection_for(using)
     header: dict[str, Any] = {"next_timer_at": next_timer_at}
+    if history_warning:
+        header["history_warning"] = history_warning
     if ending is not None:
         header.update(
             state=ending.state,
@@ -275,8 +303,12 @@ def execution_commit_pass(
     # transaction, and a savepoint would only add two round trips.
     with transaction.atomic(using=using, savepoint=False), conn.cursor() as cursor:
         # The compare-and-set takes the header lock first, as every durable writer does.
-        append(cursor, conn, execution_id, expected_seq, events, header, state="running")
+        last = append(cursor, conn, execution_id, expected_seq, events, header, state="running")
         jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)
+        if next_run is not None:
+            run_start_next(
+                cursor, conn, execution_id=execution_id, last_seq=last, next_run=next_run
+            )
         if eager is not None:
             # Inserted pending, not available: no other worker is woken up for it.
             operations = [internal(replace(e, pending=e.id == eager.job_id)) for e in operations]
@@ -402,6 +434,7 @@ def execution_vacuum(
         if not ids:
             return []
         marks = v.placeholders(len(ids))
+        runs_vacuum(cursor, conn, ids)
         cursor.execute(f"DELETE FROM headgate_durable_history WHERE execution_id IN ({marks})", ids)
         cursor.execute(f"DELETE FROM headgate_durable_signal WHERE workflow_id IN ({marks})", ids)
         cursor.execute(

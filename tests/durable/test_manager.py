@@ -242,6 +242,7 @@ def test_public_api_is_pinned() -> None:
         "OperationDef",
         "OperationFailedError",
         "Page",
+        "RunView",
         "StartResult",
         "Uncertain",
         "WorkflowDef",
