@@ -310,7 +310,6 @@ def _next_run(header: Header, replayed: list[Event], outcome: ContinuedAsNew) ->
         ended_run_id=header.run_id,
         ended_number=header.run_number,
         ended_input=header.input,
-        ended_started_at=from_ms(replayed[0].at_ms),
         ended_bytes=header.history_bytes,
     )
 

@@ -50,6 +50,7 @@ from headgate_django.store.durable_history import (
     history_load,
     insert_events,
     lock_execution,
+    payload_bytes,
     prep,
     read_rows,
     to_ms,
@@ -218,13 +219,14 @@ def execution_start(
         if Execution.objects.using(using).filter(pk=execution_id).exists():
             raise IdConflictError(f"execution {execution_id} already exists", id=execution_id)
         now = v.now(conn)
+        started = NewEvent(WORKFLOW_STARTED, {"input": input, "seed": seed})
         try:
             with transaction.atomic(using=using):
                 cursor.execute(
                     f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
                     "failure_reason, suspended_reason, business_idempotency_key, task_queue, "
-                    "meta, last_seq, created_at, updated_at) "
-                    f"VALUES (%s, %s, %s, 'running', %s, '', '', %s, %s, %s, 1, {now}, {now})",
+                    "meta, last_seq, history_bytes, created_at, updated_at) VALUES "
+                    f"(%s, %s, %s, 'running', %s, '', '', %s, %s, %s, 1, %s, {now}, {now})",
                     [
                         execution_id,
                         name,
@@ -233,6 +235,7 @@ def execution_start(
                         business_key,
                         task_queue,
                         prep(Execution, "meta", meta, conn),
+                        payload_bytes([started]),
                     ],
                 )
         except IntegrityError as exc:  # lost a race for the business key or the id
@@ -240,7 +243,6 @@ def execution_start(
             if live is not None:
                 return live, True
             raise IdConflictError(f"execution {execution_id} already exists") from exc
-        started = NewEvent(WORKFLOW_STARTED, {"input": input, "seed": seed})
         insert_events(cursor, conn, execution_id, 1, [started])
         job_insert_many([jobs.task_envelope(execution_id, task_queue)], using=using)
     return execution_id, False

@@ -22,7 +22,7 @@ from typing import Any
 
 from headgate_django.exceptions import NotFoundError
 from headgate_django.kernel.replay_events import OP_PREFIX, WORKFLOW_STARTED, Event
-from headgate_django.models import Execution, ExecutionRun, RunHistoryEvent
+from headgate_django.models import Execution, ExecutionRun, HistoryEvent, RunHistoryEvent
 from headgate_django.store import vendor as v
 from headgate_django.store.durable_history import (
     EXEC_TABLE,
@@ -64,7 +64,6 @@ class NextRun:
     ended_run_id: str
     ended_number: int
     ended_input: Any
-    ended_started_at: datetime
     ended_bytes: int
 
 
@@ -98,6 +97,7 @@ def run_start_next(
     pass's transaction, with the header locked."""
     q = conn.ops.quote_name
     at = next_run.at
+    first = HistoryEvent.objects.using(conn.alias).filter(execution_id=execution_id, seq=1)
     run = ExecutionRun.objects.using(conn.alias).create(
         execution_id=execution_id,
         number=next_run.ended_number,
@@ -105,7 +105,7 @@ def run_start_next(
         input=next_run.ended_input,
         events=last_seq,
         history_bytes=next_run.ended_bytes,
-        started_at=next_run.ended_started_at,
+        started_at=first.values_list("at", flat=True).get(),
         finished_at=at,
     )
     columns = f"seq, {q('type')}, payload, {q('at')}"
