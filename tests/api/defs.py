@@ -28,3 +28,10 @@ def wait_for_go(ctx: durable.Context, order: Any) -> Any:
 @durable.workflow("api-unsure", version="1")
 def call_unsure(ctx: durable.Context, _: Any) -> Any:
     return ctx.execute_operation("api-unsure", "1", None).result()
+
+
+@durable.workflow("api-loop", version="1")
+def loop(ctx: durable.Context, run: int) -> Any:
+    if run < 3:
+        ctx.continue_as_new(run + 1)
+    return run

@@ -41,7 +41,7 @@ class ExecutionSummarySerializer(serializers.Serializer):
     )
 
 
-class RunSerializer(serializers.Serializer):
+class DurableRunSerializer(serializers.Serializer):
     """One run in the execution's chain; fetch its history with ``history?run_id=``."""
 
     number = serializers.IntegerField()
@@ -58,7 +58,7 @@ class ExecutionSerializer(RedactingSerializer, ExecutionSummarySerializer):
 
     private_fields = ("input", "result", "meta")
 
-    runs = RunSerializer(many=True)
+    runs = DurableRunSerializer(many=True)
     input = AnyJSONField(allow_null=True)
     result = AnyJSONField(allow_null=True)
     meta = serializers.DictField(child=AnyJSONField(), allow_null=True)
