@@ -58,6 +58,35 @@ def _deadline(now: Any) -> Any:
     return workflow
 
 
+def _notify(guard: str | None) -> Any:
+    """Reserve, then (the change) notify, then charge. ``guard`` says how the change is
+    made: ``"patched"``, ``"deprecated"``, ``"always"`` (no patch call), or None: the code
+    before the change."""
+
+    def workflow(ctx: durable.Context, order: Any) -> Any:
+        a = ctx.execute_operation("golden-reserve", "1", order).result()
+        if guard == "deprecated":
+            ctx.deprecate_patch("notify")
+        if guard == "always" or guard == "deprecated" or (guard and ctx.patched("notify")):
+            ctx.execute_operation("golden-notify", "1", order).result()
+        return [a, ctx.execute_operation("golden-charge", "1", order).result()]
+
+    return workflow
+
+
+def _continues(ending: str) -> Any:
+    """One Operation per run, continuing as new until ``n`` reaches 2 (``ending="return"``:
+    the changed code returns instead)."""
+
+    def workflow(ctx: durable.Context, state: dict[str, int]) -> Any:
+        n = ctx.execute_operation("golden-step", "1", state["n"]).result()
+        if n < 2 and ending == "continue":
+            ctx.continue_as_new({"n": n})
+        return n
+
+    return workflow
+
+
 def _defs(name: str, original: Any, changed: Any) -> tuple[WorkflowDef, WorkflowDef]:
     return WorkflowDef(original, name, "1"), WorkflowDef(changed, name, "1")
 
@@ -111,7 +140,47 @@ CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
         ),
         "op:1: the code schedules Operation 'golden-late'",
     ),
+    # The first run of a continue-as-new loop (exported with Manager.history(id, run_id)).
+    "continue_as_new.json": (
+        *_defs("golden-continue", _continues("continue"), _continues("return")),
+        "History records WorkflowContinuedAsNew at seq 4, but the code now returns",
+    ),
+    # Recorded by the code before the change: patched() runs the old branch again.
+    "patch_before_the_change.json": (
+        *_defs("golden-patch-old", _notify(None), _notify("patched")),
+        None,
+    ),
+    # Recorded by the patched code (the marker is in history): the cleanup step replays it.
+    "patch_marker.json": (
+        *_defs("golden-patch-new", _notify("patched"), _notify("deprecated")),
+        None,
+    ),
 }
+
+#: More changed versions of a golden file's workflow: (file, changed code, expected error).
+VARIANTS: list[tuple[str, Any, str]] = [
+    # The same change without patched() breaks the executions recorded before it.
+    (
+        "patch_before_the_change.json",
+        _notify("always"),
+        "op:2: the code schedules Operation 'golden-notify' version '1', but history has op:2 "
+        "(OperationScheduled(name='golden-charge'",
+    ),
+    # Dropping the patch call while histories still carry the marker breaks them too
+    # (deprecate_patch is the step that accepts it).
+    (
+        "patch_marker.json",
+        _notify("always"),
+        "history has patch:notify (PatchRecorded(patch_id='notify') at seq 4)",
+    ),
+    # And the old code cannot replay a history that took the new branch.
+    (
+        "patch_marker.json",
+        _notify(None),
+        "op:2: the code schedules Operation 'golden-charge' version '1', but history has op:2 "
+        "(OperationScheduled(name='golden-notify'",
+    ),
+]
 
 
 def test_every_golden_file_has_a_case() -> None:
@@ -123,7 +192,7 @@ def test_the_original_code_replays_its_history(name: str) -> None:
     original, _, _ = CASES[name]
     export = durable.replay((GOLDEN / name).read_text(), workflows=[original])
     assert export.name == original.name
-    assert export.events[-1].type == "WorkflowCompleted"
+    assert export.events[-1].type in ("WorkflowCompleted", "WorkflowContinuedAsNew")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -135,6 +204,15 @@ def test_the_changed_code_passes_or_raises_as_expected(name: str) -> None:
         return
     with pytest.raises(durable.NondeterminismError) as raised:
         durable.replay(history, workflows=[changed])
+    assert expected in str(raised.value)
+
+
+@pytest.mark.parametrize(("name", "changed", "expected"), VARIANTS)
+def test_more_changed_versions_raise_as_expected(name: str, changed: Any, expected: str) -> None:
+    original, _, _ = CASES[name]
+    definition = WorkflowDef(changed, original.name, original.version)
+    with pytest.raises(durable.NondeterminismError) as raised:
+        durable.replay((GOLDEN / name).read_text(), workflows=[definition])
     assert expected in str(raised.value)
 
 
