@@ -202,3 +202,25 @@ def test_the_byte_threshold_is_visible_on_the_execution(settings: Any) -> None:
     assert warning.startswith(
         "run 2 has "
     ) and "past the threshold of 10000 events or 100 bytes" in (warning)
+
+
+def test_a_long_loop_keeps_every_run_under_the_threshold(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The acceptance loop scaled down (the benchmark runs 10,000 iterations by 500): each
+    run holds 2 + 2 × 20 events, under a threshold of 50; the same loop in one run passes it."""
+    settings.HEADGATE = {"DURABLE_HISTORY_WARN_EVENTS": 50}
+    with caplog.at_level(logging.WARNING, logger="headgate_django.durable"):
+        looped = start("can-loop", {"i": 0, "total": 200, "every": 20})
+        drive()
+        assert not [r for r in caplog.records if "past the threshold" in r.getMessage()]
+        once = start("can-loop", {"i": 0, "total": 200, "every": 201})
+        drive()
+    done = view(looped)
+    assert (done.state, done.result, len(done.runs)) == ("succeeded", 200, 11)
+    assert max(r.events for r in done.runs) == 42 and done.history_warning == ""
+    single = view(once)
+    assert (single.result, len(single.runs), single.history_length) == (200, 1, 402)
+    assert single.history_warning.startswith("run 1 has ")
+    warned = [r for r in caplog.records if "past the threshold" in r.getMessage()]
+    assert len(warned) == 1 and once in warned[0].getMessage()
