@@ -619,6 +619,11 @@ class Execution(models.Model):
         db_default="",
         help_text="Set once per run when its history passes the size thresholds.",
     )
+    waiting_on = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='What the last pass parked on: {"select": id or null, "futures": [ids]}.',
+    )
 
     class Meta:
         db_table = "headgate_durable_execution"

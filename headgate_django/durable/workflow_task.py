@@ -283,6 +283,7 @@ def _pass(
         eager=eager,
         history_warning=warning,
         next_run=next_run,
+        waiting_on=outcome.waiting() if isinstance(outcome, Parked) else None,
     )
     if warning:
         log.warning("execution %s: %s", header.id, warning, extra={"execution_id": header.id})

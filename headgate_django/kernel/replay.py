@@ -178,6 +178,7 @@ class _Pass:
         self.commands: list[Command] = []
         self.timers: dict[str, int] = {}  # timer command id -> fire_at_ms, for wake_at_ms
         self.waiting_on: tuple[str, ...] | None = None
+        self.parked_select: str | None = None
         self.continued: ContinuedAsNew | None = None
         self.patches: dict[str, bool] = {}
         self.error: NondeterminismError | None = None
@@ -197,8 +198,9 @@ class _Pass:
         self.counters[prefix] = count
         return f"{prefix}{count}"
 
-    def park(self, waiting_on: tuple[str, ...]) -> NoReturn:
+    def park(self, waiting_on: tuple[str, ...], select: str | None = None) -> NoReturn:
         self.waiting_on = waiting_on
+        self.parked_select = select
         raise ReplayUnwind()
 
     def diverge(self, message: str, **details: Any) -> NoReturn:
@@ -427,7 +429,7 @@ class Context:
                     f"history has {_describe(recorded)}.",
                     command_id=cid,
                 )
-            p.park(ids)
+            p.park(ids, select=cid)
         recorded = p.match(cid)
         if recorded is None:
             p.emit_command(RecordSelect(cid, chosen, ids))
@@ -553,7 +555,11 @@ def replay(
     ran = _run(fn, input, p)
     if p.error is not None:
         return Nondeterministic(p.error)
-    outcome = ran if p.waiting_on is None else Parked(p.commands, p.wake_at_ms(), p.waiting_on)
+    outcome = (
+        ran
+        if p.waiting_on is None
+        else Parked(p.commands, p.wake_at_ms(), p.waiting_on, p.parked_select)
+    )
     mismatch = _unissued(p, outcome) or _ending_changed(p, outcome)
     return outcome if mismatch is None else Nondeterministic(mismatch)
 

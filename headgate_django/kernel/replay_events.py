@@ -218,12 +218,18 @@ class Parked:
     """The function waits for facts not yet in history.
 
     ``wake_at_ms`` is the earliest ``fire_at_ms`` among this pass's unfired timers (None when
-    only an Operation or a signal can wake it); ``waiting_on`` names what the code blocked on.
+    only an Operation or a signal can wake it); ``waiting_on`` names what the code blocked on,
+    and ``select`` the select that blocked (None: a ``result()``/``exception()`` call).
     """
 
     commands: list[Command]
     wake_at_ms: int | None
     waiting_on: tuple[str, ...] = ()
+    select: str | None = None
+
+    def waiting(self) -> dict[str, Any]:
+        """What the runtime keeps on the header for operators: ``{"select", "futures"}``."""
+        return {"select": self.select, "futures": list(self.waiting_on)}
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,7 @@ def execution_commit_pass(
     eager: jobs.EagerLease | None = None,
     history_warning: str | None = None,
     next_run: NextRun | None = None,
+    waiting_on: dict[str, Any] | None = None,
     using: str = "default",
 ) -> ClaimedJob | None:
     """Record what one replay pass decided, in one transaction fenced twice.
@@ -285,12 +286,13 @@ def execution_commit_pass(
 
     With ``eager``, the named Operation job is leased to that worker in the same
     transaction (see :func:`.durable_jobs.operation_lease`) and returned for it to run.
+    ``waiting_on`` is what a parked pass waits for (None otherwise), kept for operators.
     ``history_warning`` records the run's history-size warning; ``next_run`` ends the run
     (the events end with its ``WorkflowContinuedAsNew``) and starts the next one
     (:func:`.durable_runs.run_start_next`).
     """
     conn = v.connection_for(using)
-    header: dict[str, Any] = {"next_timer_at": next_timer_at}
+    header: dict[str, Any] = {"next_timer_at": next_timer_at, "waiting_on": waiting_on}
     if history_warning:
         header["history_warning"] = history_warning
     if ending is not None:

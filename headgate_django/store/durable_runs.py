@@ -128,7 +128,8 @@ def run_start_next(
     insert_events(cursor, conn, execution_id, 1, events)
     cursor.execute(
         f"UPDATE {EXEC_TABLE} SET run_id = %s, run_number = %s, {q('input')} = %s, "
-        "last_seq = %s, history_bytes = %s, history_warning = '', next_timer_at = NULL "
+        "last_seq = %s, history_bytes = %s, history_warning = '', next_timer_at = NULL, "
+        "waiting_on = NULL "
         "WHERE id = %s",
         [
             next_run.run_id,

@@ -282,3 +282,42 @@ def test_schedule_list_in_words_zones_events_and_paused(viewer: Any, settings: A
     other = Client()
     other.force_login(jobs_only)
     assert other.get(reverse("admin:headgate_django_schedules")).status_code == 403
+
+
+@pytest.mark.django_db
+def test_execution_page_shows_the_pending_select_its_sleep_and_the_runs(
+    viewer: Any, console_data: Any
+) -> None:
+    client = Client()
+    client.force_login(viewer)
+    url = reverse("admin:headgate_django_execution_page", args=[console_data.execution_continued])
+    body = client.get(url).content.decode()
+    snap = snapshot_of(body)
+    assert snap["state"] == "running"
+    (sleep,) = snap["timers"]
+    assert sleep["command_id"] == "timer:1" and sleep["fired"] is False
+    assert sleep["due_at"] and sleep["duration_ms"] == 3_600_000
+    assert snap["waiting"] == {
+        "select": "select:1",
+        "branches": [
+            {
+                "id": "signal:stop:1",
+                "kind": "signal",
+                "label": "signal 'stop' (wait 1)",
+                "due_at": None,
+            },
+            {"id": "timer:1", "kind": "timer", "label": "sleep 3600 s", "due_at": sleep["due_at"]},
+        ],
+    }
+    first, current = snap["runs"]
+    assert first["run_id"] == console_data.execution_continued and first["pk"] is not None
+    assert current["current"] is True and current["number"] == 2 and current["finished_at"] is None
+    assert 'data-run-history-url="/admin/headgate_django/runhistoryevent/"' in body
+    assert 'id="hg-children"' in body  # where child executions will be linked
+    waiting = reverse("admin:headgate_django_execution_page", args=[console_data.execution_waiting])
+    assert snapshot_of(client.get(waiting).content.decode())["waiting"] == {
+        "select": None,  # parked on one Operation's result()
+        "branches": [
+            {"id": "op:1", "kind": "op", "label": "Operation console-ship@1", "due_at": None}
+        ],
+    }
