@@ -225,7 +225,8 @@ class Parked:
     commands: list[Command]
     wake_at_ms: int | None
     waiting_on: tuple[str, ...] = ()
-    select: str | None = None
+    #: For operators only (the console shows it), so not part of the outcome's identity.
+    select: str | None = field(default=None, compare=False)
 
     def waiting(self) -> dict[str, Any]:
         """What the runtime keeps on the header for operators: ``{"select", "futures"}``."""
