@@ -4,6 +4,7 @@ signals carried over, the history-size warning, and bad input (a clear failure, 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from headgate_django import NotFoundError, durable
 from headgate_django.kernel.replay_events import history_from_json
 from headgate_django.models import ExecutionRun, Job, RunHistoryEvent
+from headgate_django.store import durable as store
 from headgate_django.store.durable_jobs import OP_KIND
 from tests.durable.helpers import drive, history, start, types, view
 
@@ -224,3 +226,11 @@ def test_a_long_loop_keeps_every_run_under_the_threshold(
     assert single.history_warning.startswith("run 1 has ")
     warned = [r for r in caplog.records if "past the threshold" in r.getMessage()]
     assert len(warned) == 1 and once in warned[0].getMessage()
+
+
+def test_retention_deletes_the_finished_runs_with_the_execution() -> None:
+    wf = start("can-loop", {"i": 0, "total": 2, "every": 1})
+    drive()
+    assert view(wf).state == "succeeded" and ExecutionRun.objects.count() == 2
+    assert store.execution_vacuum(older_than=timedelta(0)) == [wf]
+    assert ExecutionRun.objects.count() == 0 and RunHistoryEvent.objects.count() == 0
