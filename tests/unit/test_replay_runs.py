@@ -25,6 +25,7 @@ from headgate_django.kernel.replay_events import (
     Parked,
     RecordPatch,
 )
+from headgate_django.kernel.replay_runs import history_size_warning
 
 T0 = 1_767_225_600_000
 
@@ -235,3 +236,13 @@ def test_a_change_id_must_be_a_non_empty_string(bad: Any) -> None:
 def test_a_marker_must_name_its_patch() -> None:
     log = Log().add(PATCH_RECORDED, command_id="patch:x", patch_id="y")
     assert "does not name its patch_id" in error_of(run(patched_flow, log))
+
+
+def test_the_history_size_warning_names_the_run_and_the_thresholds() -> None:
+    within = {"max_events": 10, "max_bytes": 100}
+    assert history_size_warning(run_number=1, events=10, size=100, **within) is None
+    by_events = history_size_warning(run_number=3, events=11, size=5, **within)
+    assert by_events is not None and by_events.startswith("run 3 has 11 history events (5 bytes)")
+    assert "past the threshold of 10 events or 100 bytes" in by_events
+    assert "continue_as_new" in by_events
+    assert history_size_warning(run_number=1, events=2, size=101, **within) is not None
