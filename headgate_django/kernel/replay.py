@@ -52,7 +52,9 @@ Runtime contract
 Event types, commands, outcomes and :func:`due_timers` live in
 :mod:`headgate_django.kernel.replay_events`. Every event: ``seq`` contiguous from 1 per
 execution, ``at_ms`` = the store clock at append. ``history[0]`` is ``WorkflowStarted
-{"input": <input>, "seed": <str, optional>}``; pass the same ``input`` on every pass.
+{"input": <input>, "seed": <str, optional>}`` (a run started by continue-as-new also names
+the run before it, ``"continued_from"``); pass the same ``input`` on every pass, and the
+current run's ``run_id`` (Operation execution keys are ``<run_id>:<command id>``).
 
 One pass, holding the execution's lock (at most one pass per execution at a time):
 
