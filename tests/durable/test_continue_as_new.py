@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from headgate_django import NotFoundError, durable
+from headgate_django.exceptions import InvalidTransitionError
 from headgate_django.kernel.replay_events import history_from_json
 from headgate_django.models import ExecutionRun, Job, RunHistoryEvent
 from headgate_django.store import durable as store
@@ -64,6 +65,20 @@ def abandons(ctx: durable.Context, run: int) -> Any:
         ctx.start_operation("can-left-behind", "1")  # never awaited
         ctx.continue_as_new(2)
     return ctx.execute_operation("can-step", "1", 41).result()
+
+
+@durable.operation("can-unsure", version="1")
+def unsure(ctx: Any, _: Any) -> str:
+    raise durable.Uncertain("no answer")
+
+
+@durable.workflow("can-leaves-unsure", version="1")
+def leaves_unsure(ctx: durable.Context, run: int) -> Any:
+    if run == 1:
+        ctx.start_operation("can-unsure", "1")  # never awaited; it turns uncertain later
+        ctx.continue_as_new(2)
+    ctx.select(ctx.wait_signal("go"))
+    return "done"
 
 
 def test_a_loop_runs_in_fresh_runs_of_one_execution() -> None:
@@ -148,6 +163,20 @@ def test_an_operation_of_an_ended_run_never_settles_the_new_one() -> None:
     assert old.state == "completed"  # it ran, but nothing waited for its outcome
     assert [t for t, p in history(wf) if t == "OperationCompleted"] == ["OperationCompleted"]
     assert history(wf)[2][1]["result"] == 42
+
+
+def test_an_ended_run_s_uncertain_operation_neither_suspends_nor_touches_the_new_run() -> None:
+    wf = start("can-leaves-unsure", 1)
+    drive()
+    assert Job.objects.get(pk=f"{wf}:op:1").state == "archived"  # it ran, and was unsure
+    running = view(wf)
+    assert (running.state, running.run_number) == ("running", 2)
+    assert types(wf) == ["WorkflowStarted"]  # nothing of the old Operation landed here
+    with pytest.raises(InvalidTransitionError, match=r"belongs to a run .* that has ended"):
+        durable.Manager().resolve_uncertain(f"{wf}:op:1", "complete", "paid")
+    durable.Client().signal(wf, "go")
+    drive()
+    assert view(wf).result == "done"
 
 
 @pytest.mark.parametrize(
