@@ -238,3 +238,24 @@ def test_durable_replay_command(capsys: pytest.CaptureFixture[str], swap_code: A
     assert "FAIL" in capsys.readouterr().err
     with pytest.raises(CommandError, match="No such file"):
         call_command("durable_replay", str(GOLDEN / "missing.json"))
+
+
+@pytest.mark.parametrize(
+    "name", ["continue_as_new.json", "patch_before_the_change.json", "patch_marker.json"]
+)
+def test_durable_replay_command_reads_runs_and_patch_markers(
+    name: str, capsys: pytest.CaptureFixture[str], swap_code: Any
+) -> None:
+    original, changed, expected = CASES[name]
+    path = str(GOLDEN / name)
+    swap_code("workflow", original.name, "1", original)
+    call_command("durable_replay", path)
+    assert "ok   " in capsys.readouterr().out
+    swap_code("workflow", original.name, "1", changed)
+    if expected is None:  # the patched (or cleaned-up) code replays it too
+        call_command("durable_replay", path)
+        assert "ok   " in capsys.readouterr().out
+    else:
+        with pytest.raises(CommandError, match="1 of 1 history file"):
+            call_command("durable_replay", path)
+        assert "FAIL" in capsys.readouterr().err
