@@ -13,7 +13,8 @@ the execution is suspended with the reason. A worker that lacks the execution's
 (name, version) leaves the task for one that has it, and says so in its log and status.
 
 A pass whose code continued as new ends the run and starts the next one in its own
-transaction; the task then replays the new run at once. A run whose history passes the
+transaction; the task then replays the new run at once, within the claim's eager budget
+(a workflow that continues as new without waiting must not keep its thread for ever). A run whose history passes the
 ``DURABLE_HISTORY_WARN_*`` thresholds gets one warning (logged, and kept on the header).
 """
 
@@ -32,7 +33,14 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
-from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record
+from headgate_django.durable.eager import (
+    FINISHED,
+    adopted,
+    attempt,
+    eager_lease,
+    record,
+    spent,
+)
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import (
@@ -138,6 +146,8 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             return step
         if isinstance(step, _Park):
             raise _snooze(step.wake_at)
+        if isinstance(step, _Continued) and spent(since):
+            raise Snooze(timedelta(milliseconds=1))  # run after run: give the thread back
         races = 0  # the Operation's outcome (or the new run) is in history: replay it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
 

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from headgate_django import NotFoundError, durable
+from headgate_django import NotFoundError, durable, testing
+from headgate_django.durable import eager
 from headgate_django.exceptions import InvalidTransitionError
 from headgate_django.kernel.replay_events import history_from_json
 from headgate_django.models import ExecutionRun, Job, RunHistoryEvent
 from headgate_django.store import durable as store
 from headgate_django.store.durable_jobs import OP_KIND
-from tests.durable.helpers import drive, history, start, types, view
+from tests.durable.helpers import drive, history, start, task_job, types, view
 
 pytestmark = pytest.mark.django_db
 
@@ -263,3 +264,21 @@ def test_retention_deletes_the_finished_runs_with_the_execution() -> None:
     assert view(wf).state == "succeeded" and ExecutionRun.objects.count() == 2
     assert store.execution_vacuum(older_than=timedelta(0)) == [wf]
     assert ExecutionRun.objects.count() == 0 and RunHistoryEvent.objects.count() == 0
+
+
+@durable.workflow("can-restless", version="1")
+def restless(ctx: durable.Context, run: int) -> Any:
+    if run < 50:
+        ctx.continue_as_new(run + 1)  # never waits for anything
+    return run
+
+
+def test_runs_that_never_wait_give_the_thread_back_after_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(eager, "EAGER_BUDGET", timedelta(0))
+    wf = start("can-restless", 1)
+    testing.run_one()  # one claim of the workflow task: one run, then it yields
+    assert view(wf).run_number == 2 and task_job(wf).state == "scheduled"
+    drive(tasks_due=True)
+    assert (view(wf).state, view(wf).result, view(wf).run_number) == ("succeeded", 50, 50)
