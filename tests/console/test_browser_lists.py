@@ -194,4 +194,5 @@ def test_the_timeline_shows_a_pending_sleep_its_select_and_the_runs(
     assert previous.inner_text().startswith(f"run 1 ({wf}), 2 events, ended ")
     previous.click()
     page.wait_for_url("**/runhistoryevent/**")
+    assert "run__id__exact=" in page.url  # the filter held (no redirect to ?e=1)
     assert "WorkflowContinuedAsNew" in page.locator("#result_list").inner_text()

@@ -313,6 +313,9 @@ def test_execution_page_shows_the_pending_select_its_sleep_and_the_runs(
     assert first["run_id"] == console_data.execution_continued and first["pk"] is not None
     assert current["current"] is True and current["number"] == 2 and current["finished_at"] is None
     assert 'data-run-history-url="/admin/headgate_django/runhistoryevent/"' in body
+    archived = client.get(f"/admin/headgate_django/runhistoryevent/?run__id__exact={first['pk']}")
+    assert archived.status_code == 200  # the filter is allowed: no redirect to ?e=1
+    assert archived.context["cl"].result_count == 2  # WorkflowStarted, WorkflowContinuedAsNew
     assert 'id="hg-children"' in body  # where child executions will be linked
     waiting = reverse("admin:headgate_django_execution_page", args=[console_data.execution_waiting])
     assert snapshot_of(client.get(waiting).content.decode())["waiting"] == {
