@@ -186,6 +186,7 @@ def test_the_timeline_shows_a_pending_sleep_its_select_and_the_runs(
         "signal:stop:1 — signal 'stop' (wait 1)",
         f"timer:1 — sleep 3600 s,{due}",
     ]
+    assert "within the thresholds" in page.locator("#hg-header").inner_text()
     runs = page.locator("#hg-runs li")
     assert runs.count() == 2
     assert "current" in runs.nth(1).inner_text()

@@ -43,7 +43,9 @@
     var header = document.getElementById("hg-header");
     var fields = [["Task queue", snap.task_queue], ["Created", when(snap.created_at)],
       ["Updated", when(snap.updated_at)], ["Finished", when(snap.finished_at)],
-      ["History length", snap.last_seq], ["Failure reason", snap.failure_reason || "—"],
+      ["History length", snap.last_seq],
+      ["History size", snap.history_warning || "within the thresholds"],
+      ["Failure reason", snap.failure_reason || "—"],
       ["Suspended because", snap.suspended_reason || "—"],
       ["Waiting for", snap.pending.length ? snap.pending.join(", ") : "no Operation"],
       ["Uncertain", snap.uncertain.length ? snap.uncertain.join(", ") : "none"]];
