@@ -9,7 +9,7 @@ TEST_WORKERS ?= 3
 # The chaos runs start their own database servers and take minutes: `make chaos-ci` / `make chaos`.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not chaos"
 
-.PHONY: demo test test-sqlite test-postgres test-mysql schemathesis chaos chaos-ci lint docs dist clean
+.PHONY: demo test test-sqlite test-postgres test-mysql test-pgbouncer schemathesis chaos chaos-ci lint docs dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ test-postgres: $(STAMP)
 test-mysql: $(VENV)/.mysql
 	@echo "== tests on MariaDB/MySQL"
 	DATABASE_URL="$$HEADGATE_TEST_MYSQL" $(PYTEST) --create-db
+
+## test-pgbouncer: the integration tests on PostgreSQL through a private PgBouncer in
+## transaction pooling mode (needs HEADGATE_TEST_POSTGRES and Debian's pgbouncer)
+test-pgbouncer: $(STAMP)
+	TEST_WORKERS=$(TEST_WORKERS) $(BIN)/python tests/pooler/run_pgbouncer.py
 
 ## schemathesis: every schemathesis check, bounded and seeded, against a live sample-project
 ## server it starts and stops itself (temporary SQLite, operator token); prints the case count

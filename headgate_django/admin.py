@@ -188,8 +188,12 @@ class JobAdmin(ReadOnlyAdmin):
     def admission_view(self, obj: Job) -> str:
         """What holds a waiting job back (``admission.explain``), in words."""
         from headgate_django.admission import describe, explain
+        from headgate_django.exceptions import NotFoundError
 
-        return describe(explain(obj.pk))
+        try:
+            return describe(explain(obj.pk))
+        except NotFoundError:  # shown from a replica that lags behind its eviction
+            return "—"
 
     @admin.display(description="payload")
     def payload_view(self, obj: Job) -> SafeString | str:

@@ -59,6 +59,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         + _admission()
         + _queue_weights()
         + _death_handler()
+        + _listen_using(headgate_settings)
+        + _read_replica(headgate_settings)
         + _environment()
     )
 
@@ -229,6 +231,52 @@ def _schedules(s: Any) -> list[Any]:
         except ScheduleError as exc:
             problems.append(Error(str(exc), id="headgate.E008", hint="See HEADGATE['SCHEDULES']."))
     return problems
+
+
+def _read_replica(s: Any) -> list[Any]:
+    alias = s.READ_REPLICA
+    if alias is None:
+        return []
+    if not (isinstance(alias, str) and alias in settings.DATABASES):
+        return [
+            Error(
+                f"HEADGATE['READ_REPLICA'] is {alias!r}, which is not an alias in DATABASES",
+                hint="Name the DATABASES alias of a replica of the default database.",
+                id="headgate.E012",
+            )
+        ]
+    missing = [
+        name
+        for name, installed in (
+            ("headgate_django.replicas.ReplicaReadsMiddleware", settings.MIDDLEWARE),
+            ("headgate_django.replicas.ReplicaRouter", settings.DATABASE_ROUTERS),
+        )
+        if name not in installed
+    ]
+    if not missing:
+        return []
+    return [
+        Warning(
+            f"HEADGATE['READ_REPLICA'] is set but {' and '.join(missing)} is not installed: "
+            "every read still goes to the primary",
+            hint="Add the middleware to MIDDLEWARE and the router to DATABASE_ROUTERS.",
+            id="headgate.W002",
+        )
+    ]
+
+
+def _listen_using(s: Any) -> list[Any]:
+    alias = s.LISTEN_USING
+    if alias is None or (isinstance(alias, str) and alias in settings.DATABASES):
+        return []
+    return [
+        Error(
+            f"HEADGATE['LISTEN_USING'] is {alias!r}, which is not an alias in DATABASES",
+            hint="Name a DATABASES alias that reaches the same PostgreSQL database directly "
+            "(not through a transaction-pooling proxy), or remove the key.",
+            id="headgate.E011",
+        )
+    ]
 
 
 def _environment() -> list[Any]:

@@ -48,6 +48,12 @@ DEFAULTS: dict[str, Any] = {
     # this long; with rows still left it runs again on the worker's next duty tick.
     "EVICT_BUDGET": timedelta(seconds=1),
     "LISTEN_NOTIFY": True,
+    # The DATABASES alias the LISTEN sessions connect through (None: the worker's own). Behind
+    # a transaction-pooling proxy, an alias that reaches PostgreSQL directly keeps wake-ups.
+    "LISTEN_USING": None,
+    # The DATABASES alias of a read replica for the console's and API's list and detail
+    # reads (headgate_django.replicas: its middleware and router must be installed).
+    "READ_REPLICA": None,
     # SQLite has no NOTIFY: an idle worker checks PRAGMA data_version this often (None: poll).
     "SQLITE_WAKE_INTERVAL": timedelta(milliseconds=5),
     # Queues a worker serves when --queue is not given: None means every queue.

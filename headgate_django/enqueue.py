@@ -66,12 +66,12 @@ def enqueue_one(envelope: Envelope, using: str = "default") -> Inserted:
 
 
 def _enqueue_traced(items: Any, carrier: dict[str, str], using: str) -> list[str]:
-    """Enqueue under a current span: the jobs carry its trace context (a graft's own
-    ``enqueue_with`` keeps its rules and is not traced)."""
-    from headgate_django.store.tracing import job_insert_traced
+    """Enqueue under a current span: the jobs carry its trace context (a graft keeps its
+    own ``enqueue_with`` rules, and its nodes are given the context in its transaction)."""
+    from headgate_django.store.tracing import batch_insert_traced, job_insert_traced
 
     if hasattr(items, "enqueue_with"):
-        return list(items.enqueue_with(using=using))
+        return batch_insert_traced(items.enqueue_with, using=using)
     if isinstance(items, Envelope):
         envelopes = [items]
     else:

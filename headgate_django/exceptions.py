@@ -324,6 +324,14 @@ class HistoryCorruptError(NondeterminismError):
     default_code = "history_corrupt"
 
 
+class HandlerCommandError(ReplayError):
+    """Query, update and validator handlers only read and change ``ctx.state``: they cannot
+    schedule Operations, start timers, wait for signals or select."""
+
+    status_code = 422
+    default_code = "handler_command"
+
+
 class OperationFailedError(HeadgateError):
     """The Operation failed.
 
@@ -333,6 +341,27 @@ class OperationFailedError(HeadgateError):
 
     status_code = 422
     default_code = "operation_failed"
+
+
+class ChildFailedError(HeadgateError):
+    """The child execution did not succeed.
+
+    Raised inside the parent's workflow code by the child handle's ``result()`` when the
+    child failed, was cancelled or could not start. ``child_id`` names the child and
+    ``reason`` says why, as the child's own ``failure_reason`` does; the parent may catch
+    it and carry on.
+    """
+
+    status_code = 422
+    default_code = "child_failed"
+
+    def __init__(
+        self, message: str | None = None, *, child_id: str, reason: str, state: str, **details: Any
+    ) -> None:
+        self.child_id = child_id
+        self.reason = reason
+        self.state = state
+        super().__init__(message, child_id=child_id, reason=reason, state=state, **details)
 
 
 # -- conditions (CEL) ----------------------------------------------------------------
@@ -348,3 +377,45 @@ class ConditionEvaluationError(ConditionError):
     """The condition expression did not evaluate to a boolean."""
 
     default_code = "condition_evaluation_failed"
+
+
+# -- queries and updates of durable executions ---------------------------------------
+
+
+class UnknownHandlerError(DefinitionError):
+    """The workflow has no query or update handler of this name."""
+
+    status_code = 404
+    default_code = "unknown_handler"
+
+
+class QueryFailedError(HeadgateError):
+    """The query handler raised; its message says why."""
+
+    status_code = 422
+    default_code = "query_failed"
+
+
+class UpdateRejectedError(HeadgateError):
+    """The update's validator rejected it; nothing was recorded."""
+
+    status_code = 422
+    default_code = "update_rejected"
+
+
+class UpdateFailedError(HeadgateError):
+    """The update was recorded, but its handler raised (or the workflow ended first)."""
+
+    status_code = 422
+    default_code = "update_failed"
+
+
+class UpdateTimeoutError(HeadgateError, TimeoutError):
+    """The update was accepted but not handled within the timeout; it will still run."""
+
+    status_code = 504
+    default_code = "update_timeout"
+
+    def __init__(self, message: str | None = None, *, update_id: str, **details: Any) -> None:
+        self.update_id = update_id
+        super().__init__(message, update_id=update_id, **details)

@@ -198,15 +198,22 @@ class _StoreCollector:
 
 
 _instance: _Metrics | None = None
+_instance_lock = threading.Lock()
 
 
 def metrics() -> _Metrics | None:
-    """The process's metrics, or ``None`` when prometheus_client is not installed."""
+    """The process's metrics, or ``None`` when prometheus_client is not installed.
+
+    Made once, under a lock: a worker's claim loop, duty thread and handler threads all
+    get here first at about the same moment, and a second set would be refused by the
+    registry (``DuplicateTimeseries``) in whichever thread lost the race."""
     global _instance
     if prometheus_client is None:
         return None
     if _instance is None:
-        _instance = _Metrics()
+        with _instance_lock:
+            if _instance is None:
+                _instance = _Metrics()
     return _instance
 
 

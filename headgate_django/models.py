@@ -591,6 +591,15 @@ class Execution(models.Model):
     )
     task_queue = models.CharField(max_length=128, default="default")
     meta = models.JSONField(default=dict, blank=True)
+    parent_id = models.CharField(
+        max_length=200, null=True, blank=True, help_text="The execution that started this child."
+    )
+    parent_command_id = models.CharField(
+        max_length=64, blank=True, default="", help_text="The parent's child:N command."
+    )
+    parent_close_policy = models.CharField(
+        max_length=16, blank=True, default="", help_text="terminate, abandon or request_cancel."
+    )
     last_seq = models.BigIntegerField(default=0, help_text="Seq of the newest history event.")
     next_timer_at = models.DateTimeField(
         null=True, blank=True, help_text="When its earliest unfired timer is due."
@@ -636,6 +645,8 @@ class Execution(models.Model):
             models.Index(fields=["created_at", "id"], name="headgate_durable_created"),
             models.Index(fields=["state", "updated_at"], name="headgate_durable_state"),
             models.Index(fields=["state", "finished_at"], name="headgate_durable_finished"),
+            # A parent's children, for its view and for its close policy.
+            models.Index(fields=["parent_id", "created_at"], name="headgate_durable_parent"),
         ]
 
     def __str__(self) -> str:

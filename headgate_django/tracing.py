@@ -3,8 +3,16 @@
 With ``opentelemetry-api`` installed, ``enqueue`` records the caller's current W3C trace
 context (``traceparent``, ``tracestate``) in each job it stores, and every attempt runs in
 a span ``headgate.job <kind>`` (kind CONSUMER; attributes ``headgate.job.id``, ``.kind``,
-``.queue``, ``.attempt`` and ``.outcome``) that links to the span that enqueued it. The
-spans go wherever the application's tracer provider sends them.
+``.queue``, ``.attempt`` and ``.outcome``). The spans go wherever the application's tracer
+provider sends them.
+
+A plain job's attempt starts a trace of its own, linked to the span that enqueued it: a
+job can outlive its request by days and run many times, and one trace per attempt keeps
+traces small. An attempt of a job that belongs to a workflow (its nodes and coordinator)
+or to a durable execution (its passes and Operations) is a *child* of the context its job
+carries, so the whole run is one trace: the request that started it, each pass, and each
+Operation inside the pass that scheduled it (:mod:`headgate_django.store.tracing` gives
+the library's own inserts the current context).
 
 Without the package :data:`ENABLED` is False, decided once at import; every caller tests
 it before doing anything else, so a plain job pays one boolean test per enqueue and per
@@ -58,19 +66,21 @@ def _links(parent: dict[str, str] | None) -> list[Any]:
 
 def _start(ctx: JobContext) -> Any:
     tracer = trace.get_tracer(TRACER)
+    parent = ctx.trace_parent
+    nested = parent is not None and ctx.workflow_id is not None
     return tracer.start_span(
         f"headgate.job {ctx.kind}",
         kind=trace.SpanKind.CONSUMER,
-        links=_links(ctx.trace_parent),
+        links=[] if nested else _links(parent),
         attributes={
             "headgate.job.id": ctx.job_id,
             "headgate.job.kind": ctx.kind,
             "headgate.job.queue": ctx.queue,
             "headgate.job.attempt": ctx.attempt,
         },
-        # A new trace per attempt, linked to the enqueue's, not a child of whatever the
-        # worker thread happens to have current.
-        context=otel_context.Context(),
+        # Never a child of whatever the worker thread happens to have current: of the
+        # carried context for a workflow's job, else a new trace linked to the enqueue's.
+        context=propagate.extract(parent) if nested else otel_context.Context(),
     )
 
 

@@ -44,6 +44,7 @@ def database_from_url(url: str) -> dict[str, Any]:
         name = unquote(parts.path[1:]) if parts.path.startswith("/") else unquote(parts.path)
         return {"ENGINE": _ENGINES[scheme], "NAME": name, "OPTIONS": dict(SQLITE_OPTIONS)}
     options: dict[str, Any] = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    extra: dict[str, Any] = {}
     if scheme in ("mysql", "mariadb"):
         options.setdefault("charset", "utf8mb4")
         options.setdefault("isolation_level", "read committed")
@@ -58,7 +59,10 @@ def database_from_url(url: str) -> dict[str, Any]:
         options["connect_timeout"] = int(options.get("connect_timeout", 10))
         threshold = str(options.get("prepare_threshold", "5"))
         options["prepare_threshold"] = None if threshold.lower() == "none" else int(threshold)
+        if str(options.pop("disable_server_side_cursors", "")).lower() in ("1", "true", "yes"):
+            extra["DISABLE_SERVER_SIDE_CURSORS"] = True  # a transaction-pooling proxy
     return {
+        **extra,
         "ENGINE": _ENGINES[scheme],
         "NAME": unquote(parts.path.lstrip("/")),
         "USER": unquote(parts.username or ""),

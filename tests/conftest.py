@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 
@@ -23,6 +23,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+#: ``host:port`` of the PostgreSQL server behind the transaction-pooling proxy that
+#: DATABASE_URL goes through (the PgBouncer leg); unset otherwise.
+POOLER_BYPASS = os.environ.get("HEADGATE_TEST_POOLER_BYPASS", "")
 
 
 def database_url() -> str:
@@ -38,7 +43,9 @@ def database_url() -> str:
         auth += ":" + quote(s["PASSWORD"])
     host = s["HOST"] or "127.0.0.1"
     port = f":{s['PORT']}" if s["PORT"] else ""
-    return f"{scheme}://{auth}@{host}{port}/{s['NAME']}"
+    # The run's own options (``?prepare_threshold=none`` behind a pooler, say) go along.
+    query = urlsplit(os.environ.get("DATABASE_URL", "")).query
+    return f"{scheme}://{auth}@{host}{port}/{s['NAME']}{'?' + query if query else ''}"
 
 
 @pytest.fixture
@@ -67,6 +74,11 @@ def worker_env() -> dict[str, str]:
     env["DATABASE_URL"] = database_url()
     env["PYTHONPATH"] = str(ROOT)
     env.setdefault("HEADGATE_TEST_LOG_LEVEL", "INFO")  # see tests/settings.py
+    if POOLER_BYPASS:  # the database behind the pooler, for the LISTEN sessions
+        pooled = urlsplit(env["DATABASE_URL"])
+        user = pooled.netloc.rpartition("@")[0]
+        direct = pooled._replace(netloc=f"{user}@{POOLER_BYPASS}" if user else POOLER_BYPASS)
+        env["HEADGATE_TEST_DIRECT_URL"] = direct.geturl()
     return env
 
 

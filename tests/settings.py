@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sampleproject.dburl import database_from_env
+from sampleproject.dburl import database_from_env, database_from_url
 
 SECRET_KEY = "tests"
 USE_TZ = True
@@ -35,6 +35,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "headgate_django.replicas.ReplicaReadsMiddleware",  # inert without READ_REPLICA
 ]
 ROOT_URLCONF = "tests.urls"
 TEMPLATES = [
@@ -67,6 +68,14 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {
         "NAME": str(_sqlite_dir / f"headgate-test-{os.getpid()}.sqlite3")
     }
+    # A second database standing in for a read replica (tests/api/test_replicas.py): a
+    # separate file, so a read that reaches it is told apart from one of the primary.
+    DATABASES["replica"] = {
+        **DATABASES["default"],
+        "TEST": {"NAME": str(_sqlite_dir / f"headgate-test-replica-{os.getpid()}.sqlite3")},
+    }
+# Inert unless HEADGATE["READ_REPLICA"] is set (headgate_django.replicas).
+DATABASE_ROUTERS = ["headgate_django.replicas.ReplicaRouter"]
 CHANNEL_LAYERS: dict[str, Any] = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # The console's Redis test runs worker subprocesses that must publish through the same
 # channel layer as the test (see tests/console/test_consumers.py).
@@ -81,6 +90,12 @@ if os.environ.get("HEADGATE_TEST_REDIS_URL"):
         }
     }
 HEADGATE: dict[str, object] = {}
+# Behind a transaction-pooling proxy (the PgBouncer leg, tests/pooler/run_pgbouncer.py),
+# worker subprocesses get HEADGATE_TEST_DIRECT_URL, the same test database reached
+# directly, and LISTEN through it (HEADGATE["LISTEN_USING"]) as the deployment docs advise.
+if os.environ.get("HEADGATE_TEST_DIRECT_URL"):
+    DATABASES["direct"] = database_from_url(os.environ["HEADGATE_TEST_DIRECT_URL"])
+    HEADGATE["LISTEN_USING"] = "direct"
 
 # Worker subprocesses started by the integration tests take extra HEADGATE settings from
 # HEADGATE_TEST_SETTINGS_JSON, a JSON object of HEADGATE keys, e.g.

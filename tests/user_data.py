@@ -34,9 +34,20 @@ def keep_secret(ctx: Any, secret: str) -> dict[str, str]:
 
 @durable.workflow("user-data", version="1")
 def answer_with_secret(ctx: durable.Context, order: Any) -> Any:
+    ctx.state["order"] = order
     go = ctx.wait_signal("go")
     ctx.select(go)
     return {"input": order, "signal": go.result()}
+
+
+@answer_with_secret.query("order")
+def order_of(ctx: durable.Context) -> Any:
+    return ctx.state["order"]
+
+
+@answer_with_secret.update("echo")
+def echo(ctx: durable.Context, value: Any) -> Any:
+    return value
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,8 @@ def seed_user_data() -> UserData:
     testing.run_jobs()
     client = durable.Client()
     done = client.start("user-data", "1", {"order": SECRET}, meta={"note": SECRET}).workflow_id
+    testing.run_jobs()
+    durable.Manager().update(done, "echo", {"echo": SECRET}, update_id="u-secret", wait=False)
     testing.run_jobs()
     client.signal(done, "go", {"go": SECRET}, message_id="m-1")
     testing.run_jobs()

@@ -9,10 +9,11 @@ of their listed spellings, and an enum's error lists the valid choices.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.request import Request
@@ -101,3 +102,44 @@ def flag(name: str, description: str = "") -> QueryParam:
 
     schema = {"type": "string", "enum": [*FLAG_TRUE, *FLAG_FALSE]}
     return QueryParam(name, schema, parse, description)
+
+
+@dataclass(frozen=True)
+class RepeatedParam(QueryParam):
+    """A parameter that may be given any number of times (``?arg=a&arg=b``), read in order."""
+
+    def openapi(self) -> OpenApiParameter:
+        schema = {"type": "array", "items": self.schema}
+        return OpenApiParameter(
+            self.name, schema, style="form", explode=True, description=self.description
+        )
+
+    def read(self, request: Request, default: Any = None) -> list[Any]:
+        values = []
+        for raw in request.query_params.getlist(self.name):
+            if raw == "":
+                raise InvalidQueryParameter.of(self.name, f"{self.name} must not be empty")
+            try:
+                values.append(self.parse(raw))
+            except ValueError as exc:
+                raise InvalidQueryParameter.of(self.name, f"{self.name} {exc}") from None
+        return values
+
+
+def json_or_text(name: str, description: str = "") -> RepeatedParam:
+    """Values read as JSON when they parse as JSON (``3``, ``"3"``, ``[1]``), otherwise
+    taken as text (``tea``): every value the schema allows means something."""
+
+    def parse(raw: str) -> Any:
+        check_text(raw)
+        try:
+            return json.loads(raw, parse_constant=_not_json)
+        except ValueError:
+            return raw
+
+    schema = {"type": "string", "pattern": TEXT_PATTERN}
+    return RepeatedParam(name, schema, parse, description)
+
+
+def _not_json(constant: str) -> NoReturn:
+    raise ValueError(f"{constant} is not JSON")

@@ -1,5 +1,6 @@
 """What the durable execution page shows: header, history timeline, Operations, sleeps,
-what a parked execution waits for, and the chain of runs.
+what a parked execution waits for, the chain of runs, and the parent and children of a
+child execution.
 
 Operations are read off the history (``OperationScheduled`` and its facts) and joined
 with their jobs, so the page can point at the Operation the execution is waiting for
@@ -24,6 +25,7 @@ from headgate_django.store.console import (
     execution_finished_runs,
     execution_jobs,
 )
+from headgate_django.store.durable_children import children_of
 from headgate_django.visibility import public_event_values
 
 _OUTCOME = {
@@ -188,6 +190,11 @@ def execution_snapshot(
         "waiting": _waiting(header, timers, operations),
         "runs": _runs(header),
         "history_warning": header.history_warning,
+        "parent_id": header.parent_id,
+        "children": [
+            {"id": c.id, "name": c.name, "version": c.version, "state": c.state}
+            for c in children_of(header.id)
+        ],
         "events": [_event(e, reveal) for e in reversed(events)],
         "revealed": reveal,
     }

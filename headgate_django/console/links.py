@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.contrib.admin.utils import quote
 from django.urls import NoReverseMatch, reverse
 
-_MARK = "__headgate_id__"
+ID_MARK = "__headgate_id__"
 
 
 def admin_url(name: str, *args: str, site_name: str = "admin") -> str | None:
@@ -24,8 +24,8 @@ def admin_url(name: str, *args: str, site_name: str = "admin") -> str | None:
 
 def job_url_builder(site_name: str = "admin") -> Callable[[str], str]:
     """A function from job id to the job's admin change page."""
-    template = admin_url("headgate_django_job_change", _MARK, site_name=site_name) or ""
-    return lambda job_id: template.replace(_MARK, quote(job_id)) if template else ""
+    template = admin_url("headgate_django_job_change", ID_MARK, site_name=site_name) or ""
+    return lambda job_id: template.replace(ID_MARK, quote(job_id)) if template else ""
 
 
 def workflow_url(workflow_id: str, site_name: str = "admin") -> str | None:

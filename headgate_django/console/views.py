@@ -268,4 +268,7 @@ def execution_page(request: HttpRequest, site: AdminSite, execution_id: str) -> 
             "headgate_django_runhistoryevent_changelist", site_name=site.name
         ),
         history_url=links.admin_url("headgate_django_historyevent_changelist", site_name=site.name),
+        # The page links parent and children: the script puts their ids in for the mark.
+        execution_url_template=links.execution_url(links.ID_MARK, site.name),
+        id_mark=links.ID_MARK,
     )

@@ -24,18 +24,29 @@ from typing import Any
 
 from headgate_django.control import Abort, Uncertain
 from headgate_django.durable.checker import replay
-from headgate_django.durable.registry import OperationDef, WorkflowDef, operation, workflow
-from headgate_django.exceptions import NondeterminismError, OperationFailedError
-from headgate_django.kernel.replay import Context, Future
+from headgate_django.durable.registry import (
+    OperationDef,
+    QueryDef,
+    UpdateDef,
+    WorkflowDef,
+    operation,
+    workflow,
+)
+from headgate_django.exceptions import ChildFailedError, NondeterminismError, OperationFailedError
+from headgate_django.kernel.replay import ChildFuture, Context, Future
+from headgate_django.kernel.replay_events import CANCEL_REQUESTED
 
 _LAZY = {
     "Client": "headgate_django.durable.client",
     "StartResult": "headgate_django.durable.client",
+    "SignalWithStartResult": "headgate_django.durable.client",
+    "ChildView": "headgate_django.durable.manager",
     "Manager": "headgate_django.durable.manager",
     "ExecutionView": "headgate_django.durable.manager",
     "Page": "headgate_django.durable.manager",
     "RunView": "headgate_django.durable.manager",
     "OperationContext": "headgate_django.durable.operations",
+    "UpdateView": "headgate_django.durable.updates",
 }
 
 
@@ -49,7 +60,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CANCEL_REQUESTED",
     "Abort",
+    "ChildFailedError",
+    "ChildFuture",
+    "ChildView",
     "Client",
     "Context",
     "ExecutionView",
@@ -60,9 +75,13 @@ __all__ = [
     "OperationDef",
     "OperationFailedError",
     "Page",
+    "QueryDef",
     "RunView",
+    "SignalWithStartResult",
     "StartResult",
     "Uncertain",
+    "UpdateDef",
+    "UpdateView",
     "WorkflowDef",
     "operation",
     "replay",

@@ -44,7 +44,12 @@ def replay(
             f"{sorted({(d.name, d.version) for d in candidates})}"
         )
     error = check_history(
-        match.fn, export.input, export.events, workflow_id=export.workflow_id, run_id=export.run_id
+        match.fn,
+        export.input,
+        export.events,
+        workflow_id=export.workflow_id,
+        run_id=export.run_id,
+        updates=match.update_handlers(),
     )
     if error is not None:
         raise error

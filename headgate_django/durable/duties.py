@@ -6,7 +6,9 @@
   no live workflow task gets one, an Operation job that finished without recording its
   outcome (crash quarantine, bulk cancel) has it recorded, and an Operation whose job
   vanished (deleted by hand) gets it back (:mod:`headgate_django.store.durable_repair`
-  says how, and why that neither loses nor doubles an effect).
+  says how, and why that neither loses nor doubles an effect), and the children of a
+  parent that finished without closing them (a crash right after its end) get their
+  ``parent_close_policy``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from headgate_django.conf import headgate_settings
+from headgate_django.durable.children import close_orphans
 from headgate_django.durable.workflow_task import operation_job
 from headgate_django.kernel.replay_events import ScheduleOperation
 from headgate_django.store import durable as store
@@ -55,6 +58,9 @@ def reconcile() -> dict[str, Any]:
             execution_id,
         )
     report["restored"] = restore_vanished_operations()
+    report["closed"] = close_orphans()
+    for execution_id in report["closed"]:
+        log.warning("execution %s had finished without closing its children: closed", execution_id)
     return {key: len(ids) for key, ids in report.items()}
 
 

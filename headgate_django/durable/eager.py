@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
-from headgate_django import metrics
+from headgate_django import metrics, tracing
 from headgate_django.context import JobContext
 from headgate_django.durable.registry import find_operation
 from headgate_django.envelope import Envelope
@@ -92,6 +92,8 @@ def adopted(ctx: JobContext, job: ClaimedJob) -> Iterator[JobContext]:
     host = ctx.host
     assert host is not None  # only a pass run by a worker leases eagerly
     op_ctx = JobContext(job, worker_id=ctx.worker_id)
+    if tracing.ENABLED:  # its span nests in the pass's, as its stored context says
+        op_ctx.trace_parent = tracing.carrier()
     host.adopt(job.ref, op_ctx)
     try:
         yield op_ctx

@@ -8,15 +8,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
+from django.db import connections
+
+from headgate_django.durable import queries, updates
+from headgate_django.durable.children import cancel_execution
+from headgate_django.durable.updates import UpdateView
 from headgate_django.envelope import canonical_json
-from headgate_django.exceptions import DefinitionError, NotFoundError
+from headgate_django.exceptions import (
+    DefinitionError,
+    NotFoundError,
+    UpdateFailedError,
+    WaitInTransactionError,
+)
 from headgate_django.kernel.replay_events import history_to_json
 from headgate_django.models import Execution
 from headgate_django.store import durable as store
-from headgate_django.store import durable_jobs, durable_runs
-from headgate_django.store.operator import job_cancel_many
+from headgate_django.store import durable_children, durable_jobs, durable_runs
 
 DECISIONS = ("complete", "fail", "retry")
 
@@ -35,13 +44,26 @@ class RunView:
 
 
 @dataclass(frozen=True)
+class ChildView:
+    """A child execution as its parent's view lists it."""
+
+    id: str
+    name: str
+    version: str
+    state: str
+    command_id: str
+    parent_close_policy: str
+
+
+@dataclass(frozen=True)
 class ExecutionView:
     """One execution's header as an operator sees it.
 
     ``run_id``/``run_number`` name the current run and ``history_length`` counts its events;
     ``history_warning`` is set once the run's history passed the size thresholds.
-    ``runs`` is the chain of runs, oldest first (filled by :meth:`Manager.get`; empty in
-    list pages).
+    ``runs`` is the chain of runs, oldest first; ``parent_id`` names the execution that
+    started it as a child, ``children`` the ones it started, oldest first (``runs`` and
+    ``children`` are filled by :meth:`Manager.get`; empty in list pages).
     """
 
     id: str
@@ -63,9 +85,11 @@ class ExecutionView:
     run_number: int
     history_warning: str
     runs: tuple[RunView, ...] = ()
+    parent_id: str | None = None
+    children: tuple[ChildView, ...] = ()
 
     @classmethod
-    def of(cls, row: Execution) -> ExecutionView:
+    def of(cls, row: Execution, children: list[Execution] | None = None) -> ExecutionView:
         return cls(
             id=row.id,
             name=row.name,
@@ -85,6 +109,13 @@ class ExecutionView:
             run_id=row.run_id or row.id,
             run_number=row.run_number,
             history_warning=row.history_warning,
+            parent_id=row.parent_id,
+            children=tuple(
+                ChildView(
+                    c.id, c.name, c.version, c.state, c.parent_command_id, c.parent_close_policy
+                )
+                for c in children or ()
+            ),
         )
 
 
@@ -101,14 +132,15 @@ class Manager:
         self.using = using
 
     def get(self, workflow_id: str) -> ExecutionView:
-        """The execution with its chain of runs."""
+        """The execution with its chain of runs and its children."""
         row = self._row(workflow_id)
         chain = durable_runs.execution_runs(row, using=self.using)
         runs = tuple(
             RunView(r.number, r.run_id, r.events, r.started_at, r.finished_at, r is chain[-1])
             for r in chain
         )
-        return replace(ExecutionView.of(row), runs=runs)
+        children = durable_children.children_of(row.id, using=self.using)
+        return replace(ExecutionView.of(row, children), runs=runs)
 
     def list(
         self, filters: dict[str, Any] | None = None, cursor: str | None = None, limit: int = 50
@@ -145,9 +177,9 @@ class Manager:
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by an operator") -> None:
         """Cancel a running or suspended execution and its live jobs (a running Operation
-        learns at its next lease renewal). No compensation runs."""
-        live = store.execution_cancel(workflow_id, reason=reason, using=self.using)
-        job_cancel_many(live, using=self.using)
+        learns at its next lease renewal), then its live children as their
+        ``parent_close_policy`` says. No compensation runs."""
+        cancel_execution(workflow_id, reason, using=self.using)
 
     def suspend(self, workflow_id: str, reason: str = "suspended by an operator") -> None:
         """Stop replaying a running execution until :meth:`resume`; facts still accrue."""
@@ -172,6 +204,80 @@ class Manager:
         durable_jobs.operation_resolve(
             job_id, decision=decision, result=result, error=error, using=self.using
         )
+
+    def query(self, workflow_id: str, name: str, *args: Any) -> Any:
+        """What query ``name`` of the execution's workflow returns for ``args`` (JSON), on
+        its state as of the last committed event: the history is replayed here, read-only
+        and without a lock, and nothing is ever recorded. A finished execution answers
+        with its state at the end. Raises :class:`UnknownHandlerError` for an unknown name,
+        :class:`QueryFailedError` when the handler raised (or tried to issue a command)."""
+        return queries.query(workflow_id, name, args, using=self.using)
+
+    @overload
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = ...,
+        *,
+        update_id: str | None = ...,
+        wait: Literal[True] = ...,
+        timeout: float | None = ...,
+    ) -> Any: ...
+
+    @overload
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = ...,
+        *,
+        update_id: str | None = ...,
+        wait: Literal[False],
+        timeout: float | None = ...,
+    ) -> UpdateView: ...
+
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        update_id: str | None = None,
+        wait: bool = True,
+        timeout: float | None = 30.0,
+    ) -> Any:
+        """Send update ``name`` with ``payload`` (JSON) to a running execution.
+
+        Its validator runs first, here: a rejection raises :class:`UpdateRejectedError`
+        and records nothing. Then the update is recorded and the workflow's handler runs
+        in the next replay pass. ``wait=True`` returns the handler's result (raising
+        :class:`UpdateFailedError` if it raised, :class:`UpdateTimeoutError` after
+        ``timeout`` seconds — the update still runs); ``wait=False`` returns an
+        :class:`UpdateView` at once, to poll with :meth:`get_update`. ``update_id``
+        (default: a new id) makes it exactly-once: a known id returns that update's
+        outcome without running anything again.
+        """
+        if wait and connections[self.using].in_atomic_block:
+            raise WaitInTransactionError(
+                "cannot wait for an update inside a transaction: workers see it only after "
+                "the commit (pass wait=False)"
+            )
+        view = updates.send(workflow_id, name, payload, update_id=update_id, using=self.using)
+        if not wait:
+            return view
+        view = updates.wait(view, timeout=timeout, using=self.using)
+        if view.state == "failed":
+            raise UpdateFailedError(
+                f"update {view.update_id} ({name!r}) failed: {view.error}",
+                update_id=view.update_id,
+            )
+        return view.result
+
+    def get_update(self, workflow_id: str, update_id: str) -> UpdateView:
+        """Update ``update_id`` of the execution as recorded now (``state`` accepted,
+        succeeded or failed); :class:`NotFoundError` when it was never accepted."""
+        return updates.read(workflow_id, update_id, using=self.using)
 
     def _row(self, workflow_id: str) -> Execution:
         row = store.execution_get(workflow_id, using=self.using)

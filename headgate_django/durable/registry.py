@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -30,15 +30,76 @@ _MAX_VERSION = 64
 
 
 @dataclass(frozen=True, eq=False)
+class QueryDef:
+    """A query handler ``fn(ctx, *args) -> JSON``: reads ``ctx.state``, never writes."""
+
+    fn: Callable[..., Any]
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class UpdateDef:
+    """An update handler ``fn(ctx, payload) -> JSON`` that changes ``ctx.state``, and the
+    optional ``validator(ctx, payload)`` that refuses an update by raising."""
+
+    fn: Callable[[Any, Any], Any]
+    name: str
+    validator: Callable[[Any, Any], Any] | None = None
+
+
+@dataclass(frozen=True, eq=False)
 class WorkflowDef:
-    """A registered workflow function ``fn(ctx, input) -> result``."""
+    """A registered workflow function ``fn(ctx, input) -> result``, with the query and
+    update handlers registered on it (``@definition.query`` / ``@definition.update``)."""
 
     fn: Callable[[Any, Any], Any]
     name: str
     version: str
+    queries: dict[str, QueryDef] = field(default_factory=dict)
+    updates: dict[str, UpdateDef] = field(default_factory=dict)
 
     def __call__(self, ctx: Any, input: Any = None) -> Any:
         return self.fn(ctx, input)
+
+    def query(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register ``fn(ctx, *args)`` as query ``name`` of this workflow version.
+
+        It runs on a read-only replay of the execution's history and reads ``ctx.state``;
+        it returns JSON. The decorated function is returned unchanged.
+        """
+        check_name("query name", name, _MAX_NAME)
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            _check_handler("query", fn, "(ctx, *args)", 1)
+            _add_handler(self, self.queries, "query", QueryDef(fn, name))
+            return fn
+
+        return decorate
+
+    def update(
+        self, name: str, *, validator: Callable[[Any, Any], Any] | None = None
+    ) -> Callable[[Callable[[Any, Any], Any]], Callable[[Any, Any], Any]]:
+        """Register ``fn(ctx, payload)`` as update ``name`` of this workflow version.
+
+        ``validator(ctx, payload)`` runs first, on a read-only replay, and rejects the
+        update by raising (nothing is recorded then). The handler runs inside the replay
+        where the workflow code waits, changes ``ctx.state`` and returns JSON for the
+        caller. The decorated function is returned unchanged.
+        """
+        check_name("update name", name, _MAX_NAME)
+        if validator is not None:
+            _check_handler("update validator", validator, "(ctx, payload)", 2)
+
+        def decorate(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+            _check_handler("update", fn, "(ctx, payload)", 2)
+            _add_handler(self, self.updates, "update", UpdateDef(fn, name, validator))
+            return fn
+
+        return decorate
+
+    def update_handlers(self) -> dict[str, Callable[[Any, Any], Any]]:
+        """Update name → handler, as the replay engine takes them."""
+        return {name: definition.fn for name, definition in self.updates.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +156,29 @@ def _check_function(what: str, fn: Callable[..., Any]) -> None:
         raise DefinitionError(
             f"{_origin(fn)}: a durable {what} takes exactly (ctx, input)"
         ) from None
+
+
+def _check_handler(what: str, fn: Any, shape: str, arity: int) -> None:
+    """``fn`` must take ``arity`` positional arguments (a query: ctx, then any it names)."""
+    if not callable(fn) or inspect.iscoroutinefunction(fn):
+        raise DefinitionError(f"a durable {what} is a plain (not async) function {shape}")
+    try:
+        signature = inspect.signature(fn)
+        args = [None] * arity
+        signature.bind_partial(*args) if arity == 1 else signature.bind(*args)
+    except TypeError:
+        raise DefinitionError(f"{_origin(fn)}: a durable {what} takes {shape}") from None
+
+
+def _add_handler(workflow: WorkflowDef, table: dict[str, Any], what: str, handler: Any) -> None:
+    existing = table.get(handler.name)
+    # As for workflows: re-importing the same module is not a conflict.
+    if existing is not None and _origin(existing.fn) != _origin(handler.fn):
+        raise DefinitionError(
+            f"workflow {workflow.name!r} version {workflow.version!r} already has {what} "
+            f"{handler.name!r} ({_origin(existing.fn)})"
+        )
+    table[handler.name] = handler
 
 
 def _origin(fn: Callable[..., Any]) -> str:
@@ -195,6 +279,21 @@ def _check_retry_policy(name: str, delay: Any, coefficient: Any, cap: Any) -> No
 
 def find_workflow(name: str, version: str) -> WorkflowDef | None:
     return _WORKFLOWS.get((name, version))
+
+
+def require_workflow(name: str, version: str) -> WorkflowDef:
+    """The workflow registered as (``name``, ``version``), or a ``DefinitionError`` naming
+    the versions of ``name`` this process has: what a start refuses before it writes."""
+    definition = find_workflow(name, version)
+    if definition is None:
+        known = sorted(d.version for d in registered_workflows() if d.name == name)
+        raise DefinitionError(
+            f"no durable workflow {name!r} version {version!r} is registered here"
+            + (f" (versions: {', '.join(known)})" if known else ""),
+            workflow=name,
+            version=version,
+        )
+    return definition
 
 
 def find_operation(name: str, version: str) -> OperationDef | None:

@@ -33,14 +33,8 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
-from headgate_django.durable.eager import (
-    FINISHED,
-    adopted,
-    attempt,
-    eager_lease,
-    record,
-    spent,
-)
+from headgate_django.durable.children import CONTINUED, check_child, close_children
+from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record, spent
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import (
@@ -50,25 +44,29 @@ from headgate_django.durable.registry import (
     find_workflow,
     registered_workflows,
 )
-from headgate_django.envelope import Envelope, canonical_json, new_id
+from headgate_django.envelope import Envelope, canonical_json, check_result, new_id
 from headgate_django.exceptions import (
     InvalidTransitionError,
     NondeterminismError,
     PayloadError,
     PayloadTooLargeError,
+    ResultTooLargeError,
     RevisionConflictError,
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
     OPERATION_COMPLETED,
     TIMER_FIRED,
+    Command,
     Completed,
+    CompleteUpdate,
     ContinuedAsNew,
     Event,
     Failed,
     Nondeterministic,
     Parked,
     ScheduleOperation,
+    StartChild,
     due_timers,
 )
 from headgate_django.kernel.replay_runs import history_size_warning
@@ -82,6 +80,7 @@ from headgate_django.store.durable import (
     execution_commit_pass,
     execution_suspend,
 )
+from headgate_django.store.durable_children import ChildStart
 from headgate_django.store.durable_history import from_ms, payload_bytes, to_ms
 from headgate_django.store.durable_jobs import (
     TASK_KIND,
@@ -123,7 +122,10 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     while races < MAX_RACES:
         read = histories.read(execution_id)
         if read is None or read[0].state in TERMINAL:
-            # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost.
+            # Vacuumed, cancelled, or ended by an earlier pass whose ack was lost (then its
+            # children may not have been closed yet).
+            if read is not None:
+                close_children(execution_id, read[0].state)
             return {"execution_id": execution_id, "state": read[0].state if read else None}
         header, history = read
         if header.state == "suspended":
@@ -143,11 +145,17 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             if isinstance(step, str) and step not in FINISHED:
                 raise _snooze(park.wake_at)  # it runs again later; its outcome wakes us
         if isinstance(step, dict):
+            # After the pass's transaction (and an eager fold's) committed: a child's
+            # writer locks the child before the parent, so this must not hold the parent.
+            close_children(execution_id, step["state"])
             return step
         if isinstance(step, _Park):
             raise _snooze(step.wake_at)
-        if isinstance(step, _Continued) and spent(since):
-            raise Snooze(timedelta(milliseconds=1))  # run after run: give the thread back
+        if isinstance(step, _Continued):
+            # The ended run's children get their close policy before the next run starts any.
+            close_children(execution_id, CONTINUED)
+            if spent(since):
+                raise Snooze(timedelta(milliseconds=1))  # run after run: give the thread back
         races = 0  # the Operation's outcome (or the new run) is in history: replay it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
 
@@ -253,6 +261,8 @@ def _pass(
         workflow_id=header.id,
         run_id=header.run_id,
         now_ms=now_ms,
+        check_child=check_child,
+        updates=definition.update_handlers(),
     )
     if isinstance(outcome, Nondeterministic):
         if fact is not None:
@@ -294,6 +304,11 @@ def _pass(
         history_warning=warning,
         next_run=next_run,
         waiting_on=outcome.waiting() if isinstance(outcome, Parked) else None,
+        children=[
+            ChildStart(c, uuid.uuid4().hex, header.task_queue)
+            for c in outcome.commands
+            if isinstance(c, StartChild)
+        ],
     )
     if warning:
         log.warning("execution %s: %s", header.id, warning, extra={"execution_id": header.id})
@@ -352,7 +367,18 @@ def _checked(
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
     except PayloadError as exc:
         return Failed(f"{type(exc).__name__}: {exc}", []), []
-    return outcome, operations
+    return replace(outcome, commands=[_bounded(c) for c in outcome.commands]), operations
+
+
+def _bounded(command: Command) -> Command:
+    """An update result over ``MAX_RESULT_BYTES`` fails the update, not the workflow: the
+    caller asked for too much, the workflow did nothing wrong."""
+    if isinstance(command, CompleteUpdate) and command.error is None:
+        try:
+            check_result(command.result)
+        except ResultTooLargeError as exc:
+            return replace(command, result=None, error=f"{type(exc).__name__}: {exc}")
+    return command
 
 
 def _check_next_input(input: Any) -> None:

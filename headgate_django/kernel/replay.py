@@ -5,7 +5,7 @@ primitive call gets a *command identity* from a per-pass counter for its kind, a
 by that identity to the events it produced in earlier passes, never by position in history:
 
 - Operations ``op:1``, ``op:2``, … (``execute_operation`` and ``start_operation`` share one count);
-- timers ``timer:1``, …; selects ``select:1``, …;
+- timers ``timer:1``, …; selects ``select:1``, …; child executions ``child:1``, …;
 - signal waits ``signal:<name>:1``, … per name (not recorded: the k-th wait for a name is
   bound to the k-th ``SignalReceived`` of that name, whenever it arrived);
 - patch markers ``patch:<change id>`` (keyed by the change id, recorded once).
@@ -37,7 +37,7 @@ clock. ``ctx.random()`` and ``ctx.uuid4()`` draw from two streams seeded with Wo
 duration``, where ``now_ms`` is the store clock the runtime read for this pass; replays use the
 recorded ``fire_at_ms``.
 
-Nondeterminism: a recorded command whose name/version (Operation), duration (timer) or futures
+Nondeterminism: a recorded command whose name/version (Operation, child), duration (timer) or futures
 and index (select) differ from the call; a new command issued while a recorded one is still
 unmatched; a recorded command the code never issues by the end of the pass (a patch marker
 included, unless ``deprecate_patch`` accepts it); a recorded WorkflowCompleted/WorkflowFailed/
@@ -74,6 +74,9 @@ One pass, holding the execution's lock (at most one pass per execution at a time
                         fire_at_ms}
    RecordSelect         SelectResolved {command_id, index, futures}   none
    RecordPatch          PatchRecorded {command_id, patch_id}          none
+   StartChild           ChildStarted {command_id, name, version,      insert the child execution,
+                        input, child_id, parent_close_policy}         deduped by child_id
+   CompleteUpdate       UpdateCompleted {update_id, result | error}   none (the caller polls it)
    ===================  ============================================  ============================
 
 5. ``Completed`` → append ``WorkflowCompleted {"result"}``; ``Failed`` → ``WorkflowFailed
@@ -103,6 +106,12 @@ External facts — append, then wake a pass (``execution_key`` = the ScheduleOpe
   Losing timers fire too; that is harmless.
 - Signal delivered: ``SignalReceived {name, payload, message_id?}`` (after inbox dedupe).
   Signals nobody waits for stay buffered; they are never "unconsumed history".
+- Child ended: ``ChildCompleted {command_id, child_id, result}`` or ``ChildFailed
+  {command_id, child_id, state, reason}`` (failed, cancelled, or could not start), appended
+  to the parent in the transaction that ends the child; one per child (fact key: its id).
+- Update accepted (its validator passed on a read-only replay up to the last seq):
+  ``UpdateAccepted {update_id, name, payload}``, appended only if history has not moved
+  since. Its handler runs where the code waits (:mod:`.replay_updates`).
 - Cancel: ``WorkflowCancelled {reason?}``. Suspend/resume may append ``WorkflowSuspended`` /
   ``WorkflowResumed`` (audit only). Events after a terminal event are allowed and ignored.
 """
@@ -113,17 +122,27 @@ import copy
 import inspect
 import random
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from headgate_django.exceptions import NondeterminismError, OperationFailedError
+from headgate_django.exceptions import (
+    ChildFailedError,
+    HandlerCommandError,
+    NondeterminismError,
+    OperationFailedError,
+)
 from headgate_django.kernel.replay_events import (
+    CHILD_COMPLETED,
+    CHILD_FAILED,
+    CHILD_PREFIX,
+    CHILD_STARTED,
     CODE_ENDINGS,
     OP_PREFIX,
     OPERATION_COMPLETED,
     OPERATION_FAILED,
     OPERATION_SCHEDULED,
+    PARENT_CLOSE_POLICIES,
     PATCH_RECORDED,
     SELECT_PREFIX,
     SIGNAL_PREFIX,
@@ -143,14 +162,30 @@ from headgate_django.kernel.replay_events import (
     Parked,
     RecordSelect,
     ScheduleOperation,
+    StartChild,
     StartTimer,
     index_history,
 )
 from headgate_django.kernel.replay_runs import carried_signals, patch_answer, patch_deprecated
+from headgate_django.kernel.replay_updates import UpdateHandler, UpdateQueue
 
-__all__ = ["Context", "Future", "ReplayUnwind", "WorkflowFunction", "check_history", "replay"]
+__all__ = [
+    "ChildCheck",
+    "ChildFuture",
+    "Context",
+    "Future",
+    "ReplayUnwind",
+    "WorkflowFunction",
+    "check_history",
+    "child_execution_id",
+    "replay",
+]
 
 WorkflowFunction = Callable[["Context", Any], Any]
+#: Called with each new child start before it is issued; raises (in the code) to refuse it.
+ChildCheck = Callable[[StartChild], None]
+#: The longest execution id the store keeps.
+MAX_EXECUTION_ID = 200
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -168,8 +203,18 @@ class ReplayUnwind(BaseException):
 class _Pass:
     """The state of one replay pass: position, clock, counters, matched and new commands."""
 
-    def __init__(self, index: HistoryIndex, *, workflow_id: str, run_id: str, now_ms: int) -> None:
+    def __init__(
+        self,
+        index: HistoryIndex,
+        *,
+        workflow_id: str,
+        run_id: str,
+        now_ms: int,
+        check_child: ChildCheck | None = None,
+        updates: Mapping[str, UpdateHandler] | None = None,
+    ) -> None:
         self.index = index
+        self.check_child = check_child
         self.workflow_id = workflow_id
         self.run_id = run_id
         self.now_ms = now_ms
@@ -188,6 +233,11 @@ class _Pass:
         seed = index.started.payload.get("seed")
         self.seed = seed if isinstance(seed, str) and seed else run_id
         self.rngs: dict[str, random.Random] = {}
+        self.state: dict[str, Any] = {}  # what query and update handlers read (ctx.state)
+        self.updates = UpdateQueue(index, updates or {})
+        #: A query's replay: new commands are dropped, so nothing can be recorded.
+        self.read_only = False
+        self.in_handler = False
 
     def guard(self) -> None:
         if self.closed:
@@ -195,12 +245,19 @@ class _Pass:
         if self.waiting_on is not None or self.error is not None or self.continued is not None:
             raise ReplayUnwind()
 
+    def no_handler(self) -> None:
+        if self.in_handler:
+            raise HandlerCommandError()
+
     def next_id(self, prefix: str) -> str:
+        self.no_handler()
         count = self.counters.get(prefix, 0) + 1
         self.counters[prefix] = count
         return f"{prefix}{count}"
 
     def park(self, waiting_on: tuple[str, ...], select: str | None = None) -> NoReturn:
+        self.no_handler()
+        self.updates.run_before(self, None)  # they arrive while the code waits
         self.waiting_on = waiting_on
         self.parked_select = select
         raise ReplayUnwind()
@@ -236,16 +293,31 @@ class _Pass:
         return self.index.commands[cid]
 
     def emit_command(self, command: Command) -> None:
+        if self.read_only:
+            return  # a query's replay is refused every new command: it records nothing
         self.commands.append(command)
 
     def advance(self, fact: Event) -> None:
         if fact.seq > self.pos:
+            self.no_handler()
+            self.updates.run_before(self, fact.seq)  # accepted while the code waited
             self.pos = fact.seq
             self.clock_ms = max(self.clock_ms, fact.at_ms)
 
     def wake_at_ms(self) -> int | None:
         unfired = [at for cid, at in self.timers.items() if cid not in self.index.facts]
         return min(unfired, default=None)
+
+    def run_handler(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+        """``(True, fn(ctx, *args))``, or ``(False, reason)`` when it raised: a query's,
+        validator's or update's handler, which may read and change ``ctx.state`` only."""
+        self.in_handler = True
+        try:
+            return True, fn(Context(self), *args)
+        except Exception as exc:  # the handler's failure is data, like the workflow's
+            return False, _reason(exc)
+        finally:
+            self.in_handler = False
 
     def rng(self, stream: str) -> random.Random:
         # A str seed is hashed with SHA-512, so the stream is the same in every process.
@@ -263,6 +335,8 @@ def _describe(event: Event) -> str:
         what = f"duration_ms={payload['duration_ms']}"
     elif event.type == PATCH_RECORDED:
         what = f"patch_id={payload['patch_id']!r}"
+    elif event.type == CHILD_STARTED:
+        what = f"name={payload['name']!r}, version={payload['version']!r}"
     else:
         what = f"index={payload['index']}, futures={payload['futures']}"
     return f"{payload['command_id']} ({event.type}({what}) at seq {event.seq})"
@@ -292,23 +366,26 @@ class Future:
         return self._fact is not None and self._fact.seq <= self._pass.pos
 
     def result(self) -> Any:
-        """The value: the Operation's result, the signal's payload, or None for a timer.
+        """The value: the Operation's or child's result, the signal's payload, or None for a
+        timer.
 
-        Raises :class:`OperationFailedError` when the Operation failed.
+        Raises :class:`OperationFailedError` when the Operation failed and
+        :class:`ChildFailedError` when the child did not succeed.
         """
         fact = self._settle()
-        if fact.type == OPERATION_FAILED:
+        if fact.type in (OPERATION_FAILED, CHILD_FAILED):
             raise self._failure(fact)
-        if fact.type == OPERATION_COMPLETED:
+        if fact.type in (OPERATION_COMPLETED, CHILD_COMPLETED):
             return copy.deepcopy(fact.payload.get("result"))
         if fact.type == SIGNAL_RECEIVED:
             return copy.deepcopy(fact.payload.get("payload"))
         return None
 
-    def exception(self) -> OperationFailedError | None:
-        """The Operation's failure, or None; parks like ``result()`` so it is deterministic."""
+    def exception(self) -> OperationFailedError | ChildFailedError | None:
+        """The Operation's or child's failure, or None; parks like ``result()`` so it is
+        deterministic."""
         fact = self._settle()
-        return self._failure(fact) if fact.type == OPERATION_FAILED else None
+        return self._failure(fact) if fact.type in (OPERATION_FAILED, CHILD_FAILED) else None
 
     def _settle(self) -> Event:
         self._pass.guard()
@@ -318,11 +395,34 @@ class Future:
         self._pass.advance(fact)
         return fact
 
-    def _failure(self, fact: Event) -> OperationFailedError:
+    def _failure(self, fact: Event) -> OperationFailedError | ChildFailedError:
+        if fact.type == CHILD_FAILED:
+            child_id, reason = fact.payload["child_id"], fact.payload.get("reason") or "failed"
+            state = str(fact.payload.get("state") or "failed")
+            return ChildFailedError(
+                f"child {child_id} ({self._label}) is {state}: {reason}",
+                child_id=child_id,
+                reason=reason,
+                state=state,
+                command_id=self.command_id,
+                seq=fact.seq,
+            )
         message = fact.payload.get("error") or "operation failed"
         return OperationFailedError(
             message, command_id=self.command_id, operation=self._label, seq=fact.seq
         )
+
+
+class ChildFuture(Future):
+    """The handle of a child execution: ``child_id`` names it, ``result()`` waits for it."""
+
+    __slots__ = ("child_id",)
+
+    def __init__(
+        self, pass_: _Pass, command_id: str, fact: Event | None, label: str, child_id: str
+    ):
+        super().__init__(pass_, command_id, fact, label)
+        self.child_id = child_id
 
 
 class Context:
@@ -344,6 +444,12 @@ class Context:
     @property
     def run_id(self) -> str:
         return self._pass.run_id
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """What the code keeps for its query and update handlers: a dict rebuilt by every
+        replay (so anything may go in it; query results must be JSON)."""
+        return self._pass.state
 
     def execute_operation(self, name: str, version: str, input: Any = None) -> Future:
         """Schedule Operation ``name@version`` (or replay it) and park until it settles."""
@@ -370,6 +476,71 @@ class Context:
                 actual=f"{name}@{version}",
             )
         return Future(p, cid, p.index.facts.get(cid), f"operation {name}@{version}")
+
+    def start_child(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: str,
+        key: str | None = None,
+        parent_close_policy: str = "terminate",
+    ) -> ChildFuture:
+        """Start child execution of workflow ``workflow@version`` (or replay its start)
+        without waiting; ``result()`` on the handle waits for the child's result.
+
+        The child's id is ``key`` when given, else derived from this run and the command
+        id, so a re-run never starts a second child. ``parent_close_policy`` says what
+        becomes of the child if it is still live when this execution finishes:
+        ``terminate`` (cancel it), ``abandon`` (let it run) or ``request_cancel`` (send it
+        the cancel-requested signal and let it finish by itself).
+        """
+        p = self._pass
+        p.guard()
+        _check_name("workflow name", workflow)
+        _check_name("workflow version", version)
+        if key is not None:
+            _check_name("child key", key)
+        if parent_close_policy not in PARENT_CLOSE_POLICIES:
+            raise ValueError(
+                f"parent_close_policy must be one of {', '.join(PARENT_CLOSE_POLICIES)}, "
+                f"not {parent_close_policy!r}"
+            )
+        cid = p.next_id(CHILD_PREFIX)
+        recorded = p.match(cid)
+        label = f"workflow {workflow}@{version}"
+        if recorded is None:
+            child_id = child_execution_id(p.run_id, cid, key)
+            command = StartChild(cid, workflow, version, input, child_id, parent_close_policy)
+            if p.check_child is not None:
+                p.check_child(command)
+            p.emit_command(command)
+        elif (recorded.payload["name"], recorded.payload["version"]) != (workflow, version):
+            p.diverge(
+                f"{cid}: the code starts child workflow {workflow!r} version {version!r}, but "
+                f"history has {_describe(recorded)}.",
+                command_id=cid,
+                expected=f"{recorded.payload['name']}@{recorded.payload['version']}",
+                actual=f"{workflow}@{version}",
+            )
+        else:
+            child_id = recorded.payload["child_id"]
+        return ChildFuture(p, cid, p.index.facts.get(cid), label, child_id)
+
+    def child(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: str,
+        key: str | None = None,
+        parent_close_policy: str = "terminate",
+    ) -> Any:
+        """Start a child execution and wait for it: its result, or ``ChildFailedError``."""
+        handle = self.start_child(
+            workflow, input, version=version, key=key, parent_close_policy=parent_close_policy
+        )
+        return handle.result()
 
     def sleep(self, duration: timedelta) -> Future:
         """Start a durable timer; the Future is ready once it fired. Never parks by itself."""
@@ -489,6 +660,18 @@ def _check_name(what: str, value: Any) -> None:
         raise ValueError(f"The {what} must be a non-empty string, not {value!r}")
 
 
+def child_execution_id(run_id: str, command_id: str, key: str | None = None) -> str:
+    """The id of the child that command ``command_id`` of run ``run_id`` starts: ``key``
+    when given, else ``<run>:<command>`` (hashed when that would be over the id limit)."""
+    if key is not None:
+        return key
+    derived = f"{run_id}:{command_id}"
+    if len(derived) <= MAX_EXECUTION_ID:
+        return derived
+    digest = uuid.uuid5(uuid.NAMESPACE_URL, derived).hex  # a name hash: the same everywhere
+    return f"{run_id[: MAX_EXECUTION_ID - len(command_id) - 35]}~{digest}:{command_id}"
+
+
 def _decide(futures: tuple[Future, ...], pos: int) -> int | None:
     """First future settled at ``pos``; else the one whose fact came first; else None."""
     earliest: int | None = None
@@ -537,23 +720,58 @@ def replay(
     workflow_id: str,
     run_id: str | None = None,
     now_ms: int | None = None,
+    check_child: ChildCheck | None = None,
+    updates: Mapping[str, UpdateHandler] | None = None,
 ) -> Outcome:
     """Run ``fn(ctx, input)`` against ``history`` once and say what happened.
 
     ``now_ms`` is the store clock read for this pass (it only dates new timers); it defaults
-    to the last event's ``at_ms``. Never raises because of workflow code: its exceptions
-    become ``Failed``; only KeyboardInterrupt/SystemExit (process control) propagate.
+    to the last event's ``at_ms``. ``check_child`` vets each new child start (the runtime
+    refuses unknown workflows and oversized inputs there, where the code can see it).
+    ``updates`` maps update names to their handlers (see
+    :mod:`headgate_django.kernel.replay_updates`). Never raises because of workflow code:
+    its exceptions become ``Failed``; only KeyboardInterrupt/SystemExit (process control)
+    propagate.
     """
+    p = open_pass(
+        history,
+        workflow_id=workflow_id,
+        run_id=run_id,
+        now_ms=now_ms,
+        check_child=check_child,
+        updates=updates,
+    )
+    if isinstance(p, Nondeterministic):
+        return p
+    return run_pass(fn, input, p)
+
+
+def open_pass(
+    history: Iterable[Event],
+    *,
+    workflow_id: str,
+    run_id: str | None = None,
+    now_ms: int | None = None,
+    check_child: ChildCheck | None = None,
+    updates: Mapping[str, UpdateHandler] | None = None,
+) -> _Pass | Nondeterministic:
+    """A pass over ``history``, or why the history cannot be replayed."""
     try:
         index = index_history(history)
     except NondeterminismError as corrupt:
         return Nondeterministic(corrupt)
-    p = _Pass(
+    return _Pass(
         index,
         workflow_id=workflow_id,
         run_id=run_id or workflow_id,
         now_ms=index.last.at_ms if now_ms is None else now_ms,
+        check_child=check_child,
+        updates=updates,
     )
+
+
+def run_pass(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
+    """Run the workflow code through pass ``p`` and check it against history."""
     ran = _run(fn, input, p)
     if p.error is not None:
         return Nondeterministic(p.error)
@@ -562,7 +780,12 @@ def replay(
         if p.waiting_on is None
         else Parked(p.commands, p.wake_at_ms(), p.waiting_on, p.parked_select)
     )
-    mismatch = _unissued(p, outcome) or _ending_changed(p, outcome)
+    # At the end of the run, the pass records the updates the code never reached (in
+    # outcome.commands): a new run does not inherit them.
+    ended = (
+        p.updates.finish(p) if isinstance(outcome, Completed | Failed | ContinuedAsNew) else None
+    )
+    mismatch = ended or _unissued(p, outcome) or _ending_changed(p, outcome)
     return outcome if mismatch is None else Nondeterministic(mismatch)
 
 
@@ -573,13 +796,14 @@ def check_history(
     *,
     workflow_id: str = "",
     run_id: str | None = None,
+    updates: Mapping[str, UpdateHandler] | None = None,
 ) -> NondeterminismError | None:
     """The nondeterminism replaying ``history`` with ``fn`` reveals, or None if it matches.
 
     For the replay checker and golden-history tests: run new code against exported histories
     before deploying it.
     """
-    outcome = replay(fn, input, history, workflow_id=workflow_id, run_id=run_id)
+    outcome = replay(fn, input, history, workflow_id=workflow_id, run_id=run_id, updates=updates)
     return outcome.error if isinstance(outcome, Nondeterministic) else None
 
 

@@ -37,13 +37,19 @@ WORKFLOW_CANCELLED = "WorkflowCancelled"
 WORKFLOW_CONTINUED_AS_NEW = "WorkflowContinuedAsNew"
 #: ``ctx.patched(change_id)`` took the new branch here (recorded once per change id).
 PATCH_RECORDED = "PatchRecorded"
+CHILD_STARTED = "ChildStarted"
+CHILD_COMPLETED = "ChildCompleted"
+CHILD_FAILED = "ChildFailed"
 #: Audit-only events an operator's Suspend/Resume may append; replay ignores them.
 WORKFLOW_SUSPENDED = "WorkflowSuspended"
 WORKFLOW_RESUMED = "WorkflowResumed"
+#: An update passed its validator (written by the caller) / its handler ran (by a pass).
+UPDATE_ACCEPTED = "UpdateAccepted"
+UPDATE_COMPLETED = "UpdateCompleted"
 
 #: Events a pass's commands produce: each must be matched by the code on every replay.
 COMMAND_EVENT_TYPES = frozenset(
-    {OPERATION_SCHEDULED, TIMER_SCHEDULED, SELECT_RESOLVED, PATCH_RECORDED}
+    {OPERATION_SCHEDULED, TIMER_SCHEDULED, SELECT_RESOLVED, PATCH_RECORDED, CHILD_STARTED}
 )
 TERMINAL_EVENT_TYPES = frozenset(
     {WORKFLOW_COMPLETED, WORKFLOW_FAILED, WORKFLOW_CANCELLED, WORKFLOW_CONTINUED_AS_NEW}
@@ -58,6 +64,13 @@ SELECT_PREFIX = "select:"
 SIGNAL_PREFIX = "signal:"
 #: Patch markers are keyed by their change id, not counted: ``patch:<change id>``.
 PATCH_PREFIX = "patch:"
+CHILD_PREFIX = "child:"
+
+#: What happens to a child still live when its parent finishes (completed, failed, cancelled).
+PARENT_CLOSE_POLICIES = ("terminate", "abandon", "request_cancel")
+#: The signal a ``request_cancel`` child receives when its parent finishes; its payload is
+#: ``{"parent_id": ..., "parent_state": ...}``. Wait for it to wind down cleanly.
+CANCEL_REQUESTED = "headgate.cancel-requested"
 
 UNCERTAIN_DECISIONS = frozenset({"complete", "fail", "retry"})
 
@@ -164,7 +177,68 @@ class RecordPatch:
         return {"command_id": self.command_id, "patch_id": self.patch_id}
 
 
-Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect | RecordPatch
+@dataclass(frozen=True)
+class StartChild:
+    """Start child execution ``child_id`` of workflow ``name@version`` with ``input``.
+
+    The runtime inserts the child with the ``ChildStarted`` event, in one transaction, and
+    dedupes on ``child_id``: a pass retried after a crash never starts a second child.
+    """
+
+    event_type: ClassVar[str] = CHILD_STARTED
+
+    command_id: str
+    name: str
+    version: str
+    input: Any
+    child_id: str
+    parent_close_policy: str
+
+    def event_payload(self) -> dict[str, Any]:
+        return {
+            "command_id": self.command_id,
+            "name": self.name,
+            "version": self.version,
+            "input": self.input,
+            "child_id": self.child_id,
+            "parent_close_policy": self.parent_close_policy,
+        }
+
+
+@dataclass(frozen=True)
+class CompleteUpdate:
+    """The outcome of accepted update ``update_id``: the handler's ``result``, or ``error``.
+
+    ``handled`` is False when the workflow ended before its code reached the update (then
+    ``error`` says so). Replay runs the handler again to rebuild the state, but the
+    recorded outcome is what callers get: it is never recorded twice.
+    """
+
+    event_type: ClassVar[str] = UPDATE_COMPLETED
+
+    update_id: str
+    result: Any = None
+    error: str | None = None
+    handled: bool = True
+
+    @property
+    def command_id(self) -> str:
+        return f"update:{self.update_id}"
+
+    def event_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"update_id": self.update_id}
+        if self.error is None:
+            payload["result"] = self.result
+        else:
+            payload["error"] = self.error
+        if not self.handled:
+            payload["handled"] = False
+        return payload
+
+
+Command: TypeAlias = (
+    ScheduleOperation | StartTimer | RecordSelect | RecordPatch | StartChild | CompleteUpdate
+)
 
 
 # -- outcomes of one pass ------------------------------------------------------------
@@ -256,11 +330,15 @@ class HistoryIndex:
     #: SelectResolved), and those ids in seq order for error messages.
     commands: dict[str, Event] = field(default_factory=dict)
     command_order: list[str] = field(default_factory=list)
-    #: command_id -> the fact that settled it (OperationCompleted/Failed, TimerFired).
+    #: command_id -> the fact that settled it (OperationCompleted/Failed, TimerFired,
+    #: ChildCompleted/Failed).
     facts: dict[str, Event] = field(default_factory=dict)
     uncertain: set[str] = field(default_factory=set)
     #: signal name -> its SignalReceived events in seq order.
     signals: dict[str, list[Event]] = field(default_factory=dict)
+    #: update_id -> its UpdateAccepted (in seq order), and -> its UpdateCompleted.
+    updates: dict[str, Event] = field(default_factory=dict)
+    update_results: dict[str, Event] = field(default_factory=dict)
     terminal: Event | None = None
 
 
@@ -422,6 +500,37 @@ def _on_patch_recorded(index: HistoryIndex, event: Event) -> None:
         raise _corrupt(event, f"command_id {cid!r} does not name its patch_id")
 
 
+def _on_child_started(index: HistoryIndex, event: Event) -> None:
+    _field(event, "name", str)
+    _field(event, "version", str)
+    _field(event, "child_id", str)
+    _add_command(index, event, CHILD_PREFIX)
+
+
+def _on_child_settled(index: HistoryIndex, event: Event) -> None:
+    if event.type == CHILD_FAILED:
+        _field(event, "reason", str, optional=True)
+    index.facts[_scheduled(index, event, CHILD_PREFIX)] = event
+
+
+def _on_update_accepted(index: HistoryIndex, event: Event) -> None:
+    update_id = _field(event, "update_id", str)
+    _field(event, "name", str)
+    if update_id in index.updates:
+        raise _corrupt(event, f"update {update_id!r} was already accepted")
+    index.updates[update_id] = event
+
+
+def _on_update_completed(index: HistoryIndex, event: Event) -> None:
+    update_id = _field(event, "update_id", str)
+    if update_id not in index.updates:
+        raise _corrupt(event, f"update {update_id!r} was never accepted")
+    if update_id in index.update_results:
+        raise _corrupt(event, f"update {update_id!r} already completed")
+    _field(event, "error", str, optional=True)
+    index.update_results[update_id] = event
+
+
 def _on_terminal(index: HistoryIndex, event: Event) -> None:
     if index.terminal is not None:
         raise _corrupt(event, f"the workflow already ended at seq {index.terminal.seq}")
@@ -447,6 +556,11 @@ _HANDLERS = {
     TIMER_FIRED: _on_timer_fired,
     SIGNAL_RECEIVED: _on_signal_received,
     SELECT_RESOLVED: _on_select_resolved,
+    CHILD_STARTED: _on_child_started,
+    CHILD_COMPLETED: _on_child_settled,
+    CHILD_FAILED: _on_child_settled,
+    UPDATE_ACCEPTED: _on_update_accepted,
+    UPDATE_COMPLETED: _on_update_completed,
     WORKFLOW_COMPLETED: _on_terminal,
     WORKFLOW_FAILED: _on_terminal,
     WORKFLOW_CANCELLED: _on_terminal,

@@ -40,15 +40,18 @@ from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent, Signal
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
 from headgate_django.store.claim import ClaimedJob
+from headgate_django.store.durable_children import ChildStart, child_ended, children_insert
 from headgate_django.store.durable_history import (
     EXEC_TABLE,
     HISTORY_TABLE,
     NewEvent,
+    NewHeader,
     append,
     append_fact,
     history_append,
     history_load,
     insert_events,
+    insert_header,
     lock_execution,
     payload_bytes,
     prep,
@@ -58,6 +61,7 @@ from headgate_django.store.durable_history import (
 from headgate_django.store.durable_runs import NextRun, run_start_next, runs_vacuum
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.insert import job_insert_many
+from headgate_django.store.tracing import job_trace_stamp
 
 _MS = timedelta(milliseconds=1)
 
@@ -73,6 +77,7 @@ __all__ = [
     "execution_read",
     "execution_reconcile",
     "execution_resume",
+    "execution_signal_with_start",
     "execution_start",
     "execution_suspend",
     "execution_vacuum",
@@ -211,40 +216,27 @@ def execution_start(
     ``business_key`` is returned instead of starting another one.
     """
     conn = v.connection_for(using)
-    q = conn.ops.quote_name
     with transaction.atomic(using=using), conn.cursor() as cursor:
         live = _live_with_key(name, business_key, using)
         if live is not None:
             return live, True
         if Execution.objects.using(using).filter(pk=execution_id).exists():
             raise IdConflictError(f"execution {execution_id} already exists", id=execution_id)
-        now = v.now(conn)
+        header = NewHeader(execution_id, name, version, input, task_queue, business_key, meta)
         started = NewEvent(WORKFLOW_STARTED, {"input": input, "seed": seed})
         try:
             with transaction.atomic(using=using):
-                cursor.execute(
-                    f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
-                    "failure_reason, suspended_reason, business_idempotency_key, task_queue, "
-                    "meta, last_seq, history_bytes, created_at, updated_at) VALUES "
-                    f"(%s, %s, %s, 'running', %s, '', '', %s, %s, %s, 1, %s, {now}, {now})",
-                    [
-                        execution_id,
-                        name,
-                        version,
-                        prep(Execution, "input", input, conn),
-                        business_key,
-                        task_queue,
-                        prep(Execution, "meta", meta, conn),
-                        payload_bytes([started]),
-                    ],
-                )
+                insert_header(cursor, conn, header, history_bytes=payload_bytes([started]))
         except IntegrityError as exc:  # lost a race for the business key or the id
             live = _live_with_key(name, business_key, using)
             if live is not None:
                 return live, True
             raise IdConflictError(f"execution {execution_id} already exists") from exc
         insert_events(cursor, conn, execution_id, 1, [started])
-        job_insert_many([jobs.task_envelope(execution_id, task_queue)], using=using)
+        job_trace_stamp(
+            job_insert_many([jobs.task_envelope(execution_id, task_queue)], using=using),
+            using=using,
+        )
     return execution_id, False
 
 
@@ -272,6 +264,7 @@ def execution_commit_pass(
     history_warning: str | None = None,
     next_run: NextRun | None = None,
     waiting_on: dict[str, Any] | None = None,
+    children: Sequence[ChildStart] = (),
     using: str = "default",
 ) -> ClaimedJob | None:
     """Record what one replay pass decided, in one transaction fenced twice.
@@ -290,6 +283,9 @@ def execution_commit_pass(
     ``history_warning`` records the run's history-size warning; ``next_run`` ends the run
     (the events end with its ``WorkflowContinuedAsNew``) and starts the next one
     (:func:`.durable_runs.run_start_next`).
+    ``children`` are inserted with the ``ChildStarted`` events among ``events``
+    (:func:`.durable_children.children_insert`); an ``ending`` tells this execution's
+    parent, if it has one.
     """
     conn = v.connection_for(using)
     header: dict[str, Any] = {"next_timer_at": next_timer_at, "waiting_on": waiting_on}
@@ -309,9 +305,24 @@ def execution_commit_pass(
         # The compare-and-set takes the header lock first, as every durable writer does.
         last = append(cursor, conn, execution_id, expected_seq, events, header, state="running")
         jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)
+        refused = children_insert(cursor, conn, execution_id, children, through_seq=expected_seq)
+        if refused and next_run is None:
+            append(cursor, conn, execution_id, last, refused)
+            # Replay again at once with the refusals (children share the parent's queue).
+            jobs.task_wake(cursor, conn, execution_id, children[0].task_queue)
         if next_run is not None:
+            # A child the ended run could not start has nobody left to tell.
             run_start_next(
                 cursor, conn, execution_id=execution_id, last_seq=last, next_run=next_run
+            )
+        if ending is not None:
+            child_ended(
+                cursor,
+                conn,
+                execution_id,
+                state=ending.state,
+                result=ending.result,
+                reason=ending.failure_reason,
             )
         if eager is not None:
             # Inserted pending, not available: no other worker is woken up for it.
@@ -363,6 +374,26 @@ def signal_deliver(
         if locked.state == "running":
             jobs.task_wake(cursor, conn, execution_id, locked.task_queue)
     return True
+
+
+def execution_signal_with_start(
+    start: dict[str, Any],
+    *,
+    signal_name: str,
+    payload: Any,
+    message_id: str | None,
+    using: str = "default",
+) -> tuple[str, bool, bool]:
+    """In one transaction: start the execution :func:`execution_start` describes unless a
+    live one holds its business key, then deliver the signal to whichever it is. Returns
+    ``(execution_id, started, delivered)``; ``delivered`` is False for a repeated
+    ``message_id``."""
+    with transaction.atomic(using=using):
+        execution_id, deduplicated = execution_start(**start, using=using)
+        delivered = signal_deliver(
+            execution_id, name=signal_name, payload=payload, message_id=message_id, using=using
+        )
+    return execution_id, not deduplicated, delivered
 
 
 # -- operator verbs ------------------------------------------------------------------
@@ -417,6 +448,8 @@ def _transition(execution_id: str, target: str, *, reason: str = "", using: str)
         append(cursor, conn, execution_id, last_seq, [event], header)
         if target == "running":
             jobs.task_wake(cursor, conn, execution_id, task_queue, reset_attempts=True)
+        elif target == "cancelled":
+            child_ended(cursor, conn, execution_id, state=target, reason=reason)
 
 
 # -- maintenance ---------------------------------------------------------------------

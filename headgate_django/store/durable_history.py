@@ -224,6 +224,49 @@ def next_timer(history: Sequence[Event], *, fired: Sequence[str] = ()) -> dateti
     return from_ms(min(valid)) if valid else None
 
 
+@dataclass(frozen=True)
+class NewHeader:
+    """A new execution header; ``parent_id`` and the rest are set for a child execution."""
+
+    id: str
+    name: str
+    version: str
+    input: Any
+    task_queue: str
+    business_key: str | None = None
+    meta: dict[str, Any] | None = None
+    parent_id: str | None = None
+    parent_command_id: str = ""
+    parent_close_policy: str = ""
+
+
+def insert_header(cursor: Any, conn: Any, header: NewHeader, *, history_bytes: int) -> None:
+    """Insert a running header at seq 1 (its ``WorkflowStarted``, of ``history_bytes``
+    payload bytes, is the caller's to add)."""
+    q = conn.ops.quote_name
+    now = v.now(conn)
+    cursor.execute(
+        f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
+        "failure_reason, suspended_reason, business_idempotency_key, task_queue, meta, "
+        "parent_id, parent_command_id, parent_close_policy, last_seq, history_bytes, "
+        "created_at, updated_at) VALUES "
+        f"(%s, %s, %s, 'running', %s, '', '', %s, %s, %s, %s, %s, %s, 1, %s, {now}, {now})",
+        [
+            header.id,
+            header.name,
+            header.version,
+            prep(Execution, "input", header.input, conn),
+            header.business_key,
+            header.task_queue,
+            prep(Execution, "meta", header.meta or {}, conn),
+            header.parent_id,
+            header.parent_command_id,
+            header.parent_close_policy,
+            history_bytes,
+        ],
+    )
+
+
 def insert_events(
     cursor: Any, conn: Any, execution_id: str, first_seq: int, events: Sequence[NewEvent]
 ) -> None:

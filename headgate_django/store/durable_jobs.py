@@ -57,6 +57,7 @@ from headgate_django.store.fenced import (
 )
 from headgate_django.store.insert import _insert, _plan, job_insert_many
 from headgate_django.store.rows import RowReader, prep
+from headgate_django.store.tracing import job_trace_stamp
 
 TASK_KIND = DURABLE_TASK_KIND
 OP_KIND = DURABLE_OP_KIND
@@ -171,7 +172,8 @@ def task_wake(
     cursor.execute("SELECT state FROM headgate_job WHERE id = %s", [job_id])
     row = cursor.fetchone()
     if row is None:
-        job_insert_many([task_envelope(execution_id, task_queue)], using=conn.alias)
+        ids = job_insert_many([task_envelope(execution_id, task_queue)], using=conn.alias)
+        job_trace_stamp(ids, using=conn.alias)
     elif row[0] == s.RETRYABLE.value and reset_attempts:
         cursor.execute("UPDATE headgate_job SET attempt = 0 WHERE id = %s", [job_id])
     elif row[0] not in (s.RETRYABLE.value, s.QUARANTINED.value):
@@ -210,8 +212,10 @@ def operation_insert(conn: Any, envelopes: Sequence[Envelope]) -> None:
     """Enqueue a pass's Operation jobs. They cannot exist yet (a job is inserted in the
     transaction that records its OperationScheduled, and replay never schedules a recorded
     command again), so the enqueue's duplicate and quarantine checks are skipped: this is
-    the hot path of every Operation."""
-    _insert(conn, _plan(envelopes))
+    the hot path of every Operation. With tracing on they carry the pass's span."""
+    rows = _plan(envelopes)
+    _insert(conn, rows)
+    job_trace_stamp([row.id for row in rows], using=conn.alias)
 
 
 @dataclass(frozen=True)

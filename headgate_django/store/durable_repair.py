@@ -29,6 +29,8 @@ from django.db.models import Count
 
 from headgate_django.envelope import Envelope, internal
 from headgate_django.kernel.replay_events import (
+    OPERATION_COMPLETED,
+    OPERATION_FAILED,
     OPERATION_SCHEDULED,
     OPERATION_UNCERTAIN,
     OPERATION_UNCERTAIN_RESOLVED,
@@ -41,6 +43,8 @@ from headgate_django.store.durable_jobs import OP_KIND, group_of
 from headgate_django.store.fenced import error_entry
 from headgate_django.store.insert import _insert, _plan, job_insert_many
 from headgate_django.store.rows import prep
+
+OPERATION_OUTCOMES = (OPERATION_COMPLETED, OPERATION_FAILED)
 
 _MS = timedelta(milliseconds=1)
 #: What the restored job of an undecided uncertain Operation says it is waiting for.
@@ -103,7 +107,10 @@ def operation_find_vanished(
 def _known_keys(ids: list[str], using: str) -> dict[str, set[str]]:
     """Per execution, the execution keys that have an outcome in history or a job row."""
     known: dict[str, set[str]] = {i: set() for i in ids}
-    facts = HistoryEvent.objects.using(using).filter(execution_id__in=ids, fact_key__isnull=False)
+    # Only Operation outcomes: an accepted update's fact key names no Operation.
+    facts = HistoryEvent.objects.using(using).filter(
+        execution_id__in=ids, fact_key__isnull=False, type__in=OPERATION_OUTCOMES
+    )
     for execution_id, key in facts.values_list("execution_id", "fact_key"):
         known[execution_id].add(key or "")
     groups = {group_of(i): i for i in ids}

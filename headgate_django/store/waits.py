@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 
+from headgate_django.conf import headgate_settings
 from headgate_django.envelope import Envelope
 from headgate_django.kernel.states import TERMINAL_STATES, State
 from headgate_django.models import Job
@@ -85,8 +86,8 @@ class FinishedListener:
     def __init__(self, using: str = "default") -> None:
         import psycopg
 
-        params = connections[using].get_connection_params()
-        self._conn = psycopg.connect(**params, autocommit=True)
+        alias = headgate_settings.LISTEN_USING or using  # a pooler's bypass, if set
+        self._conn = psycopg.connect(**connections[alias].get_connection_params(), autocommit=True)
         try:
             self._conn.execute(f"LISTEN {FINISHED_CHANNEL}")
         except Exception:

@@ -3,7 +3,11 @@
 PostgreSQL: channel ``headgate_wakeup`` carries the queue name whenever a job becomes
 available (an insert notifies from its own statement, an update through the trigger of
 migrations 0003 and 0014); :class:`Listener` holds one dedicated connection and sets the
-runner's wake event. SQLite: :class:`SqliteWatcher` notices other connections'
+runner's wake event. Through a transaction-pooling proxy (PgBouncer) a ``LISTEN`` lives on
+a server session the client holds only for one statement, so notifications never reach
+it: the listener first proves that one sent from another session arrives, and otherwise
+says so once and leaves the runner to its polling. ``HEADGATE["LISTEN_USING"]`` names an
+alias that reaches PostgreSQL directly, which keeps the wake-ups behind such a proxy. SQLite: :class:`SqliteWatcher` notices other connections'
 commits through ``PRAGMA data_version``. MySQL/MariaDB, or a failed wake source, simply
 leave the runner polling.
 """
@@ -11,10 +15,12 @@ leave the runner polling.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Collection
 from datetime import timedelta
+from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -26,6 +32,32 @@ from headgate_django.store.insert import WAKE_CHANNEL as CHANNEL
 log = logging.getLogger("headgate_django.notify")
 #: Seconds without a new available job after which the SQLite watcher ticks more slowly.
 _QUIET_AFTER = 1.0
+#: Seconds a new LISTEN session waits for its probe notification before it gives up.
+PROBE_TIMEOUT = 2.0
+#: The probe's payload prefix: no queue is named like this (queue names have no colon).
+_PROBE = "headgate:probe:"
+
+
+def listen_params(using: str) -> dict[str, Any]:
+    """Connection parameters of the LISTEN sessions: those of ``HEADGATE["LISTEN_USING"]``
+    when it is set, else of the worker's own alias."""
+    alias = headgate_settings.LISTEN_USING or using
+    return connections[alias].get_connection_params()
+
+
+def notifications_arrive(conn: Any, params: dict[str, Any]) -> bool:
+    """Whether a notification sent from another session reaches ``conn``, which LISTENs on
+    the wake-up channel: not through a transaction-pooling proxy."""
+    import psycopg
+
+    token = f"{_PROBE}{secrets.token_hex(8)}"
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("SELECT pg_notify(%s, %s)", [CHANNEL, token])
+    deadline = time.monotonic() + PROBE_TIMEOUT
+    while (left := deadline - time.monotonic()) > 0:
+        if any(note.payload == token for note in conn.notifies(timeout=left)):
+            return True
+    return False
 
 
 class Listener(threading.Thread):
@@ -49,15 +81,28 @@ class Listener(threading.Thread):
         import psycopg
 
         delay = 0.5
+        proven = False
         while not self._halt.is_set():
             try:
-                params = connections[self.using].get_connection_params()
+                params = listen_params(self.using)
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    if not proven and not notifications_arrive(conn, params):
+                        log.warning(
+                            "LISTEN/NOTIFY does not reach this worker (a transaction-pooling "
+                            "proxy such as PgBouncer?): it polls for new jobs instead, at "
+                            "most IDLE_BACKOFF_MAX apart. Set HEADGATE['LISTEN_USING'] to a "
+                            "DATABASES alias that reaches PostgreSQL directly to keep "
+                            "wake-ups, or LISTEN_NOTIFY = False to skip this check."
+                        )
+                        return
+                    proven = True
                     delay = 0.5
                     self.wake.set()  # anything enqueued while we were away
                     while not self._halt.is_set():
                         for note in conn.notifies(timeout=1.0):
+                            if note.payload.startswith(_PROBE):
+                                continue  # another worker's probe: no job behind it
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
             except Exception as exc:  # keep polling; reconnect with backoff

@@ -67,6 +67,9 @@ RENEW_RETRY = 0.5
 #: Backoff of an outcome or completion write the database refused (seconds).
 PERSIST_BACKOFF_MIN = 0.1
 PERSIST_BACKOFF_MAX = 2.0
+#: How long a stopping worker waits, in all, for its idle handler threads to close their
+#: sessions and end (seconds); a thread still inside a released handler is not waited for.
+_HANDLER_EXIT_WAIT = 2.0
 
 T = TypeVar("T")
 # settle() labels (and "claimed") → the Stats counter they add to; the rest count nowhere.
@@ -248,6 +251,9 @@ class Worker:
             starter.join()  # every handler started, so each gets its stop below
             for _ in self._handlers:  # threads still inside a released handler exit later
                 self._buffer.put(None)
+            idle_until = time.monotonic() + _HANDLER_EXIT_WAIT
+            for thread in list(self._handlers):  # the idle ones close their sessions and go
+                thread.join(max(0.0, idle_until - time.monotonic()))
             self._async.close()
             if self._duties:
                 self._safe(self._duties.release_all)
@@ -396,6 +402,10 @@ class Worker:
                 self._fail_stranded(entry, exc)
             finally:
                 self._slot_freed()
+        # This thread's sessions end with it: a worker run in-process (tests, an embedding
+        # program) must not leave them open on the server after ``run()`` returns.
+        with contextlib.suppress(DatabaseError):
+            connections.close_all()
 
     def _fail_stranded(self, entry: _Held, exc: BaseException) -> None:
         """Fail the attempt of a job whose handler thread broke down outside the handler.

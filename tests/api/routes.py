@@ -237,6 +237,20 @@ ROUTES = [
         _static("/api/v1/durable/executions", {"name": "api-wait", "version": "1", "input": 1}),
         201,
     ),
+    Route(
+        "POST",
+        "/api/v1/durable/executions/signal-with-start",
+        _static(
+            "/api/v1/durable/executions/signal-with-start",
+            {
+                "name": "api-wait",
+                "version": "1",
+                "business_idempotency_key": "order:1",
+                "signal": "go",
+            },
+        ),
+        201,
+    ),
     Route("GET", "/api/v1/durable/executions/{workflow_id}", _execution(), 200),
     Route(
         "GET",
@@ -262,6 +276,27 @@ ROUTES = [
         200,
     ),
     Route("POST", "/api/v1/durable/executions/{workflow_id}/resolve-uncertain", _uncertain, 200),
+    Route(
+        "GET",
+        "/api/v1/durable/executions/{workflow_id}/queries/{query_name}",
+        _execution("/queries/notes"),
+        200,
+    ),
+    Route(
+        "POST",
+        "/api/v1/durable/executions/{workflow_id}/updates/{update_name}",
+        _execution("/updates/note", {"payload": "hello"}),
+        202,
+    ),
+    Route(
+        "GET",
+        "/api/v1/durable/executions/{workflow_id}/updates/{update_name}/{update_id}",
+        _execution(
+            "/updates/note/u-1",
+            then=lambda wf: durable.Manager().update(wf, "note", "hi", update_id="u-1", wait=False),
+        ),
+        200,
+    ),
     # periodic schedules
     Route("GET", "/api/v1/schedules", _schedule(listed=True), 200),
     Route("GET", "/api/v1/schedules/{name}", _schedule(), 200),

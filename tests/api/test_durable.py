@@ -132,3 +132,80 @@ def test_the_chain_of_runs_and_the_history_of_each(operator: Api) -> None:
     missing = operator.get(f"{base}/history", {"run_id": "nope"})
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "not_found"
+
+
+def test_signal_with_start_starts_once_then_signals_the_live_execution(operator: Api) -> None:
+    path = "/api/v1/durable/executions/signal-with-start"
+    body = {
+        "name": "api-wait",
+        "version": "1",
+        "input": "o-7",
+        "business_idempotency_key": "order:7",
+        "signal": "go",
+        "payload": "first",
+    }
+    first = operator.post(path, body, key="sws-1")
+    assert first.status_code == 201
+    wf = first.json()["workflow_id"]
+    assert first.json() == {"workflow_id": wf, "started": True, "delivered": True}
+    again = operator.post(path, {**body, "payload": "second"}, key="sws-2")
+    assert again.status_code == 200
+    assert again.json() == {"workflow_id": wf, "started": False, "delivered": True}
+    # The Idempotency-Key doubles as message_id, as for the signal route.
+    from headgate_django.models import IdempotencyRecord
+
+    IdempotencyRecord.objects.all().delete()
+    repeat = operator.post(path, {**body, "payload": "second"}, key="sws-2")
+    assert repeat.json() == {"workflow_id": wf, "started": False, "delivered": False}
+    testing.run_jobs()
+    view = operator.get(f"/api/v1/durable/executions/{wf}").json()
+    assert view["result"] == {"order": "o-7", "go": "first"}
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "code"),
+    [
+        ({"name": "nope"}, 422, "invalid_definition"),
+        ({"version": "9"}, 422, "invalid_definition"),
+        ({"business_idempotency_key": None}, 400, "invalid"),
+        ({"signal": ""}, 400, "invalid"),
+    ],
+)
+def test_signal_with_start_refuses_bad_input_and_writes_nothing(
+    operator: Api, change: dict[str, Any], status: int, code: str
+) -> None:
+    from tests.durable.helpers import counts
+
+    body = {
+        "name": "api-wait",
+        "version": "1",
+        "business_idempotency_key": "order:8",
+        "signal": "go",
+        **change,
+    }
+    before = counts()
+    response = operator.post("/api/v1/durable/executions/signal-with-start", body)
+    assert response.status_code == status, response.json()
+    assert response.json()["error"]["code"] == code
+    assert counts() == before
+
+
+def test_the_execution_view_shows_parent_and_children(operator: Api) -> None:
+    wf = durable.Client().start("api-parent", "1", None, workflow_id="p:1").workflow_id
+    for _ in range(3):
+        testing.run_jobs()
+    parent = operator.get("/api/v1/durable/executions/p%3A1").json()
+    assert parent["parent_id"] is None
+    assert parent["children"] == [
+        {
+            "id": f"{wf}:child:1",
+            "name": "api-wait",
+            "version": "1",
+            "state": "running",
+            "command_id": "child:1",
+            "parent_close_policy": "terminate",
+        }
+    ]
+    child = operator.get("/api/v1/durable/executions/p%3A1%3Achild%3A1").json()
+    assert child["parent_id"] == wf
+    assert child["children"] == []

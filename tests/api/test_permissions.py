@@ -131,6 +131,9 @@ def sweep(data: UserData) -> dict[str, str]:
         "/api/v1/durable/executions": "/api/v1/durable/executions",
         "/api/v1/durable/executions/{workflow_id}": ex,
         "/api/v1/durable/executions/{workflow_id}/history": f"{ex}/history",
+        "/api/v1/durable/executions/{workflow_id}/queries/{query_name}": f"{ex}/queries/order",
+        "/api/v1/durable/executions/{workflow_id}/updates/{update_name}/{update_id}": f"{ex}/"
+        "updates/echo/u-secret",
         "/api/v1/schedules": "/api/v1/schedules",
         "/api/v1/schedules/{name}": "/api/v1/schedules/secret-schedule",
         "/api/v1/schedules/{name}/events": "/api/v1/schedules/secret-schedule/events",
@@ -168,6 +171,8 @@ def test_the_payload_permission_reveals_every_kind_of_user_data(operator: Api) -
         "/api/v1/workflows/{workflow_id}/signals",
         "/api/v1/durable/executions/{workflow_id}",
         "/api/v1/durable/executions/{workflow_id}/history",
+        "/api/v1/durable/executions/{workflow_id}/queries/{query_name}",
+        "/api/v1/durable/executions/{workflow_id}/updates/{update_name}/{update_id}",
     ):
         response = operator.get(paths[template])
         assert response.status_code == 200, (template, response.content)

@@ -134,3 +134,34 @@ def facts_around_op(ctx: durable.Context, _: Any) -> Any:
     signal = ctx.wait_signal("go")
     result = ctx.execute_operation("it-long", "1", 2.0).result()
     return [result, timer.ready, signal.ready, signal.result() if signal.ready else None]
+
+
+def _hang_once(label: str) -> None:
+    """The first time: note ``label`` and hang (the test kills this worker); later: go on.
+
+    Called from workflow code only to stop a replay pass between its decision and its
+    commit: real workflow code never does I/O.
+    """
+    if Execution.objects.filter(label=label).exists():
+        return
+    Execution.objects.create(job_id=label, label=label, attempt=0, fence=0, pid=os.getpid())
+    while True:
+        time.sleep(0.05)
+
+
+@durable.workflow("it-child", version="1")
+def child(ctx: durable.Context, value: Any) -> Any:
+    return ctx.execute_operation("it-step", "1", value).result()
+
+
+@durable.workflow("it-parent-killed", version="1")
+def parent_killed(ctx: durable.Context, marker: str) -> Any:
+    """Decides to start a child, then hangs before the pass commits (first run only)."""
+    handle = ctx.start_child("it-child", marker, version="1")
+    _hang_once(f"decided:{ctx.workflow_id}")
+    return handle.result()
+
+
+@durable.workflow("it-parent-of-two-steps", version="1")
+def parent_of_two_steps(ctx: durable.Context, marker: str) -> Any:
+    return ctx.child("it-two-steps", marker, version="1")

@@ -66,6 +66,7 @@ def test_filters_combine_states_kind_and_instants():
         "cancelled",
         "available",
     ]
+    time.sleep(0.005)  # "before" is strict, and SQLite's clock ticks in milliseconds
     finished = bulk.perform(
         "delete", expected_count=1, queue=q, states=["cancelled"], finalized_before=db_now()
     )

@@ -1,5 +1,6 @@
 """OpenTelemetry: ``enqueue`` under a span stores its W3C trace context in the job, and
-each attempt runs in a span (kind, queue, attempt, outcome) linked to it; without a span
+each attempt runs in a span (kind, queue, attempt, outcome) linked to it; a workflow's and
+a durable execution's attempts nest into the trace that started them; without a span
 nothing is stored; without the package nothing runs at all."""
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-from headgate_django import Skip, enqueue, task, testing
+from headgate_django import Skip, durable, enqueue, task, testing
 from headgate_django.models import Job
+from headgate_django.store.durable_jobs import OP_KIND, TASK_KIND
 from headgate_django.worker.runner import Worker
+from headgate_django.workflows import Workflow, WorkflowGraft
 from tests.conformance.helpers import fresh_queue
 from tests.conftest import ROOT
 
@@ -52,6 +55,24 @@ def work(ctx, skip: bool = False):
 @task(kind="test.trace.batch", batch_size=5)
 def batched(members):
     return {m.job_id: m.kwargs["n"] for m in members}
+
+
+@durable.operation("test-trace-charge", version="1")
+def charge(ctx, order):
+    with trace.get_tracer("test").start_as_current_span("provider"):
+        return {"charged": order["cents"]}
+
+
+@durable.workflow("test-trace-checkout", version="1")
+def checkout(ctx, order):
+    first = ctx.execute_operation("test-trace-charge", "1", order).result()
+    second = ctx.execute_operation("test-trace-charge", "1", order).result()
+    return [first, second]
+
+
+@durable.workflow("test-trace-parent", version="1")
+def trace_parent(ctx, order):
+    return ctx.child("test-trace-checkout", order, version="1")
 
 
 def job_spans(exporter):
@@ -101,6 +122,98 @@ def test_a_worker_traces_each_member_of_a_batch(spans):
     for span in found.values():
         assert span.attributes["headgate.job.outcome"] == "succeeded"
         assert span.links[0].context.trace_id == producer.get_span_context().trace_id
+
+
+def _trace(span) -> int:
+    return span.get_span_context().trace_id
+
+
+def test_a_workflows_attempts_nest_in_the_trace_that_enqueued_it(spans):
+    flow = (
+        Workflow("trace-flow")
+        .add("a", work.envelope(), [])
+        .add("b", work.envelope(), ["a"])
+        .add_signal("hold", "done", ["b"])
+    )
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        enqueue(flow.prepare())
+    testing.run_jobs(include_scheduled=True)
+    nodes = {s.attributes["headgate.job.id"]: s for s in job_spans(spans)}
+    assert {"trace-flow:a", "trace-flow:b"} <= set(nodes)
+    for span in nodes.values():  # nodes and the coordinator: children, not linked traces
+        assert span.context.trace_id == _trace(request)
+        assert span.parent.span_id == request.get_span_context().span_id
+        assert list(span.links) == []
+
+    # A graft submitted under another span: its node nests there.
+    with trace.get_tracer("test").start_as_current_span("operator") as operator:
+        enqueue(WorkflowGraft("trace-flow", 1).add("c", work.envelope(), ["b"]).prepare())
+    spans.clear()
+    testing.run_jobs(include_scheduled=True)
+    (grafted,) = [s for s in job_spans(spans) if s.attributes["headgate.job.id"] == "trace-flow:c"]
+    assert grafted.context.trace_id == _trace(operator)
+    assert grafted.parent.span_id == operator.get_span_context().span_id
+
+
+def test_a_durable_execution_is_one_trace_with_operations_inside_their_pass(spans):
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        workflow_id = durable.Client().start("test-trace-checkout", "1", {"cents": 5}).workflow_id
+    for _ in range(10):
+        if not testing.run_jobs().outcomes:
+            break
+    assert durable.Manager().get(workflow_id).result == [{"charged": 5}, {"charged": 5}]
+    finished = spans.get_finished_spans()
+    passes = [s for s in job_spans(spans) if s.attributes["headgate.job.kind"] == TASK_KIND]
+    ops = [s for s in job_spans(spans) if s.attributes["headgate.job.kind"] == OP_KIND]
+    assert len(passes) == 3 and len(ops) == 2
+    assert {s.context.trace_id for s in finished} == {_trace(request)}
+    pass_ids = {s.context.span_id for s in passes}
+    for span in passes:  # every pass runs the one task job, started under the request
+        assert span.parent.span_id == request.get_span_context().span_id
+    for span in ops:  # each Operation inside the pass that scheduled it
+        assert span.parent.span_id in pass_ids
+    assert ops[0].parent.span_id != ops[1].parent.span_id
+    providers = [s for s in finished if s.name == "provider"]
+    assert {s.parent.span_id for s in providers} == {s.context.span_id for s in ops}
+
+
+def test_a_child_execution_nests_into_the_parents_pass_that_started_it(spans):
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        workflow_id = durable.Client().start("test-trace-parent", "1", {"cents": 3}).workflow_id
+    for _ in range(10):
+        if not testing.run_jobs().outcomes:
+            break
+    assert durable.Manager().get(workflow_id).result == [{"charged": 3}, {"charged": 3}]
+    passes = [s for s in job_spans(spans) if s.attributes["headgate.job.kind"] == TASK_KIND]
+    parent_passes = [s for s in passes if s.parent.span_id == request.get_span_context().span_id]
+    child_passes = [s for s in passes if s not in parent_passes]
+    assert parent_passes and child_passes
+    assert {s.context.trace_id for s in spans.get_finished_spans()} == {_trace(request)}
+    starter = {s.parent.span_id for s in child_passes}
+    assert len(starter) == 1 and starter <= {s.context.span_id for s in parent_passes}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_nests_operations_it_runs_inside_the_pass(spans):
+    """A worker runs an Operation on the pass's own thread (eagerly): still inside it."""
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        workflow_id = durable.Client().start("test-trace-checkout", "1", {"cents": 7}).workflow_id
+    Worker(concurrency=2, burst=True, run_duties=False).run()
+    assert durable.Manager().get(workflow_id).state == "succeeded"
+    passes = [s for s in job_spans(spans) if s.attributes["headgate.job.kind"] == TASK_KIND]
+    ops = [s for s in job_spans(spans) if s.attributes["headgate.job.kind"] == OP_KIND]
+    assert len(ops) == 2 and passes
+    assert {s.context.trace_id for s in passes + ops} == {_trace(request)}
+    assert {s.parent.span_id for s in ops} <= {s.context.span_id for s in passes}
+
+
+def test_a_durable_execution_started_outside_a_span_carries_no_context(spans):
+    workflow_id = durable.Client().start("test-trace-checkout", "1", {"cents": 1}).workflow_id
+    assert (
+        not Job.objects.filter(workflow_id=f"durable:{workflow_id}")
+        .exclude(trace_context=None)
+        .exists()
+    )
 
 
 def test_a_rolled_back_enqueue_leaves_no_job_and_no_context():

@@ -37,3 +37,8 @@ def rounds(ctx: durable.Context, run: int) -> Any:
     if run == 1:
         ctx.continue_as_new(2)
     return ctx.select(ctx.wait_signal("stop"), ctx.sleep(timedelta(hours=1)))
+
+
+@durable.workflow("console-parent", version="1")
+def parent(ctx: durable.Context, order: Any) -> Any:
+    return ctx.child("console-ship", order, version="1")

@@ -59,10 +59,11 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (
 class Server:
     """``manage.py runserver`` of the sample project: Daphne (ASGI), serving static files."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_dir = log_dir
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -73,6 +74,7 @@ class Server:
             "DATABASE_URL": database_url(),
             "PYTHONPATH": str(ROOT),
             "DJANGO_DEBUG": "1",
+            **self.env,
         }
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         self.starts += 1
@@ -106,9 +108,8 @@ class Server:
                 self.proc.wait(timeout=10)
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    running = Server(tmp_path)
+def started(running: Server) -> Server:
+    """``running`` started, on a new free port if its first one was taken meanwhile."""
     for attempt in range(3):
         try:
             running.start()
@@ -120,6 +121,12 @@ def server(tmp_path: Path) -> Iterator[Server]:
                 raise
             running.port = free_port()
             running.url = f"http://127.0.0.1:{running.port}"
+    return running
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    running = started(Server(tmp_path))
     yield running
     running.stop()
 

@@ -316,7 +316,8 @@ def test_execution_page_shows_the_pending_select_its_sleep_and_the_runs(
     archived = client.get(f"/admin/headgate_django/runhistoryevent/?run__id__exact={first['pk']}")
     assert archived.status_code == 200  # the filter is allowed: no redirect to ?e=1
     assert archived.context["cl"].result_count == 2  # WorkflowStarted, WorkflowContinuedAsNew
-    assert 'id="hg-children"' in body  # where child executions will be linked
+    assert 'id="hg-children"' not in body  # one place for children: the family section
+    assert snap["parent_id"] is None and snap["children"] == []
     waiting = reverse("admin:headgate_django_execution_page", args=[console_data.execution_waiting])
     assert snapshot_of(client.get(waiting).content.decode())["waiting"] == {
         "select": None,  # parked on one Operation's result()
@@ -324,3 +325,24 @@ def test_execution_page_shows_the_pending_select_its_sleep_and_the_runs(
             {"id": "op:1", "kind": "op", "label": "Operation console-ship@1", "due_at": None}
         ],
     }
+
+
+@pytest.mark.django_db
+def test_execution_page_links_parent_and_children(viewer: Any) -> None:
+    from headgate_django import durable, testing
+    from headgate_django.console.links import ID_MARK
+
+    wf = durable.Client().start("console-parent", "1", 9, workflow_id="order:9").workflow_id
+    testing.run_jobs()
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(reverse("admin:headgate_django_execution_page", args=[wf])).content.decode()
+    snap = snapshot_of(html)
+    assert snap["parent_id"] is None
+    assert snap["children"] == [
+        {"id": "order:9:child:1", "name": "console-ship", "version": "1", "state": "running"}
+    ]
+    template = reverse("admin:headgate_django_execution_page", args=[ID_MARK])
+    assert f'data-url="{template}" data-mark="{ID_MARK}"' in html
+    child = reverse("admin:headgate_django_execution_page", args=["order:9:child:1"])
+    assert snapshot_of(client.get(child).content.decode())["parent_id"] == wf

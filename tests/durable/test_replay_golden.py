@@ -87,8 +87,68 @@ def _continues(ending: str) -> Any:
     return workflow
 
 
+def _child(workflow: str, version: str = "1", key: str | None = None) -> Any:
+    def code(ctx: durable.Context, order: Any) -> Any:
+        return ctx.child(workflow, order, version=version, key=key)
+
+    return code
+
+
+def _child_or_refusal(catch: bool) -> Any:
+    def code(ctx: durable.Context, order: Any) -> Any:
+        try:
+            return ctx.child("golden-refuse", order, version="1")
+        except durable.ChildFailedError as failure:
+            if not catch:
+                raise
+            return {"refused": failure.reason}
+
+    return code
+
+
 def _defs(name: str, original: Any, changed: Any) -> tuple[WorkflowDef, WorkflowDef]:
     return WorkflowDef(original, name, "1"), WorkflowDef(changed, name, "1")
+
+
+def _cart(ctx: durable.Context, order: Any) -> Any:
+    """Items come from updates until a "checkout" signal; then they are billed."""
+    ctx.state["items"] = []
+    ctx.select(ctx.wait_signal("checkout"))
+    return ctx.execute_operation("golden-bill", "1", ctx.state["items"]).result()
+
+
+def _add(ctx: durable.Context, item: Any) -> int:
+    ctx.state["items"].append(item)
+    return len(ctx.state["items"])
+
+
+def _one_of_each(ctx: durable.Context, item: Any) -> None:
+    if item in ctx.state["items"]:
+        raise ValueError(f"{item} is already in the cart")
+
+
+def _until(signal: str, *, wait: bool = True) -> Any:
+    """Return the items, after waiting for ``signal`` (or, changed, without waiting)."""
+
+    def workflow(ctx: durable.Context, _: Any) -> Any:
+        ctx.state["items"] = []
+        if wait:
+            ctx.select(ctx.wait_signal(signal))
+        return ctx.state["items"]
+
+    return workflow
+
+
+def _updated(
+    name: str, original: Any, changed: Any, *, handlers: bool = True, validator: bool = True
+) -> tuple[WorkflowDef, WorkflowDef]:
+    """Both definitions with update "add"; ``handlers=False``/``validator=False`` leave
+    the handler / the validator out of the changed one."""
+    first, second = _defs(name, original, changed)
+    first.update("add", validator=_one_of_each)(_add)
+    if handlers:
+        second.update("add", validator=_one_of_each if validator else None)(_add)
+    return first, second
 
 
 #: file → (original, changed, None when the change replays, else the expected error)
@@ -154,6 +214,49 @@ CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
     "patch_marker.json": (
         *_defs("golden-patch-new", _notify("patched"), _notify("deprecated")),
         None,
+    ),
+    "renamed_child_workflow.json": (
+        *_defs("golden-child", _child("golden-shipping"), _child("golden-delivery")),
+        "child:1: the code starts child workflow 'golden-delivery' version '1', but history "
+        "has child:1 (ChildStarted(name='golden-shipping', version='1')",
+    ),
+    "changed_child_version.json": (
+        *_defs("golden-child-version", _child("golden-shipping"), _child("golden-shipping", "2")),
+        "child:1: the code starts child workflow 'golden-shipping' version '2'",
+    ),
+    "child_failed.json": (
+        *_defs("golden-child-failed", _child_or_refusal(True), _child_or_refusal(False)),
+        "History records WorkflowCompleted at seq 4, but the code now fails with "
+        "'ChildFailedError: child ",
+    ),
+    # The child's id is recorded, not recomputed: a changed key (like a changed input)
+    # replays, and only new executions get the new id.
+    "changed_child_key.json": (
+        *_defs(
+            "golden-child-key",
+            _child("golden-shipping", key="ship:42"),
+            _child("golden-shipping", key="shipment:42"),
+        ),
+        None,
+    ),
+    # Updates: UpdateAccepted is matched to a handler by name; the handler runs where the
+    # code waits, so each replay rebuilds ctx.state at the same point.
+    "update_handled.json": (
+        *_updated("golden-cart", _cart, _cart, handlers=False),
+        "update 'u-1': history has UpdateAccepted(name='add') at seq 2, but the workflow has "
+        "no update handler 'add'.",
+    ),
+    # Validators never run on replay: a rejected update left nothing to replay.
+    "update_rejected.json": (*_updated("golden-validated", _cart, _cart, validator=False), None),
+    # An update the code never reached (it ended first) needs no handler on replay.
+    "update_unhandled.json": (
+        *_updated("golden-unhandled", _until("go"), _until("go"), handlers=False),
+        None,
+    ),
+    "update_skipped.json": (
+        *_updated("golden-skipped", _until("go"), _until("go", wait=False)),
+        "update 'u-1': history records its handler's outcome at seq 3, but the code now ends "
+        "before handling it.",
     ),
 }
 

@@ -37,6 +37,19 @@ def checkout(ctx: durable.Context, operation: str) -> Any:
     return ctx.execute_operation(operation, "1", "order-7").result()
 
 
+@durable.workflow("vanish-noted", version="1")
+def noted(ctx: durable.Context, _: Any) -> Any:
+    ctx.state["notes"] = []
+    ctx.select(ctx.wait_signal("go"))
+    return ctx.execute_operation("vanish-charge", "1", ctx.state["notes"]).result()
+
+
+@noted.update("note")
+def note(ctx: durable.Context, text: str) -> int:
+    ctx.state["notes"].append(text)
+    return len(ctx.state["notes"])
+
+
 @pytest.fixture(autouse=True)
 def _fresh() -> None:
     calls.update(charge=0, unsure=0)
@@ -92,6 +105,22 @@ def test_an_operation_that_had_not_finished_runs_again_with_the_same_key() -> No
     assert view(wf).result == {"charged": "order-7", "key": job_id}
     assert calls["charge"] == 1
     assert [t for t, _ in history(wf)].count("OperationCompleted") == 1
+
+
+def test_accepted_updates_do_not_hide_a_vanished_operation() -> None:
+    wf = start("vanish-noted")
+    drive()
+    for n in range(2):  # their UpdateAccepted events carry fact keys too
+        durable.Manager().update(wf, "note", f"n{n}", update_id=f"u-{n}", wait=False)
+    drive()
+    durable.Client().signal(wf, "go")
+    testing.run_one()  # the pass schedules the Operation; its job does not run
+    Job.objects.filter(pk=op_job(wf).pk).delete()
+    idle(wf)
+
+    assert duties.reconcile()["restored"] == 1
+    drive()
+    assert view(wf).result == {"charged": ["n0", "n1"], "key": f"{wf}:op:1"}
 
 
 def test_the_duty_leaves_healthy_and_busy_executions_alone() -> None:

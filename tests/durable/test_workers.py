@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from headgate_django import durable
-from headgate_django.models import Job
+from headgate_django.models import Execution, Job
 from tests.app import durable_tasks  # noqa: F401  (registers the definitions here too)
 from tests.conftest import wait_for
 from tests.durable.helpers import history, op_job, start, view
@@ -40,6 +40,47 @@ def test_a_killed_worker_mid_operation_is_reclaimed_and_the_workflow_completes(
     job = op_job(wf, 2)
     assert (job.crash_attempt, job.attempt) == (1, 0)
     assert [e["kind"] for e in job.errors] == ["crash"]
+    assert rescuer.terminate() == 0
+
+
+def test_a_worker_killed_between_the_decision_and_the_child_start_starts_one_child(
+    start_worker: Any,
+) -> None:
+    wf = start("it-parent-killed", "kid")
+    victim = start_worker("--no-duties", "--lease-ttl", "1", env=env())
+    decided = f"decided:{wf}"
+    wait_for(lambda: runs(decided), timeout=60)
+    # The pass has issued ChildStarted but not committed it: nothing of the child exists.
+    assert not Execution.objects.filter(parent_id=wf).exists()
+    assert "ChildStarted" not in [t for t, _ in history(wf)]
+    victim.kill()
+
+    rescuer = start_worker("--lease-ttl", "1", env=env())
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert view(wf).result == "kid"
+    kids = list(Execution.objects.filter(parent_id=wf))
+    assert [k.id for k in kids] == [f"{wf}:child:1"]
+    assert [t for t, _ in history(wf)].count("ChildStarted") == 1
+    assert len(runs(f"{wf}:child:1:op:1")) == 1  # the child's Operation ran once
+    assert [e.pid for e in runs(decided)] == [victim.pid]
+    assert rescuer.terminate() == 0
+
+
+def test_a_worker_killed_inside_a_running_child_finishes_parent_and_child_once(
+    start_worker: Any,
+) -> None:
+    wf = start("it-parent-of-two-steps", "deep")
+    kid = f"{wf}:child:1"
+    victim = start_worker("--no-duties", "--lease-ttl", "1", env=env())
+    wait_for(lambda: runs(f"{kid}:op:2"), timeout=60)
+    victim.kill()
+
+    rescuer = start_worker("--lease-ttl", "1", env=env())
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert view(wf).result == ["before", {"recovered": "deep"}]
+    assert [k.id for k in Execution.objects.filter(parent_id=wf)] == [kid]
+    assert [t for t, _ in history(wf)].count("ChildCompleted") == 1
+    assert len(runs(f"{kid}:op:1")) == 1
     assert rescuer.terminate() == 0
 
 

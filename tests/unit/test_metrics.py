@@ -136,3 +136,35 @@ def test_the_scheduler_observes_its_lag():
     assert run_pass() == {"enqueued": 1}
     after = (sample("count"), sample("bucket", le="1.0"), sample("bucket", le="10.0"))
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 0, 1]  # 5 s late
+
+
+def test_threads_that_first_touch_the_metrics_at_once_share_one_set():
+    """A worker's threads all get to the metrics first at about the same moment; a second
+    set would be refused by the registry (``DuplicateTimeseries``) and kill one thread."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = (
+        "import sys, threading\n"
+        "sys.setswitchinterval(1e-6)  # switch threads as often as possible\n"
+        "from headgate_django import metrics as m\n"
+        "gate, errors, made = threading.Barrier(16), [], []\n"
+        "def first():\n"
+        "    gate.wait()\n"
+        "    try:\n"
+        "        made.append(m.metrics())\n"
+        "    except Exception as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "threads = [threading.Thread(target=first) for _ in range(16)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "assert not errors, errors\n"
+        "assert len({id(x) for x in made}) == 1\n"
+    )
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr

@@ -138,6 +138,13 @@ def not_together(name: str, *others: str) -> dict[str, Any]:
     return {"not": {"required": [name], "anyOf": [{"required": [o]} for o in others]}}
 
 
+def needed_by(name: str, *others: str) -> dict[str, Any]:
+    """Schema: any of ``others`` needs ``name`` too."""
+    return {
+        "anyOf": [{"required": [name]}, {"not": {"anyOf": [{"required": [o]} for o in others]}}]
+    }
+
+
 class RedactingSerializer(serializers.Serializer):
     """A shape with user data in ``private_fields`` (see :mod:`headgate_django.visibility`).
 

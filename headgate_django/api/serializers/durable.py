@@ -1,4 +1,5 @@
-"""Durable execution shapes: the header (list without input/result), start, signal, verbs."""
+"""Durable execution shapes: the header (list without input/result), start, signal, verbs,
+queries and updates."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from headgate_django.api.serializers.common import (
     RequestSerializer,
     exactly_one,
 )
+from headgate_django.kernel.replay_events import PARENT_CLOSE_POLICIES
 from headgate_django.models import DURABLE_STATES
 
 DECISIONS = ["complete", "fail", "retry"]
+UPDATE_STATES = ["accepted", "succeeded", "failed"]
 
 
 class ExecutionSummarySerializer(serializers.Serializer):
@@ -29,6 +32,9 @@ class ExecutionSummarySerializer(serializers.Serializer):
     suspended_reason = serializers.CharField(allow_blank=True, allow_null=True)
     business_idempotency_key = serializers.CharField(allow_null=True)
     task_queue = serializers.CharField()
+    parent_id = serializers.CharField(
+        allow_null=True, help_text="The execution that started this one as a child, or null."
+    )
     history_length = serializers.IntegerField(help_text="Events in the current run's history.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
@@ -52,9 +58,21 @@ class DurableRunSerializer(serializers.Serializer):
     current = serializers.BooleanField()
 
 
+class ChildSerializer(serializers.Serializer):
+    """A child execution this one started (``child:N`` names the start in its history)."""
+
+    id = serializers.CharField()
+    name = serializers.CharField()
+    version = serializers.CharField()
+    state = serializers.ChoiceField(choices=DURABLE_STATES)
+    command_id = serializers.CharField()
+    parent_close_policy = serializers.ChoiceField(choices=list(PARENT_CLOSE_POLICIES))
+
+
 class ExecutionSerializer(RedactingSerializer, ExecutionSummarySerializer):
-    """The header plus input, result and meta: user data, null unless the caller may see it.
-    ``runs`` is the chain of runs, oldest first, the current one last."""
+    """The header plus input, result and meta (user data, null unless the caller may see
+    it), the children it started, oldest first, and ``runs``, the chain of runs, oldest
+    first, the current one last."""
 
     private_fields = ("input", "result", "meta")
 
@@ -62,6 +80,7 @@ class ExecutionSerializer(RedactingSerializer, ExecutionSummarySerializer):
     input = AnyJSONField(allow_null=True)
     result = AnyJSONField(allow_null=True)
     meta = serializers.DictField(child=AnyJSONField(), allow_null=True)
+    children = ChildSerializer(many=True)
 
 
 class ExecutionListSerializer(serializers.Serializer):
@@ -83,6 +102,34 @@ class StartResultSerializer(serializers.Serializer):
     workflow_id = serializers.CharField()
     deduplicated = serializers.BooleanField(
         help_text="True: a live execution already held the business key; nothing started."
+    )
+
+
+class SignalWithStartSerializer(RequestSerializer):
+    """Start ``name@version`` with ``input`` unless a live execution of ``name`` holds
+    ``business_idempotency_key``, then deliver ``signal`` to it, in one transaction."""
+
+    name = NameField(max_length=128)
+    version = NameField(max_length=64)
+    input = AnyJSONField(required=False, allow_null=True, default=None)
+    business_idempotency_key = NameField()
+    task_queue = NameField(max_length=128, required=False, default="default")
+    meta = serializers.DictField(child=AnyJSONField(allow_null=True), required=False)
+    signal = NameField(max_length=128, help_text="The signal's name.")
+    payload = AnyJSONField(required=False, allow_null=True, default=None)
+    message_id = NameField(
+        required=False,
+        help_text="Deduplicates deliveries of this signal name; defaults to the Idempotency-Key.",
+    )
+
+
+class SignalWithStartResultSerializer(serializers.Serializer):
+    workflow_id = serializers.CharField()
+    started = serializers.BooleanField(
+        help_text="True: this request started the execution; false: a live one held the key."
+    )
+    delivered = serializers.BooleanField(
+        help_text="False when this message_id was already delivered for this signal name."
     )
 
 
@@ -133,4 +180,43 @@ class HistoryDocumentSerializer(serializers.Serializer):
     events = serializers.ListField(
         child=serializers.DictField(child=AnyJSONField(allow_null=True)),
         help_text="[{seq, type, payload, at_ms}], oldest first.",
+    )
+
+
+class QueryResultSerializer(RedactingSerializer):
+    """What a query returned: user data, null unless the caller may see it."""
+
+    private_fields = ("result",)
+
+    query = serializers.CharField()
+    result = AnyJSONField(allow_null=True)
+
+
+class UpdateRequestSerializer(RequestSerializer):
+    payload = AnyJSONField(required=False, allow_null=True, default=None)
+    update_id = NameField(
+        max_length=200,
+        required=False,
+        help_text="Makes the update exactly-once: a known id returns that update without "
+        "running it again. Defaults to the Idempotency-Key.",
+    )
+
+
+class UpdateSerializer(RedactingSerializer):
+    """One update; ``result`` is user data, null unless the caller may see it."""
+
+    private_fields = ("result",)
+
+    workflow_id = serializers.CharField()
+    update_id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.ChoiceField(
+        choices=UPDATE_STATES,
+        help_text="accepted: recorded, not handled yet; succeeded: `result` is the handler's "
+        "value; failed: `error` says why (the handler raised, or the workflow ended first).",
+    )
+    result = AnyJSONField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+    deduplicated = serializers.BooleanField(
+        help_text="True when the update id was already known: nothing new was recorded."
     )

@@ -19,6 +19,7 @@ from headgate_django.api.serializers.common import (
     NameField,
     RequestSerializer,
     exactly_one,
+    needed_by,
     not_together,
 )
 from headgate_django.envelope import UNIQUE_REPLACE_FIELDS, Envelope
@@ -206,6 +207,8 @@ class JobCreateSerializer(RequestSerializer):
             not_together("scheduled_at", "delay_ms"),
             not_together("deadline", "deadline_ms"),
             not_together("unique_window_ms", "unique_replace", "unique_debounce_ms"),
+            not_together("unique_replace", "unique_debounce_ms"),
+            needed_by("unique_key", "unique_window_ms", "unique_replace", "unique_debounce_ms"),
             _PENDING_AND_SCHEDULED,
         ]
     }

@@ -77,7 +77,7 @@
       ]);
     })) : h("p", {}, ["No sleeps."]));
     renderRuns(snap.execution_id, snap.runs || []);
-    renderChildren(snap.children || []);
+    renderFamily(snap);
     var history = document.getElementById("hg-history-body");
     history.replaceChildren.apply(history, snap.events.map(function (e) {
       return h("tr", {}, [h("td", { "class": "hg-num" }, [e.seq]), h("td", {}, [when(e.at)]),
@@ -115,14 +115,24 @@
     }));
   }
 
-  function renderChildren(children) {
-    /* Child executions: one link per child, once the snapshot carries them. */
-    var section = document.getElementById("hg-children");
-    var list = document.getElementById("hg-children-list");
-    list.replaceChildren.apply(list, children.map(function (child) {
-      return h("li", {}, [child.url ? h("a", { href: child.url }, [child.label]) : child.label]);
-    }));
-    section.hidden = !children.length;
+  function renderFamily(snap) {
+    var family = document.getElementById("hg-family");
+    var template = family.getAttribute("data-url") || "";
+    var mark = family.getAttribute("data-mark");
+    function link(id, text) {
+      return template ? h("a", { href: template.replace(mark, encodeURIComponent(id)) }, [text]) : text;
+    }
+    var items = [];
+    if (snap.parent_id) {
+      items.push(h("p", { "class": "hg-parent" }, ["Child of ", link(snap.parent_id, snap.parent_id)]));
+    }
+    if (snap.children.length) {
+      items.push(h("ul", { "class": "hg-children" }, snap.children.map(function (c) {
+        return h("li", {}, [link(c.id, c.id), " " + c.name + "@" + c.version + " ",
+          h("span", { "class": "hg-flag" }, [c.state])]);
+      })));
+    }
+    family.replaceChildren.apply(family, items.length ? items : [h("p", {}, ["No parent, no children."])]);
   }
 
   function start() {

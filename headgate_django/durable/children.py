@@ -1,0 +1,87 @@
+"""Child executions, the runtime's side: vet a start, and close children with their parent.
+
+A child start is vetted where the workflow code calls ``ctx.start_child`` (the replay
+engine calls :func:`check_child`), so an unknown workflow or an input the store cannot
+keep raises in the parent's code and nothing is started. When a parent finishes, each
+live child gets its ``parent_close_policy`` (:func:`close_children`), and so does each
+live child of a run that continues as new (parent state :data:`CONTINUED`): ``terminate``
+cancels it (and, in turn, its own children), ``request_cancel`` delivers the
+:data:`CANCEL_REQUESTED` signal once, ``abandon`` leaves it alone. That runs after the
+transaction that ended the parent; the reconcile duty finishes it after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from headgate_django.conf import headgate_settings
+from headgate_django.durable.registry import check_name, require_workflow
+from headgate_django.envelope import canonical_json
+from headgate_django.exceptions import InvalidTransitionError, NotFoundError, PayloadTooLargeError
+from headgate_django.kernel.replay import MAX_EXECUTION_ID
+from headgate_django.kernel.replay_events import CANCEL_REQUESTED, StartChild
+from headgate_django.store import durable as store
+from headgate_django.store import durable_children
+from headgate_django.store.operator import job_cancel_many
+
+log = logging.getLogger("headgate_django.durable")
+
+#: The parent state the close policies see when a run ends by continue-as-new: the end of a
+#: run closes its children as the end of the execution would.
+CONTINUED = "continued_as_new"
+
+
+def check_child(command: StartChild) -> None:
+    """Refuse a child start this process cannot make: an unregistered workflow, an input
+    that is not JSON or is over ``HEADGATE['MAX_PAYLOAD_BYTES']``, a malformed key."""
+    require_workflow(command.name, command.version)
+    size = len(canonical_json(command.input))
+    limit = headgate_settings.MAX_PAYLOAD_BYTES
+    if size > limit:
+        raise PayloadTooLargeError(
+            f"the input of child {command.command_id} ({command.name}) is {size} bytes, over "
+            f"the {limit}-byte limit (HEADGATE['MAX_PAYLOAD_BYTES'])",
+            size=size,
+        )
+    check_name("child workflow id", command.child_id, MAX_EXECUTION_ID)
+
+
+def cancel_execution(execution_id: str, reason: str, *, using: str = "default") -> None:
+    """Cancel an execution, its live jobs, then its children as their policies say."""
+    live = store.execution_cancel(execution_id, reason=reason, using=using)
+    job_cancel_many(live, using=using)
+    close_children(execution_id, "cancelled", using=using)
+
+
+def close_children(parent_id: str, parent_state: str, *, using: str = "default") -> None:
+    """Apply each live child's close policy now that ``parent_id`` is ``parent_state``.
+
+    Each child is closed in its own transaction (its header, then the parent's, as every
+    child writer locks them), and closing one that ended meanwhile is not an error.
+    """
+    for child_id, policy in durable_children.children_to_close(parent_id, using=using):
+        if policy == "request_cancel":
+            payload = {"parent_id": parent_id, "parent_state": parent_state}
+            with contextlib.suppress(NotFoundError):
+                store.signal_deliver(
+                    child_id,
+                    name=CANCEL_REQUESTED,
+                    payload=payload,
+                    message_id=f"parent-closed:{parent_id}",
+                    using=using,
+                )
+            continue
+        reason = f"terminated: its parent {parent_id} is {parent_state}"
+        with contextlib.suppress(InvalidTransitionError, NotFoundError):
+            cancel_execution(child_id, reason, using=using)
+            log.info("execution %s %s", child_id, reason, extra={"execution_id": child_id})
+
+
+def close_orphans(*, using: str = "default") -> list[str]:
+    """Close the children of finished parents whose close was cut short; the parents' ids."""
+    parents = durable_children.orphans_to_close(using=using)
+    for parent_id in parents:
+        row = store.execution_get(parent_id, using=using)
+        close_children(parent_id, row.state if row else "gone", using=using)
+    return parents

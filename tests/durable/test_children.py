@@ -1,0 +1,322 @@
+"""Child executions through the database: start, result, failure with its cause, the
+close policies, cancellation from parent to children, and bad input that starts nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from headgate_django import durable
+from headgate_django.models import Execution
+from tests.durable.helpers import counts, drive, history, start, types, view
+
+pytestmark = pytest.mark.django_db
+
+
+@durable.operation("kid-echo", version="1")
+def echo(ctx: Any, value: Any) -> Any:
+    return value
+
+
+@durable.workflow("kid-double", version="1")
+def double(ctx: durable.Context, n: int) -> int:
+    return 2 * ctx.execute_operation("kid-echo", "1", n).result()
+
+
+@durable.workflow("kid-boom", version="1")
+def boom(ctx: durable.Context, why: str) -> None:
+    raise RuntimeError(why)
+
+
+@durable.workflow("kid-wait", version="1")
+def wait(ctx: durable.Context, _: Any) -> Any:
+    stop = ctx.wait_signal("stop")
+    cancel = ctx.wait_signal(durable.CANCEL_REQUESTED)
+    index = ctx.select(stop, cancel, ctx.sleep(timedelta(hours=1)))
+    return ["stop", "cancel-requested", "slept"][index]
+
+
+@durable.workflow("kid-parent", version="1")
+def parent(ctx: durable.Context, ns: list[int]) -> Any:
+    handles = [ctx.start_child("kid-double", n, version="1") for n in ns]
+    return [h.result() for h in handles]
+
+
+@durable.workflow("kid-catches", version="1")
+def catches(ctx: durable.Context, why: str) -> Any:
+    handle = ctx.start_child("kid-boom", why, version="1")
+    try:
+        handle.result()
+    except durable.ChildFailedError as failure:
+        return {"child_id": failure.child_id, "reason": failure.reason, "state": failure.state}
+    return "unreachable"
+
+
+@durable.workflow("kid-uncaught", version="1")
+def uncaught(ctx: durable.Context, why: str) -> Any:
+    return ctx.child("kid-boom", why, version="1")
+
+
+@durable.workflow("kid-holder", version="1")
+def holder(ctx: durable.Context, policies: list[str]) -> Any:
+    for policy in policies:
+        ctx.start_child("kid-wait", None, version="1", parent_close_policy=policy)
+    ctx.wait_signal("done").result()
+    return "done"
+
+
+@durable.workflow("kid-waits-for-one", version="1")
+def waits_for_one(ctx: durable.Context, _: Any) -> Any:
+    return ctx.child("kid-wait", None, version="1")
+
+
+@durable.workflow("kid-keyed", version="1")
+def keyed(ctx: durable.Context, key: str) -> Any:
+    return ctx.child("kid-double", 5, version="1", key=key)
+
+
+@durable.workflow("kid-bad-start", version="1")
+def bad_start(ctx: durable.Context, args: dict[str, Any]) -> Any:
+    inputs = {"none": None, "nan": {"x": float("nan")}, "big": "x" * 2000}
+    try:
+        ctx.start_child(args["workflow"], inputs[args["input"]], version=args["version"])
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "started"
+
+
+def children(parent_id: str) -> list[Execution]:
+    return list(Execution.objects.filter(parent_id=parent_id).order_by("created_at", "id"))
+
+
+def test_a_parent_waits_for_its_children_and_gets_their_results() -> None:
+    wf = start("kid-parent", [1, 2])
+    drive()
+    assert view(wf).state == "succeeded"
+    assert view(wf).result == [2, 4]
+    kids = children(wf)
+    assert [k.id for k in kids] == [f"{wf}:child:1", f"{wf}:child:2"]
+    assert [(k.name, k.version, k.state, k.parent_command_id) for k in kids] == [
+        ("kid-double", "1", "succeeded", "child:1"),
+        ("kid-double", "1", "succeeded", "child:2"),
+    ]
+    events = history(wf)
+    started = [p for t, p in events if t == "ChildStarted"]
+    assert started[0] == {
+        "command_id": "child:1",
+        "name": "kid-double",
+        "version": "1",
+        "input": 1,
+        "child_id": f"{wf}:child:1",
+        "parent_close_policy": "terminate",
+    }
+    done = [p for t, p in events if t == "ChildCompleted"]
+    assert sorted((p["command_id"], p["result"]) for p in done) == [("child:1", 2), ("child:2", 4)]
+    assert types(wf)[-1] == "WorkflowCompleted"
+
+
+def test_the_views_name_the_parent_and_list_the_children() -> None:
+    wf = start("kid-parent", [3])
+    drive()
+    parent_view = view(wf)
+    assert parent_view.parent_id is None
+    assert [(c.id, c.state, c.command_id, c.parent_close_policy) for c in parent_view.children] == [
+        (f"{wf}:child:1", "succeeded", "child:1", "terminate")
+    ]
+    child_view = view(f"{wf}:child:1")
+    assert child_view.parent_id == wf
+    assert child_view.children == ()
+
+
+def test_a_child_failure_raises_in_the_parent_with_the_cause() -> None:
+    wf = start("kid-catches", "out of stock")
+    drive()
+    assert view(wf).result == {
+        "child_id": f"{wf}:child:1",
+        "reason": "RuntimeError: out of stock",
+        "state": "failed",
+    }
+    assert view(f"{wf}:child:1").failure_reason == "RuntimeError: out of stock"
+
+
+def test_an_uncaught_child_failure_fails_the_parent_naming_the_child() -> None:
+    wf = start("kid-uncaught", "no stock")
+    drive()
+    assert view(wf).state == "failed"
+    assert view(wf).failure_reason == (
+        f"ChildFailedError: child {wf}:child:1 (workflow kid-boom@1) is failed: "
+        "RuntimeError: no stock"
+    )
+
+
+def test_cancelling_a_parent_cancels_its_running_children() -> None:
+    wf = start("kid-holder", ["terminate", "terminate"])
+    drive()
+    kids = children(wf)
+    assert [k.state for k in kids] == ["running", "running"]
+    durable.Manager().cancel(wf, reason="order withdrawn")
+    assert view(wf).state == "cancelled"
+    for kid in children(wf):
+        assert kid.state == "cancelled"
+        assert kid.failure_reason == f"terminated: its parent {wf} is cancelled"
+    # The children's ends are not appended to a finished parent.
+    assert "ChildFailed" not in types(wf)
+    assert drive() == []
+
+
+def test_close_policies_apply_when_the_parent_completes() -> None:
+    wf = start("kid-holder", ["terminate", "abandon", "request_cancel"])
+    drive()
+    durable.Client().signal(wf, "done")
+    drive()
+    assert view(wf).state == "succeeded"
+    terminated, abandoned, asked = children(wf)
+    assert terminated.state == "cancelled"
+    assert abandoned.state == "running"
+    assert asked.state == "succeeded"
+    assert asked.result == "cancel-requested"
+    signal = [p for t, p in history(asked.id) if t == "SignalReceived"]
+    assert signal == [
+        {
+            "name": durable.CANCEL_REQUESTED,
+            "payload": {"parent_id": wf, "parent_state": "succeeded"},
+            "message_id": f"parent-closed:{wf}",
+        }
+    ]
+    durable.Client().signal(abandoned.id, "stop")
+    drive()
+    assert view(abandoned.id).result == "stop"
+    assert "ChildCompleted" not in types(wf)[types(wf).index("WorkflowCompleted") :]
+
+
+def test_a_cancelled_child_fails_the_parents_wait() -> None:
+    wf = start("kid-waits-for-one", None)
+    drive()
+    kid = f"{wf}:child:1"
+    durable.Manager().cancel(kid, reason="not needed")
+    drive()
+    assert view(wf).state == "failed"
+    assert view(wf).failure_reason == (
+        f"ChildFailedError: child {kid} (workflow kid-wait@1) is cancelled: not needed"
+    )
+    assert [p for t, p in history(wf) if t == "ChildFailed"] == [
+        {"command_id": "child:1", "child_id": kid, "state": "cancelled", "reason": "not needed"}
+    ]
+
+
+def test_a_key_names_the_child_and_a_taken_key_fails_the_start() -> None:
+    wf = start("kid-keyed", "invoice:7")
+    drive()
+    assert view(wf).result == 10
+    assert view("invoice:7").parent_id == wf
+    again = start("kid-keyed", "invoice:7")
+    drive()
+    assert view(again).state == "failed"
+    assert view(again).failure_reason == (
+        "ChildFailedError: child invoice:7 (workflow kid-double@1) is not_started: workflow id "
+        "invoice:7 is already in use by another execution"
+    )
+    assert Execution.objects.filter(parent_id=again).count() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            {"workflow": "kid-nope", "version": "1", "input": "none"},
+            "DefinitionError: no durable workflow 'kid-nope' version '1' is registered here",
+        ),
+        (
+            {"workflow": "kid-double", "version": "9", "input": "none"},
+            "DefinitionError: no durable workflow 'kid-double' version '9' is registered here "
+            "(versions: 1)",
+        ),
+        (
+            {"workflow": "kid-double", "version": "1", "input": "nan"},
+            "PayloadNotJSONError: payload is not JSON-serialisable",
+        ),
+        (
+            {"workflow": "kid-double", "version": "1", "input": "big"},
+            "PayloadTooLargeError: the input of child child:1 (kid-double) is 2002 bytes, over "
+            "the 1000-byte limit",
+        ),
+    ],
+)
+def test_a_bad_child_start_raises_at_start_child_and_starts_nothing(
+    args: dict[str, Any], error: str, settings: Any
+) -> None:
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
+    wf = start("kid-bad-start", args)
+    before = counts()
+    drive()
+    assert view(wf).state == "succeeded"
+    assert str(view(wf).result).startswith(error)
+    assert "ChildStarted" not in types(wf)
+    assert counts()[0] == before[0]  # no execution was added
+
+
+def test_a_changed_child_workflow_on_replay_is_nondeterminism(swap_code: Any) -> None:
+    wf = start("kid-waits-for-one", None)
+    drive()
+
+    def renamed(ctx: durable.Context, _: Any) -> Any:
+        return ctx.child("kid-double", 1, version="1")
+
+    swap_code(
+        "workflow", "kid-waits-for-one", "1", durable.WorkflowDef(renamed, "kid-waits-for-one", "1")
+    )
+    export = durable.Manager().history(wf)
+    with pytest.raises(
+        durable.NondeterminismError, match="the code starts child workflow 'kid-double'"
+    ):
+        durable.replay(export, workflows=[durable.WorkflowDef(renamed, "kid-waits-for-one", "1")])
+
+
+@durable.workflow("kid-grandparent", version="1")
+def grandparent(ctx: durable.Context, _: Any) -> Any:
+    return ctx.child("kid-holder", ["terminate"], version="1")
+
+
+def test_cancelling_a_grandparent_cancels_the_whole_line() -> None:
+    wf = start("kid-grandparent", None)
+    drive()
+    kid = f"{wf}:child:1"
+    grandkid = f"{kid}:child:1"
+    assert (view(kid).state, view(grandkid).state) == ("running", "running")
+    durable.Manager().cancel(wf)
+    assert [view(i).state for i in (wf, kid, grandkid)] == ["cancelled"] * 3
+    assert view(grandkid).failure_reason == f"terminated: its parent {kid} is cancelled"
+
+
+def test_the_reconcile_duty_closes_children_a_finished_parent_left_running() -> None:
+    from headgate_django.durable.duties import reconcile
+    from headgate_django.store import durable as store
+
+    wf = start("kid-holder", ["terminate", "abandon"])
+    drive()
+    store.execution_cancel(wf, reason="the worker died before closing its children")
+    terminated, abandoned = children(wf)
+    assert (terminated.state, abandoned.state) == ("running", "running")
+    assert reconcile()["closed"] == 1
+    assert [k.state for k in children(wf)] == ["cancelled", "running"]
+    assert reconcile()["closed"] == 0
+
+
+@durable.workflow("kid-same-key-twice", version="1")
+def same_key_twice(ctx: durable.Context, _: Any) -> Any:
+    first = ctx.start_child("kid-double", 1, version="1", key="twice")
+    second = ctx.start_child("kid-double", 2, version="1", key="twice")
+    try:
+        second.result()
+    except durable.ChildFailedError as failure:
+        return [first.result(), failure.state]
+    return "unreachable"
+
+
+def test_two_starts_with_one_key_in_one_pass_start_one_child() -> None:
+    wf = start("kid-same-key-twice", None)
+    drive()
+    assert view(wf).result == [2, "not_started"]
+    assert [k.id for k in children(wf)] == ["twice"]

@@ -1,0 +1,106 @@
+"""``Client().signal_with_start``: start unless a live execution holds the business key,
+then signal it, in one transaction; bad input is a clear error and writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from headgate_django import DefinitionError, durable
+from headgate_django.exceptions import PayloadError
+from tests.durable.helpers import counts, drive, history, view
+
+pytestmark = pytest.mark.django_db
+
+
+@durable.workflow("sws-collect", version="1")
+def collect(ctx: durable.Context, first: Any) -> Any:
+    items = [first]
+    while True:
+        item = ctx.wait_signal("item")
+        ctx.select(item)
+        if item.result() == "end":
+            return items
+        items.append(item.result())
+
+
+def sws(payload: Any, key: str = "cart:1", **options: Any) -> durable.SignalWithStartResult:
+    return durable.Client().signal_with_start(
+        "sws-collect", "1", "opened", "item", payload, business_idempotency_key=key, **options
+    )
+
+
+def test_the_first_call_starts_and_signals_later_calls_only_signal() -> None:
+    first = sws("apple", message_id="m-1")
+    assert (first.started, first.delivered) == (True, True)
+    wf = first.workflow_id
+    assert [t for t, _ in history(wf)] == ["WorkflowStarted", "SignalReceived"]
+    second = sws("pear", message_id="m-2")
+    assert second == durable.SignalWithStartResult(wf, started=False, delivered=True)
+    repeat = sws("pear", message_id="m-2")
+    assert repeat == durable.SignalWithStartResult(wf, started=False, delivered=False)
+    sws("end")
+    drive()
+    assert view(wf).result == ["opened", "apple", "pear"]
+
+
+def test_a_finished_execution_frees_the_key_for_a_new_start() -> None:
+    first = sws("end")
+    drive()
+    assert view(first.workflow_id).state == "succeeded"
+    second = sws("apple")
+    assert second.started is True
+    assert second.workflow_id != first.workflow_id
+
+
+def test_the_signal_joins_the_start_in_one_transaction() -> None:
+    from django.db import transaction
+
+    before = counts()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        sws("apple")
+        raise RuntimeError("the caller rolls back")
+    assert counts() == before
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (
+            lambda: durable.Client().signal_with_start(
+                "sws-nope", "1", None, "item", business_idempotency_key="k"
+            ),
+            "no durable workflow 'sws-nope' version '1'",
+        ),
+        (
+            lambda: durable.Client().signal_with_start(
+                "sws-collect", "2", None, "item", business_idempotency_key="k"
+            ),
+            "no durable workflow 'sws-collect' version '2' is registered here (versions: 1)",
+        ),
+        (lambda: sws(object()), "not JSON-serialisable"),
+        (
+            lambda: durable.Client().signal_with_start(
+                "sws-collect", "1", {1j}, "item", business_idempotency_key="k"
+            ),
+            "not JSON-serialisable",
+        ),
+        (
+            lambda: durable.Client().signal_with_start(
+                "sws-collect", "1", None, " item", business_idempotency_key="k"
+            ),
+            "a signal name must be a non-empty string",
+        ),
+        (lambda: sws("x", key=""), "a business idempotency key must be a non-empty string"),
+        (lambda: sws("x", key=None), "a business idempotency key must be a non-empty string"),
+        (lambda: sws("x", message_id=""), "a message id must be a non-empty string"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(call: Any, error: str) -> None:
+    before = counts()
+    with pytest.raises(
+        (DefinitionError, PayloadError), match=error.replace("(", r"\(").replace(")", r"\)")
+    ):
+        call()
+    assert counts() == before
