@@ -167,7 +167,7 @@ from headgate_django.kernel.replay_events import (
     index_history,
 )
 from headgate_django.kernel.replay_runs import carried_signals, patch_answer, patch_deprecated
-from headgate_django.kernel.replay_updates import UpdateHandler, UpdateQueue
+from headgate_django.kernel.replay_updates import CONTINUED_FIRST, UpdateHandler, UpdateQueue
 
 __all__ = [
     "ChildCheck",
@@ -782,9 +782,11 @@ def run_pass(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
     )
     # At the end of the run, the pass records the updates the code never reached (in
     # outcome.commands): a new run does not inherit them.
-    ended = (
-        p.updates.finish(p) if isinstance(outcome, Completed | Failed | ContinuedAsNew) else None
-    )
+    ended = None
+    if isinstance(outcome, Completed | Failed):
+        ended = p.updates.finish(p)
+    elif isinstance(outcome, ContinuedAsNew):
+        ended = p.updates.finish(p, CONTINUED_FIRST)
     mismatch = ended or _unissued(p, outcome) or _ending_changed(p, outcome)
     return outcome if mismatch is None else Nondeterministic(mismatch)
 
