@@ -84,6 +84,8 @@ One pass, holding the execution's lock (at most one pass per execution at a time
    ``ContinuedAsNew`` → append ``WorkflowContinuedAsNew {"input", "carried_signals"}``, end
    the run and, in the same transaction, start the next one: a fresh history whose
    ``WorkflowStarted`` has the new input, followed by the carried ``SignalReceived`` events.
+   (Its commands include the ``CompleteUpdate`` of each update the run never reached.)
+   Then apply the ended run's live children's close policies, before the next run's pass.
    ``Parked`` → schedule a wake pass at ``wake_at_ms`` when it is not None.
    ``Nondeterministic`` → append nothing; back off, then suspend with ``str(error)``.
    Steps 2–5 commit in one transaction. Facts appended by others in between are harmless
@@ -109,6 +111,7 @@ External facts — append, then wake a pass (``execution_key`` = the ScheduleOpe
 - Child ended: ``ChildCompleted {command_id, child_id, result}`` or ``ChildFailed
   {command_id, child_id, state, reason}`` (failed, cancelled, or could not start), appended
   to the parent in the transaction that ends the child; one per child (fact key: its id).
+  Only the run that started the child gets it: command ids restart with every run.
 - Update accepted (its validator passed on a read-only replay up to the last seq):
   ``UpdateAccepted {update_id, name, payload}``, appended only if history has not moved
   since. Its handler runs where the code waits (:mod:`.replay_updates`).

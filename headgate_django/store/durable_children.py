@@ -5,7 +5,9 @@ A child is inserted in the transaction that records its ``ChildStarted`` in the 
 history, so one never exists without the other, and a pass retried after a crash finds
 the child it already started (the child id is derived from the parent's run and command).
 When the child ends, the transaction that ends it appends ``ChildCompleted`` or
-``ChildFailed`` to the parent and wakes it. Lock order: the child's header, then the
+``ChildFailed`` to the parent and wakes it — if the parent's current run is the one that
+started it: a child of a run that continued as new reports to nobody (command ids restart
+with every run, so its ``child:N`` would name another child of the new run). Lock order: the child's header, then the
 parent's (a parent's pass only inserts new children, it never locks a live one).
 """
 
