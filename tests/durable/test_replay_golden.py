@@ -139,6 +139,35 @@ def _until(signal: str, *, wait: bool = True) -> Any:
     return workflow
 
 
+def _hops(signal: str, *, continues: bool = True) -> Any:
+    """Wait for ``signal``, then continue as new in run 1 (or, changed, return at once)."""
+
+    def workflow(ctx: durable.Context, run: Any) -> Any:
+        ctx.state["items"] = []
+        ctx.select(ctx.wait_signal(signal))
+        if run == 1 and continues:
+            ctx.continue_as_new(2)
+        return ctx.state["items"]
+
+    return workflow
+
+
+def _leaves_child(wait: bool) -> Any:
+    """Run 1 starts a child and continues as new (or, changed, waits for the child first)."""
+
+    def workflow(ctx: durable.Context, run: Any) -> Any:
+        if run == 1:
+            child = ctx.start_child(
+                "golden-parcel", None, version="1", parent_close_policy="abandon"
+            )
+            if wait:
+                child.result()
+            ctx.continue_as_new(2)
+        return "second run"
+
+    return workflow
+
+
 def _updated(
     name: str, original: Any, changed: Any, *, handlers: bool = True, validator: bool = True
 ) -> tuple[WorkflowDef, WorkflowDef]:
@@ -258,10 +287,29 @@ CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
         "update 'u-1': history records its handler's outcome at seq 3, but the code now ends "
         "before handling it.",
     ),
+    # A run that continued as new recorded the update it never reached (handled: false)
+    # before its WorkflowContinuedAsNew: the archived run replays without the handler.
+    "update_continued.json": (
+        *_updated("golden-update-continued", _hops("go"), _hops("go"), handlers=False),
+        None,
+    ),
+    # The child of a run that continued as new reports to nobody: the archived run has no
+    # outcome for it, so code that now waits for the child parks instead of continuing.
+    "child_continued.json": (
+        *_defs("golden-child-continued", _leaves_child(False), _leaves_child(True)),
+        "History records WorkflowContinuedAsNew at seq 3, but the code now parks waiting on "
+        "['child:1']",
+    ),
 }
 
 #: More changed versions of a golden file's workflow: (file, changed code, expected error).
 VARIANTS: list[tuple[str, Any, str]] = [
+    # Returning where the run continued as new is a changed ending.
+    (
+        "update_continued.json",
+        _hops("go", continues=False),
+        "History records WorkflowContinuedAsNew at seq 6, but the code now returns",
+    ),
     # The same change without patched() breaks the executions recorded before it.
     (
         "patch_before_the_change.json",
