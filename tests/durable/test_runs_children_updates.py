@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from headgate_django import durable
+from headgate_django.exceptions import RevisionConflictError
 from headgate_django.kernel.replay_updates import CONTINUED_FIRST
 from headgate_django.models import Execution, RunHistoryEvent
+from headgate_django.store.durable_updates import update_accept
 from tests.durable.helpers import drive, history, start, types, view
 
 pytestmark = pytest.mark.django_db
@@ -200,3 +202,28 @@ def test_signal_with_start_delivers_into_the_current_run() -> None:
     assert repeat.delivered is False
     drive()
     assert (view(wf).state, view(wf).result) == ("succeeded", "b")
+
+
+def test_an_update_is_accepted_only_against_the_run_its_validator_saw() -> None:
+    wf = start("rcu-counter", 1)
+    drive()
+    assert (view(wf).run_id, view(wf).history_length) == (wf, 1)
+    durable.Client().signal(wf, "next")
+    drive()
+    # The new run is at seq 1 too: the seq alone would not tell the runs apart.
+    assert view(wf).run_number == 2 and view(wf).history_length == 1
+    rows = len(history(wf))
+    with pytest.raises(RevisionConflictError):
+        update_accept(
+            wf, expected_seq=1, expected_run=wf, update_id="u-old", name="add", payload="x"
+        )
+    assert len(history(wf)) == rows
+    accepted = update_accept(
+        wf,
+        expected_seq=1,
+        expected_run=view(wf).run_id,
+        update_id="u-new",
+        name="add",
+        payload="x",
+    )
+    assert accepted is None and types(wf)[-1] == "UpdateAccepted"
