@@ -2,10 +2,11 @@
 """Throughput, latency and replay cost of headgate's durable (workflow-as-code) runtime.
 
     .venv/bin/python benchmarks/durable.py --database sqlite|postgres|both [--quick] [--json OUT]
+        [--only continue-as-new] [--pg-database NAME]
 
 For each database the script builds a fresh one (a SQLite file in a temp directory, or the
-PostgreSQL database ``headgate_bench_durable`` on 127.0.0.1:5432, dropped and recreated),
-migrates it, then measures:
+PostgreSQL database ``headgate_bench_durable`` on 127.0.0.1:5432 — or ``--pg-database`` —
+dropped and recreated), migrates it, then measures (``--only continue-as-new``: only 4):
 
 1. throughput: 1,000 workflows of 3 sequential Operations (each a no-op) started, then
    drained by ``manage.py runworkers --burst`` subprocesses, timed from worker start to
@@ -17,7 +18,13 @@ migrates it, then measures:
    first poll does not count. Target: the workflow takes at most 2× the chain;
 3. replay cost against history length: one pass of a workflow whose history holds N
    completed Operations — the pure kernel replay, and a whole pass's reads from the
-   database (header + history) with the history cache cold and warm.
+   database (header + history) with the history cache cold and warm;
+4. continue-as-new: one workflow looping 10,000 iterations (one Operation each) that
+   continues as new every 500, against the same loop run once for 500 iterations without
+   it, on the same running worker, timed on the store clock like (2). Target: the long
+   loop costs at most 1.2× twenty of the short one — each run replays only its own
+   history, so the cost stays linear in the iterations. Every run's history must stay
+   under the history-size warning threshold.
 
 The process for each database is a child of this one (``--child``), because Django's
 settings are per process. Figures are medians (min–max) over repetitions.
@@ -43,12 +50,28 @@ from benchmarks.jobs import PG_SERVER, machine  # noqa: E402
 
 PG_DB = "headgate_bench_durable"
 SIZES = {
-    "full": {"workflows": 1000, "reps": 3, "chain": 100, "chain_reps": 5, "pass_reps": 20},
-    "quick": {"workflows": 300, "reps": 2, "chain": 100, "chain_reps": 3, "pass_reps": 5},
+    "full": {
+        "workflows": 1000,
+        "reps": 3,
+        "chain": 100,
+        "chain_reps": 5,
+        "pass_reps": 20,
+        "loop_reps": 3,
+    },
+    "quick": {
+        "workflows": 300,
+        "reps": 2,
+        "chain": 100,
+        "chain_reps": 3,
+        "pass_reps": 5,
+        "loop_reps": 1,
+    },
 }
 DRAINS = ((1, 10), (2, 10))  # (processes, --concurrency)
 HISTORY_LENGTHS = (10, 100, 1000)
 RATIO_TARGET = 2.0
+LOOP = {"total": 10_000, "every": 500}
+LOOP_TARGET = 1.2
 
 
 def django_env(url: str) -> dict[str, str]:
@@ -75,9 +98,16 @@ class Bench:
         self._logs = 0
 
     def reset(self) -> None:
-        from headgate_django.models import Execution, HistoryEvent, Job, SignalInbox
+        from headgate_django.models import (
+            Execution,
+            ExecutionRun,
+            HistoryEvent,
+            Job,
+            RunHistoryEvent,
+            SignalInbox,
+        )
 
-        for model in (HistoryEvent, SignalInbox, Execution, Job):
+        for model in (RunHistoryEvent, ExecutionRun, HistoryEvent, SignalInbox, Execution, Job):
             model.objects.all().delete()
 
     def worker(self, *args: str) -> subprocess.Popen[bytes]:
@@ -153,6 +183,48 @@ class Bench:
         first_pass = HistoryEvent.objects.get(execution_id=wf, seq=2).at  # the pass's clock
         return (row.finished_at - first_pass).total_seconds()
 
+    def continue_as_new(self, reps: int) -> dict[str, Any]:
+        """Seconds on the store clock for the 10,000-iteration loop that continues as new
+        every 500, and for one 500-iteration run of the same loop; the largest run's
+        history, and whether any run warned about its size."""
+        from headgate_django.conf import headgate_settings
+        from headgate_django.models import Execution, ExecutionRun
+
+        self.reset()
+        worker = self.worker("--concurrency", "10")
+        out: dict[str, Any] = {"loop": [], "single": [], "largest_run": 0, "warned": False}
+        try:
+            self._loop(LOOP["every"], LOOP["every"] + 1)  # warm-up
+            for _ in range(reps):
+                out["single"].append(self._loop(LOOP["every"], LOOP["every"] + 1))
+                out["loop"].append(self._loop(LOOP["total"], LOOP["every"]))
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        sizes = [*ExecutionRun.objects.values_list("events", flat=True)]
+        sizes += Execution.objects.values_list("last_seq", flat=True)
+        out["largest_run"] = max(sizes)
+        out["threshold"] = headgate_settings.DURABLE_HISTORY_WARN_EVENTS
+        out["warned"] = Execution.objects.exclude(history_warning="").exists()
+        return out
+
+    def _loop(self, total: int, every: int) -> float:
+        from headgate_django import durable
+        from headgate_django.models import Execution, HistoryEvent, RunHistoryEvent
+
+        state = {"i": 0, "total": total, "every": every}
+        wf = durable.Client().start("bench-loop", "1", state).workflow_id
+        row = self._wait(lambda: Execution.objects.filter(pk=wf, state="succeeded").first())
+        if row.run_number == 1:
+            first_pass = HistoryEvent.objects.get(execution_id=wf, seq=2).at
+        else:
+            first = RunHistoryEvent.objects.filter(run__execution_id=wf, run__number=1)
+            first_pass = first.get(seq=2).at
+        return (row.finished_at - first_pass).total_seconds()
+
     @staticmethod
     def _wait(find: Any, timeout: float = 300) -> Any:
         deadline = time.monotonic() + timeout
@@ -215,7 +287,7 @@ def _scheduled(wf: str, cid: str, n: int) -> dict[str, Any]:
     }
 
 
-def run_child(url: str, size: str, out_path: Path) -> None:
+def run_child(url: str, size: str, out_path: Path, only: str | None) -> None:
     import django
 
     django.setup()
@@ -233,6 +305,15 @@ def run_child(url: str, size: str, out_path: Path) -> None:
 
             version = f"SQLite {sqlite3.sqlite_version}"
     results: dict[str, Any] = {"vendor": bench.vendor, "version": version, "sizes": sizes}
+    if only is None:
+        measure_runtime(bench, sizes, results)
+    print(f"  [{bench.vendor}] continue-as-new: 10,000 iterations vs 500", file=sys.stderr)
+    results["continue_as_new"] = bench.continue_as_new(sizes["loop_reps"])
+    out_path.write_text(json.dumps(results))
+
+
+def measure_runtime(bench: Bench, sizes: dict[str, int], results: dict[str, Any]) -> None:
+    """Measurements 1–3: throughput, sequential latency, replay cost."""
     n = sizes["workflows"]
     for processes, concurrency in DRAINS:
         key = f"p{processes}c{concurrency}"
@@ -245,7 +326,6 @@ def run_child(url: str, size: str, out_path: Path) -> None:
     results["sequential"] = bench.sequential(sizes["chain"], sizes["chain_reps"])
     print(f"  [{bench.vendor}] replay cost", file=sys.stderr)
     results["replay"] = [bench.replay_cost(n, sizes["pass_reps"]) for n in HISTORY_LENGTHS]
-    out_path.write_text(json.dumps(results))
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,14 +333,14 @@ def run_child(url: str, size: str, out_path: Path) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def prepare(database: str, tmp: Path) -> str:
+def prepare(database: str, tmp: Path, pg_db: str = PG_DB) -> str:
     if database == "postgres":
         import psycopg
 
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {PG_DB}")
-        url = f"{PG_SERVER}/{PG_DB}"
+            conn.execute(f"DROP DATABASE IF EXISTS {pg_db} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {pg_db}")
+        url = f"{PG_SERVER}/{pg_db}"
     else:
         url = f"sqlite:///{tmp / 'headgate.sqlite3'}"
     subprocess.run(
@@ -281,6 +361,8 @@ def cell(values: list[float], fmt: str = "{:,.0f}") -> str:
 
 def table(results: dict[str, Any]) -> str:
     sizes = results["sizes"]
+    if "starts" not in results:  # --only continue-as-new
+        return "\n".join([f"### {results['version']}", "", *loop_table(results["continue_as_new"])])
     lines = [f"### {results['version']}", "", "| workload | result |", "|---|---:|"]
     lines.append(f"| `Client.start`, executions/s | {cell(results['starts'])} |")
     for processes, concurrency in DRAINS:
@@ -307,7 +389,26 @@ def table(results: dict[str, Any]) -> str:
             f"| {row['events']:,} | {row['kernel_ms']:.2f} | {row['read_cold_ms']:.2f} | "
             f"{row['read_warm_ms']:.2f} |"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *loop_table(results["continue_as_new"])])
+
+
+def loop_table(can: dict[str, Any]) -> list[str]:
+    runs = LOOP["total"] // LOOP["every"]
+    loop, single = statistics.median(can["loop"]), statistics.median(can["single"])
+    ratio = loop / (runs * single)
+    verdict = "PASS" if ratio <= LOOP_TARGET else "MISS"
+    under = can["largest_run"] <= can["threshold"] and not can["warned"]
+    return [
+        "| continue-as-new | result |",
+        "|---|---:|",
+        f"| {LOOP['every']} iterations, one run, s | {cell(can['single'], '{:.2f}')} |",
+        f"| {LOOP['total']:,} iterations, continue-as-new every {LOOP['every']} "
+        f"({runs} runs), s | {cell(can['loop'], '{:.2f}')} |",
+        f"| {LOOP['total']:,} iterations / ({runs} × {LOOP['every']}) "
+        f"(target ≤ {LOOP_TARGET:g}) | {ratio:.2f} {verdict} |",
+        f"| largest run's history, events (warning threshold {can['threshold']:,}) | "
+        f"{can['largest_run']:,} {'under, no warning' if under else 'OVER'} |",
+    ]
 
 
 def main() -> None:
@@ -315,12 +416,14 @@ def main() -> None:
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="sqlite")
     parser.add_argument("--quick", action="store_true", help="300 workflows, fewer repetitions")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
+    parser.add_argument("--only", choices=["continue-as-new"], help="run one measurement")
+    parser.add_argument("--pg-database", default=PG_DB, help="PostgreSQL database to recreate")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = "quick" if args.quick else "full"
     if args.child:
-        run_child(args.child, size, args.out)
+        run_child(args.child, size, args.out, args.only)
         return
     facts = machine()
     print("## Machine\n")
@@ -330,11 +433,13 @@ def main() -> None:
     everything: dict[str, Any] = {"machine": facts, "size": size, "databases": {}}
     for database in databases:
         with tempfile.TemporaryDirectory(prefix="headgate-bench-durable-") as tmp:
-            url = prepare(database, Path(tmp))
+            url = prepare(database, Path(tmp), args.pg_database)
             out = Path(tmp) / "results.json"
             cmd = [sys.executable, __file__, "--child", url, "--out", str(out)]
             if args.quick:
                 cmd.append("--quick")
+            if args.only:
+                cmd += ["--only", args.only]
             subprocess.run(cmd, env=django_env(url), cwd=ROOT, check=True)
             results = json.loads(out.read_text())
         everything["databases"][results["vendor"]] = results

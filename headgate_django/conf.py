@@ -66,6 +66,10 @@ DEFAULTS: dict[str, Any] = {
     "WORKFLOW_RETENTION": timedelta(days=7),
     # Durable executions.
     "DURABLE_RETENTION": timedelta(days=30),
+    # A run whose history passes either threshold logs one warning and shows it on the
+    # execution, suggesting ctx.continue_as_new.
+    "DURABLE_HISTORY_WARN_EVENTS": 10_000,
+    "DURABLE_HISTORY_WARN_BYTES": 10 * 1024 * 1024,
     # Modules named like this in each installed app are imported so @task runs.
     "AUTODISCOVER_MODULES": ["tasks"],
     # Periodic schedules (headgate_django.schedules). Declared schedules, synced by every

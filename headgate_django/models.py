@@ -607,6 +607,32 @@ class Execution(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Runs (continue-as-new). Database defaults, so every writer's INSERT gets the first run.
+    run_id = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Id of the current run; empty for the first run, whose id is the execution's.",
+    )
+    run_number = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="1 for the first run, one more per continue-as-new."
+    )
+    history_bytes = models.BigIntegerField(
+        default=0, db_default=0, help_text="JSON size of the current run's event payloads."
+    )
+    history_warning = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Set once per run when its history passes the size thresholds.",
+    )
+    waiting_on = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='What the last pass parked on: {"select": id or null, "futures": [ids]}.',
+    )
 
     class Meta:
         db_table = "headgate_durable_execution"
@@ -653,6 +679,55 @@ class HistoryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_id}#{self.seq} {self.type}"
+
+
+class ExecutionRun(models.Model):
+    """A finished run of an execution that continued as new; its history is archived in
+    :class:`RunHistoryEvent` so the current run's history starts afresh at seq 1."""
+
+    execution = models.ForeignKey(
+        Execution, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
+    number = models.PositiveIntegerField()
+    run_id = models.CharField(max_length=200)
+    input = models.JSONField(null=True, blank=True)
+    events = models.BigIntegerField(help_text="Events in its history.")
+    history_bytes = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_durable_run"
+        ordering = ["execution_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "number"], name="headgate_durable_run_n"),
+            models.UniqueConstraint(fields=["execution", "run_id"], name="headgate_durable_run_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} run {self.number} ({self.run_id})"
+
+
+class RunHistoryEvent(models.Model):
+    """One history record of a finished run, as it was when the run ended."""
+
+    run = models.ForeignKey(
+        ExecutionRun, on_delete=models.CASCADE, related_name="history", db_index=False
+    )
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=32)
+    payload = models.JSONField(default=dict)
+    at = models.DateTimeField()
+
+    class Meta:
+        db_table = "headgate_durable_run_history"
+        ordering = ["run_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="headgate_durable_run_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}#{self.seq} {self.type}"
 
 
 class SignalInbox(models.Model):

@@ -25,3 +25,14 @@ def chain(ctx: Any, left: int) -> int:
     if left > 1:
         chain.enqueue(left - 1)
     return left
+
+
+@durable.workflow("bench-loop", version="1")
+def loop(ctx: durable.Context, state: dict[str, int]) -> int:
+    """``total`` iterations of one Operation, continuing as new every ``every`` of them."""
+    i = state["i"]
+    for _ in range(state["every"]):
+        if i == state["total"]:
+            return i
+        i = ctx.execute_operation("bench-noop", "1", i).result() + 1
+    ctx.continue_as_new({**state, "i": i})

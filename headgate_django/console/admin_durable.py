@@ -1,5 +1,5 @@
-"""Read-only admins of the durable runtime (executions, history, signal inbox) and of the
-API's idempotency records. Inputs, results and payloads are user data (``private``)."""
+"""Read-only admins of the durable runtime (executions, history, finished runs and their
+histories, signal inbox) and of the API's idempotency records. Inputs, results and payloads are user data (``private``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ from django.utils.http import urlencode
 
 from headgate_django.console import joblist, links
 from headgate_django.console.readonly import ReadOnlyAdmin, link, pretty_bytes, pretty_json
-from headgate_django.models import Execution, HistoryEvent, IdempotencyRecord, SignalInbox
+from headgate_django.models import (
+    Execution,
+    ExecutionRun,
+    HistoryEvent,
+    IdempotencyRecord,
+    RunHistoryEvent,
+    SignalInbox,
+)
 
 
 def _execution_link(execution_id: str, site_name: str) -> Any:
@@ -103,6 +110,47 @@ class HistoryEventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="payload")
     def payload_view(self, obj: HistoryEvent) -> Any:
+        return pretty_json(obj.payload)
+
+
+@admin.register(ExecutionRun)
+class ExecutionRunAdmin(ReadOnlyAdmin):
+    """Runs that ended by continuing as new (the current run is the execution itself)."""
+
+    list_display = ["execution_page", "number", "run_id", "events", "started_at", "finished_at"]
+    search_fields = ["=execution__id", "=run_id"]
+    readonly_fields = ["execution_page", "history_link", "input_view"]
+    private = ("input_view",)
+
+    @admin.display(description="execution", ordering="execution_id")
+    def execution_page(self, obj: ExecutionRun) -> Any:
+        return _execution_link(obj.execution_id, self.site_name)
+
+    @admin.display(description="history events")
+    def history_link(self, obj: ExecutionRun) -> Any:
+        url = reverse(
+            "admin:headgate_django_runhistoryevent_changelist", current_app=self.site_name
+        )
+        return link(f"{url}?{urlencode({'run__id__exact': obj.pk})}", f"{obj.events} events")
+
+    @admin.display(description="input")
+    def input_view(self, obj: ExecutionRun) -> Any:
+        return pretty_json(obj.input)
+
+
+@admin.register(RunHistoryEvent)
+class RunHistoryEventAdmin(ReadOnlyAdmin):
+    list_display = ["run", "seq", "type", "at"]
+    list_select_related = ["run"]
+    search_fields = ["=run__execution__id", "=run__run_id"]
+    readonly_fields = ["payload_view"]
+    private = ("payload_view",)
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).defer("payload")
+
+    @admin.display(description="payload")
+    def payload_view(self, obj: RunHistoryEvent) -> Any:
         return pretty_json(obj.payload)
 
 

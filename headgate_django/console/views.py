@@ -243,7 +243,8 @@ def schedule_list(request: HttpRequest, site: AdminSite) -> HttpResponse:
 
 
 def execution_page(request: HttpRequest, site: AdminSite, execution_id: str) -> HttpResponse:
-    """A durable execution: header, pending and uncertain Operations, history timeline."""
+    """A durable execution: header, pending and uncertain Operations, sleeps, what it waits
+    for, the chain of runs, history timeline."""
     try:
         snapshot = execution_snapshot(
             execution_id,
@@ -263,6 +264,10 @@ def execution_page(request: HttpRequest, site: AdminSite, execution_id: str) -> 
         execution_list_url=links.admin_url(
             "headgate_django_execution_changelist", site_name=site.name
         ),
+        run_history_url=links.admin_url(
+            "headgate_django_runhistoryevent_changelist", site_name=site.name
+        ),
+        history_url=links.admin_url("headgate_django_historyevent_changelist", site_name=site.name),
         # The page links parent and children: the script puts their ids in for the mark.
         execution_url_template=links.execution_url(links.ID_MARK, site.name),
         id_mark=links.ID_MARK,

@@ -44,6 +44,7 @@ _LAZY = {
     "Manager": "headgate_django.durable.manager",
     "ExecutionView": "headgate_django.durable.manager",
     "Page": "headgate_django.durable.manager",
+    "RunView": "headgate_django.durable.manager",
     "OperationContext": "headgate_django.durable.operations",
     "UpdateView": "headgate_django.durable.updates",
 }
@@ -75,6 +76,7 @@ __all__ = [
     "OperationFailedError",
     "Page",
     "QueryDef",
+    "RunView",
     "SignalWithStartResult",
     "StartResult",
     "Uncertain",

@@ -3,7 +3,8 @@
 A child start is vetted where the workflow code calls ``ctx.start_child`` (the replay
 engine calls :func:`check_child`), so an unknown workflow or an input the store cannot
 keep raises in the parent's code and nothing is started. When a parent finishes, each
-live child gets its ``parent_close_policy`` (:func:`close_children`): ``terminate``
+live child gets its ``parent_close_policy`` (:func:`close_children`), and so does each
+live child of a run that continues as new (parent state :data:`CONTINUED`): ``terminate``
 cancels it (and, in turn, its own children), ``request_cancel`` delivers the
 :data:`CANCEL_REQUESTED` signal once, ``abandon`` leaves it alone. That runs after the
 transaction that ended the parent; the reconcile duty finishes it after a crash.
@@ -25,6 +26,10 @@ from headgate_django.store import durable_children
 from headgate_django.store.operator import job_cancel_many
 
 log = logging.getLogger("headgate_django.durable")
+
+#: The parent state the close policies see when a run ends by continue-as-new: the end of a
+#: run closes its children as the end of the execution would.
+CONTINUED = "continued_as_new"
 
 
 def check_child(command: StartChild) -> None:

@@ -50,6 +50,12 @@ EAGER_BUDGET = timedelta(seconds=5)
 FINISHED = frozenset({"completed", "archived", "skipped", "undecodable"})
 
 
+def spent(since: float) -> bool:
+    """Whether the claim of the workflow task that started at ``since`` (monotonic) has
+    used up ``EAGER_BUDGET``: it must then give its handler thread back."""
+    return time.monotonic() - since > EAGER_BUDGET.total_seconds()
+
+
 def eager_lease(
     ctx: JobContext,
     outcome: Parked,
@@ -64,7 +70,7 @@ def eager_lease(
     host = ctx.host
     if host is None or host.stopping or len(outcome.waiting_on) != 1:
         return None
-    if time.monotonic() - since > EAGER_BUDGET.total_seconds():
+    if spent(since):
         return None
     (waiting,) = outcome.waiting_on
     for command, envelope in zip(commands, operations, strict=True):

@@ -3,7 +3,8 @@ events appended since its last pass of the same execution (history is append-onl
 
 Without it every pass would reload the whole history: a workflow of N sequential
 Operations would read O(N²) rows over its life. An entry is tied to the execution's
-``created_at``, so a vacuumed id started again never meets the old events.
+``created_at`` and run id, so a vacuumed id started again never meets the old events, and
+neither does the next run of an execution that continued as new.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ CAPACITY = 1024
 class HistoryCache:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[str, tuple[datetime, list[Event]]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[tuple[datetime, str], list[Event]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(
@@ -39,15 +40,15 @@ class HistoryCache:
             return None
         header, fresh = read
         events = [*known, *fresh]
-        if stamp != header.created_at or len(events) != header.last_seq:
-            # Another life of this id, or a gap: trust nothing cached.
+        if stamp != (header.created_at, header.run_id) or len(events) != header.last_seq:
+            # Another life or run of this id, or a gap: trust nothing cached.
             events = history_load(execution_id, upto_seq=header.last_seq, using=using)
         self.store(header, events)
         return header, events
 
     def store(self, header: Header, events: list[Event]) -> None:
         with self._lock:
-            self._entries[header.id] = (header.created_at, list(events))
+            self._entries[header.id] = ((header.created_at, header.run_id), list(events))
             self._entries.move_to_end(header.id)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)

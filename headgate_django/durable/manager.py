@@ -6,7 +6,7 @@ Every verb checks the state it starts from and writes nothing when it does not h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, overload
 
@@ -25,9 +25,22 @@ from headgate_django.exceptions import (
 from headgate_django.kernel.replay_events import history_to_json
 from headgate_django.models import Execution
 from headgate_django.store import durable as store
-from headgate_django.store import durable_children, durable_jobs
+from headgate_django.store import durable_children, durable_jobs, durable_runs
 
 DECISIONS = ("complete", "fail", "retry")
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run in an execution's chain (see ``ctx.continue_as_new``); the current run has
+    ``current=True`` and no ``finished_at``. ``events`` counts its history events."""
+
+    number: int
+    run_id: str
+    events: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    current: bool
 
 
 @dataclass(frozen=True)
@@ -44,8 +57,14 @@ class ChildView:
 
 @dataclass(frozen=True)
 class ExecutionView:
-    """One execution's header as an operator sees it; ``parent_id`` names the execution
-    that started it as a child, ``children`` the ones it started (oldest first)."""
+    """One execution's header as an operator sees it.
+
+    ``run_id``/``run_number`` name the current run and ``history_length`` counts its events;
+    ``history_warning`` is set once the run's history passed the size thresholds.
+    ``runs`` is the chain of runs, oldest first; ``parent_id`` names the execution that
+    started it as a child, ``children`` the ones it started, oldest first (``runs`` and
+    ``children`` are filled by :meth:`Manager.get`; empty in list pages).
+    """
 
     id: str
     name: str
@@ -62,6 +81,10 @@ class ExecutionView:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    run_id: str
+    run_number: int
+    history_warning: str
+    runs: tuple[RunView, ...] = ()
     parent_id: str | None = None
     children: tuple[ChildView, ...] = ()
 
@@ -83,6 +106,9 @@ class ExecutionView:
             created_at=row.created_at,
             updated_at=row.updated_at,
             finished_at=row.finished_at,
+            run_id=row.run_id or row.id,
+            run_number=row.run_number,
+            history_warning=row.history_warning,
             parent_id=row.parent_id,
             children=tuple(
                 ChildView(
@@ -106,8 +132,15 @@ class Manager:
         self.using = using
 
     def get(self, workflow_id: str) -> ExecutionView:
+        """The execution with its chain of runs and its children."""
         row = self._row(workflow_id)
-        return ExecutionView.of(row, durable_children.children_of(row.id, using=self.using))
+        chain = durable_runs.execution_runs(row, using=self.using)
+        runs = tuple(
+            RunView(r.number, r.run_id, r.events, r.started_at, r.finished_at, r is chain[-1])
+            for r in chain
+        )
+        children = durable_children.children_of(row.id, using=self.using)
+        return replace(ExecutionView.of(row, children), runs=runs)
 
     def list(
         self, filters: dict[str, Any] | None = None, cursor: str | None = None, limit: int = 50
@@ -123,12 +156,23 @@ class Manager:
         items = [ExecutionView.of(r) for r in rows[:limit]]
         return Page(items, items[-1].id if more else None)
 
-    def history(self, workflow_id: str) -> str:
-        """The history as JSON, in the format ``durable.replay`` and ``durable_replay`` read."""
+    def history(self, workflow_id: str, run_id: str | None = None) -> str:
+        """The history of the current run (or of the finished run ``run_id``) as JSON, in
+        the format ``durable.replay`` and ``durable_replay`` read."""
         row = self._row(workflow_id)
-        events = store.history_load(row.id, upto_seq=row.last_seq, using=self.using)
+        current = row.run_id or row.id
+        if run_id is None or run_id == current:
+            input = row.input
+            events = store.history_load(row.id, upto_seq=row.last_seq, using=self.using)
+        else:
+            input, events = durable_runs.run_history_load(row.id, run_id, using=self.using)
         return history_to_json(
-            events, name=row.name, version=row.version, workflow_id=row.id, input=row.input
+            events,
+            name=row.name,
+            version=row.version,
+            workflow_id=row.id,
+            input=input,
+            run_id=run_id or current,
         )
 
     def cancel(self, workflow_id: str, reason: str = "cancelled by an operator") -> None:

@@ -63,7 +63,8 @@ class OperationContext:
 
     @property
     def execution_key(self) -> str:
-        """``<workflow id>:<command id>``: the same on every attempt of this Operation."""
+        """``<run id>:<command id>`` (the run id is the workflow id for the first run): the
+        same on every attempt of this Operation."""
         return self._job.job_id
 
     @property

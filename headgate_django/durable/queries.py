@@ -49,6 +49,7 @@ class Snapshot:
             handler,
             args,
             workflow_id=self.header.id,
+            run_id=self.header.run_id,
             updates=definition.update_handlers(),
         )
         if isinstance(outcome, Nondeterministic):

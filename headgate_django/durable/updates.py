@@ -103,6 +103,7 @@ def send(
             known = update_accept(
                 workflow_id,
                 expected_seq=snap.header.last_seq,
+                expected_run=snap.header.run_id,
                 update_id=update_id,
                 name=name,
                 payload=payload,

@@ -11,6 +11,11 @@ just scheduled may run it on this thread and replay again at once (``durable.eag
 Replay errors (nondeterminism, a corrupt history) are retried with the job backoff, then
 the execution is suspended with the reason. A worker that lacks the execution's
 (name, version) leaves the task for one that has it, and says so in its log and status.
+
+A pass whose code continued as new ends the run and starts the next one in its own
+transaction; the task then replays the new run at once, within the claim's eager budget
+(a workflow that continues as new without waiting must not keep its thread for ever). A run whose history passes the
+``DURABLE_HISTORY_WARN_*`` thresholds gets one warning (logged, and kept on the header).
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
-from headgate_django.durable.children import check_child, close_children
-from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record
+from headgate_django.durable.children import CONTINUED, check_child, close_children
+from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record, spent
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import (
@@ -39,7 +44,7 @@ from headgate_django.durable.registry import (
     find_workflow,
     registered_workflows,
 )
-from headgate_django.envelope import Envelope, canonical_json, check_result
+from headgate_django.envelope import Envelope, canonical_json, check_result, new_id
 from headgate_django.exceptions import (
     InvalidTransitionError,
     NondeterminismError,
@@ -55,6 +60,7 @@ from headgate_django.kernel.replay_events import (
     Command,
     Completed,
     CompleteUpdate,
+    ContinuedAsNew,
     Event,
     Failed,
     Nondeterministic,
@@ -63,23 +69,26 @@ from headgate_django.kernel.replay_events import (
     StartChild,
     due_timers,
 )
+from headgate_django.kernel.replay_runs import history_size_warning
 from headgate_django.registry import internal_task
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.durable import (
     Ending,
     Header,
     NewEvent,
+    NextRun,
     execution_commit_pass,
     execution_suspend,
 )
 from headgate_django.store.durable_children import ChildStart
-from headgate_django.store.durable_history import from_ms, to_ms
+from headgate_django.store.durable_history import from_ms, payload_bytes, to_ms
 from headgate_django.store.durable_jobs import (
     TASK_KIND,
     TERMINAL,
     operation_complete_in_pass,
     operation_envelope,
 )
+from headgate_django.store.durable_runs import command_of
 from headgate_django.worker import execute
 
 log = logging.getLogger("headgate_django.durable")
@@ -90,6 +99,11 @@ PARK_RECHECK = timedelta(hours=1)
 REPLAY_ATTEMPTS = 5
 #: Passes in a row that may lose the race against facts landing before the task yields.
 MAX_RACES = 20
+
+
+@dataclass(frozen=True)
+class _Continued:
+    """A committed pass that ended its run and started the next one: replay that now."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +134,7 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
         if definition is None:
             _leave_for_another_worker(header)
             raise Snooze(MISSING_CODE_RETRY)
-        step: dict[str, Any] | _Park | str
+        step: dict[str, Any] | _Park | _Continued | str
         try:
             step = _pass(ctx, header, history, definition, since=since)
         except RevisionConflictError:
@@ -137,7 +151,12 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             return step
         if isinstance(step, _Park):
             raise _snooze(step.wake_at)
-        races = 0  # the Operation's outcome is in history: replay with it
+        if isinstance(step, _Continued):
+            # The ended run's children get their close policy before the next run starts any.
+            close_children(execution_id, CONTINUED)
+            if spent(since):
+                raise Snooze(timedelta(milliseconds=1))  # run after run: give the thread back
+        races = 0  # the Operation's outcome (or the new run) is in history: replay it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
 
 
@@ -147,7 +166,7 @@ class _Unfoldable(Exception):
 
 def _run_eagerly(
     ctx: JobContext, execution_id: str, definition: WorkflowDef, park: _Park, *, since: float
-) -> dict[str, Any] | _Park | str:
+) -> dict[str, Any] | _Park | _Continued | str:
     """Run the Operation job ``park`` leased to this worker, here. A success is recorded in
     the transaction of the pass that replays with it (one transaction per Operation, not
     two); that pass's result is returned. Any other outcome, or a success the pass cannot
@@ -177,7 +196,7 @@ def _fold(
     result: Any,
     *,
     since: float,
-) -> dict[str, Any] | _Park:
+) -> dict[str, Any] | _Park | _Continued:
     """Complete the Operation's job and run the next pass with its outcome, in one
     transaction. The lock order is the one of every durable writer: the Operation's job,
     the header (held while the pass replays, so nothing lands in between), the task."""
@@ -186,7 +205,7 @@ def _fold(
         if read is None or read[0].state != "running":
             raise _Unfoldable("the execution is not running")
         header, history = read
-        cid = job.ref.job_id[len(execution_id) + 1 :]
+        cid = command_of(job.ref.job_id)
         payload = {"command_id": cid, "result": json.loads(json.dumps(result))}
         fact = NewEvent(OPERATION_COMPLETED, payload, fact_key=job.ref.job_id)
         return _pass(ctx, header, history, definition, since=since, fact=fact)
@@ -221,7 +240,7 @@ def _pass(
     *,
     since: float,
     fact: NewEvent | None = None,
-) -> dict[str, Any] | _Park:
+) -> dict[str, Any] | _Park | _Continued:
     """One replay pass. ``fact`` (an eager Operation's outcome, see ``_fold``) is recorded
     with the pass, after the timers already due; the pass then replays with it."""
     read_at = time.monotonic()
@@ -234,11 +253,13 @@ def _pass(
     ]
     if fact is not None:
         fired.append(Event(seq + len(fired) + 1, fact.type, fact.payload, now_ms))
+    replayed = history + fired
     outcome = replay(
         definition.fn,
         header.input,
-        history + fired,
+        replayed,
         workflow_id=header.id,
+        run_id=header.run_id,
         now_ms=now_ms,
         check_child=check_child,
         updates=definition.update_handlers(),
@@ -252,7 +273,11 @@ def _pass(
     if fact is not None:
         events[-1] = replace(fact, at=now)
     events += [NewEvent(c.event_type, c.event_payload(), at=now) for c in outcome.commands]
-    ending = None
+    ending = next_run = None
+    if isinstance(outcome, ContinuedAsNew):
+        next_run = _next_run(header, replayed, outcome)
+        payload = {**outcome.event_payload(), "next_run_id": next_run.run_id}
+        events.append(NewEvent(outcome.event_type, payload, at=now))
     if isinstance(outcome, Completed | Failed):
         events.append(NewEvent(outcome.event_type, outcome.event_payload(), at=now))
         ending = (
@@ -265,6 +290,7 @@ def _pass(
     if isinstance(outcome, Parked) and operations:
         scheduled = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
         eager = eager_lease(ctx, outcome, scheduled, operations, since=since)
+    warning = _size_warning(header, seq + len(events), events) if next_run is None else None
     leased = execution_commit_pass(
         ctx.lease,
         execution_id=header.id,
@@ -275,12 +301,20 @@ def _pass(
         next_timer_at=None if wake_at_ms is None else from_ms(wake_at_ms),
         reset_attempts=ctx.attempt > 1,
         eager=eager,
+        history_warning=warning,
+        next_run=next_run,
+        waiting_on=outcome.waiting() if isinstance(outcome, Parked) else None,
         children=[
             ChildStart(c, uuid.uuid4().hex, header.task_queue)
             for c in outcome.commands
             if isinstance(c, StartChild)
         ],
     )
+    if warning:
+        log.warning("execution %s: %s", header.id, warning, extra={"execution_id": header.id})
+    if next_run is not None:
+        histories.forget(header.id)
+        return _Continued()
     written = [Event(seq + n, e.type, e.payload, now_ms) for n, e in enumerate(events, start=1)]
     histories.store(header, [*history, *written])
     if ending is not None:
@@ -290,14 +324,45 @@ def _pass(
     return _Park(wake_at, leased)
 
 
+def _next_run(header: Header, replayed: list[Event], outcome: ContinuedAsNew) -> NextRun:
+    """The run that follows ``header``'s current one, with the signals it did not consume."""
+    carried = [replayed[seq - 1] for seq in outcome.carried]
+    return NextRun(
+        at=header.now,
+        run_id=new_id(),
+        input=outcome.input,
+        seed=uuid.uuid4().hex,
+        carried=[NewEvent(e.type, e.payload) for e in carried],
+        ended_run_id=header.run_id,
+        ended_number=header.run_number,
+        ended_input=header.input,
+        ended_bytes=header.history_bytes,
+    )
+
+
+def _size_warning(header: Header, events: int, new: list[NewEvent]) -> str | None:
+    """The run's history-size warning, when this pass is the first to pass a threshold."""
+    if header.history_warning:
+        return None  # once per run
+    return history_size_warning(
+        run_number=header.run_number,
+        events=events,
+        size=header.history_bytes + payload_bytes(new),
+        max_events=headgate_settings.DURABLE_HISTORY_WARN_EVENTS,
+        max_bytes=headgate_settings.DURABLE_HISTORY_WARN_BYTES,
+    )
+
+
 def _checked(
-    outcome: Completed | Failed | Parked, header: Header
-) -> tuple[Completed | Failed | Parked, list[Envelope]]:
+    outcome: Completed | Failed | ContinuedAsNew | Parked, header: Header
+) -> tuple[Completed | Failed | ContinuedAsNew | Parked, list[Envelope]]:
     """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, over
     ``MAX_PAYLOAD_BYTES``) as a failure of the workflow: it is a bug in its code."""
     try:
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
+        if isinstance(outcome, ContinuedAsNew):
+            _check_next_input(outcome.input)
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
     except PayloadError as exc:
@@ -314,6 +379,17 @@ def _bounded(command: Command) -> Command:
         except ResultTooLargeError as exc:
             return replace(command, result=None, error=f"{type(exc).__name__}: {exc}")
     return command
+
+
+def _check_next_input(input: Any) -> None:
+    """A new run's input is stored like a start's: JSON, within ``MAX_PAYLOAD_BYTES``."""
+    size = len(canonical_json(input))
+    limit = headgate_settings.MAX_PAYLOAD_BYTES
+    if size > limit:
+        raise PayloadTooLargeError(
+            f"the input of continue_as_new is {size} bytes, over the {limit}-byte limit "
+            "(HEADGATE['MAX_PAYLOAD_BYTES'])"
+        )
 
 
 def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation) -> Envelope:

@@ -7,7 +7,12 @@ by that identity to the events it produced in earlier passes, never by position 
 - Operations ``op:1``, ``op:2``, … (``execute_operation`` and ``start_operation`` share one count);
 - timers ``timer:1``, …; selects ``select:1``, …; child executions ``child:1``, …;
 - signal waits ``signal:<name>:1``, … per name (not recorded: the k-th wait for a name is
-  bound to the k-th ``SignalReceived`` of that name, whenever it arrived).
+  bound to the k-th ``SignalReceived`` of that name, whenever it arrived);
+- patch markers ``patch:<change id>`` (keyed by the change id, recorded once).
+
+``continue_as_new``, ``patched`` and ``deprecate_patch`` are explained in
+:mod:`headgate_django.kernel.replay_runs` (which signals a new run receives again, and when
+a patch takes the new branch).
 
 Logical time (why replay cannot drift)
 --------------------------------------
@@ -34,8 +39,9 @@ recorded ``fire_at_ms``.
 
 Nondeterminism: a recorded command whose name/version (Operation, child), duration (timer) or futures
 and index (select) differ from the call; a new command issued while a recorded one is still
-unmatched; a recorded command the code never issues by the end of the pass; a recorded
-WorkflowCompleted/WorkflowFailed the code no longer reaches. Each is reported as
+unmatched; a recorded command the code never issues by the end of the pass (a patch marker
+included, unless ``deprecate_patch`` accepts it); a recorded WorkflowCompleted/WorkflowFailed/
+WorkflowContinuedAsNew the code no longer reaches. Each is reported as
 ``Nondeterministic(NondeterminismError)`` naming the command id and both values; a malformed
 history as its subclass ``HistoryCorruptError``. Operation inputs are not compared: they are
 stored as JSON (a tuple comes back a list) and fixing how an input is shaped must not strand
@@ -46,7 +52,9 @@ Runtime contract
 Event types, commands, outcomes and :func:`due_timers` live in
 :mod:`headgate_django.kernel.replay_events`. Every event: ``seq`` contiguous from 1 per
 execution, ``at_ms`` = the store clock at append. ``history[0]`` is ``WorkflowStarted
-{"input": <input>, "seed": <str, optional>}``; pass the same ``input`` on every pass.
+{"input": <input>, "seed": <str, optional>}`` (a run started by continue-as-new also names
+the run before it, ``"continued_from"``); pass the same ``input`` on every pass, and the
+current run's ``run_id`` (Operation execution keys are ``<run_id>:<command id>``).
 
 One pass, holding the execution's lock (at most one pass per execution at a time):
 
@@ -65,6 +73,7 @@ One pass, holding the execution's lock (at most one pass per execution at a time
    StartTimer           TimerScheduled {command_id, duration_ms,      none (see wake_at_ms)
                         fire_at_ms}
    RecordSelect         SelectResolved {command_id, index, futures}   none
+   RecordPatch          PatchRecorded {command_id, patch_id}          none
    StartChild           ChildStarted {command_id, name, version,      insert the child execution,
                         input, child_id, parent_close_policy}         deduped by child_id
    CompleteUpdate       UpdateCompleted {update_id, result | error}   none (the caller polls it)
@@ -72,6 +81,11 @@ One pass, holding the execution's lock (at most one pass per execution at a time
 
 5. ``Completed`` → append ``WorkflowCompleted {"result"}``; ``Failed`` → ``WorkflowFailed
    {"reason"}`` (use ``outcome.event_type``/``event_payload()``), and end the execution.
+   ``ContinuedAsNew`` → append ``WorkflowContinuedAsNew {"input", "carried_signals"}``, end
+   the run and, in the same transaction, start the next one: a fresh history whose
+   ``WorkflowStarted`` has the new input, followed by the carried ``SignalReceived`` events.
+   (Its commands include the ``CompleteUpdate`` of each update the run never reached.)
+   Then apply the ended run's live children's close policies, before the next run's pass.
    ``Parked`` → schedule a wake pass at ``wake_at_ms`` when it is not None.
    ``Nondeterministic`` → append nothing; back off, then suspend with ``str(error)``.
    Steps 2–5 commit in one transaction. Facts appended by others in between are harmless
@@ -97,6 +111,7 @@ External facts — append, then wake a pass (``execution_key`` = the ScheduleOpe
 - Child ended: ``ChildCompleted {command_id, child_id, result}`` or ``ChildFailed
   {command_id, child_id, state, reason}`` (failed, cancelled, or could not start), appended
   to the parent in the transaction that ends the child; one per child (fact key: its id).
+  Only the run that started the child gets it: command ids restart with every run.
 - Update accepted (its validator passed on a read-only replay up to the last seq):
   ``UpdateAccepted {update_id, name, payload}``, appended only if history has not moved
   since. Its handler runs where the code waits (:mod:`.replay_updates`).
@@ -125,20 +140,23 @@ from headgate_django.kernel.replay_events import (
     CHILD_FAILED,
     CHILD_PREFIX,
     CHILD_STARTED,
+    CODE_ENDINGS,
     OP_PREFIX,
     OPERATION_COMPLETED,
     OPERATION_FAILED,
     OPERATION_SCHEDULED,
     PARENT_CLOSE_POLICIES,
+    PATCH_RECORDED,
     SELECT_PREFIX,
     SIGNAL_PREFIX,
     SIGNAL_RECEIVED,
     TIMER_PREFIX,
     TIMER_SCHEDULED,
     WORKFLOW_COMPLETED,
-    WORKFLOW_FAILED,
+    WORKFLOW_CONTINUED_AS_NEW,
     Command,
     Completed,
+    ContinuedAsNew,
     Event,
     Failed,
     HistoryIndex,
@@ -151,7 +169,8 @@ from headgate_django.kernel.replay_events import (
     StartTimer,
     index_history,
 )
-from headgate_django.kernel.replay_updates import UpdateHandler, UpdateQueue
+from headgate_django.kernel.replay_runs import carried_signals, patch_answer, patch_deprecated
+from headgate_django.kernel.replay_updates import CONTINUED_FIRST, UpdateHandler, UpdateQueue
 
 __all__ = [
     "ChildCheck",
@@ -209,6 +228,9 @@ class _Pass:
         self.commands: list[Command] = []
         self.timers: dict[str, int] = {}  # timer command id -> fire_at_ms, for wake_at_ms
         self.waiting_on: tuple[str, ...] | None = None
+        self.parked_select: str | None = None
+        self.continued: ContinuedAsNew | None = None
+        self.patches: dict[str, bool] = {}
         self.error: NondeterminismError | None = None
         self.closed = False
         seed = index.started.payload.get("seed")
@@ -223,7 +245,7 @@ class _Pass:
     def guard(self) -> None:
         if self.closed:
             raise RuntimeError("This workflow Context belongs to a replay pass that has ended.")
-        if self.waiting_on is not None or self.error is not None:
+        if self.waiting_on is not None or self.error is not None or self.continued is not None:
             raise ReplayUnwind()
 
     def no_handler(self) -> None:
@@ -236,10 +258,11 @@ class _Pass:
         self.counters[prefix] = count
         return f"{prefix}{count}"
 
-    def park(self, waiting_on: tuple[str, ...]) -> NoReturn:
+    def park(self, waiting_on: tuple[str, ...], select: str | None = None) -> NoReturn:
         self.no_handler()
         self.updates.run_before(self, None)  # they arrive while the code waits
         self.waiting_on = waiting_on
+        self.parked_select = select
         raise ReplayUnwind()
 
     def diverge(self, message: str, **details: Any) -> NoReturn:
@@ -313,6 +336,8 @@ def _describe(event: Event) -> str:
         what = f"name={payload['name']!r}, version={payload['version']!r}"
     elif event.type == TIMER_SCHEDULED:
         what = f"duration_ms={payload['duration_ms']}"
+    elif event.type == PATCH_RECORDED:
+        what = f"patch_id={payload['patch_id']!r}"
     elif event.type == CHILD_STARTED:
         what = f"name={payload['name']!r}, version={payload['version']!r}"
     else:
@@ -580,7 +605,7 @@ class Context:
                     f"history has {_describe(recorded)}.",
                     command_id=cid,
                 )
-            p.park(ids)
+            p.park(ids, select=cid)
         recorded = p.match(cid)
         if recorded is None:
             p.emit_command(RecordSelect(cid, chosen, ids))
@@ -590,6 +615,32 @@ class Context:
         assert fact is not None  # _decide only chooses settled futures
         p.advance(fact)
         return chosen
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this run and go on as a fresh run of the same execution, started with
+        ``input`` (JSON). It does not return: like returning, it ends the pass. Signals this
+        run has not consumed are delivered again to the new run (see
+        :mod:`headgate_django.kernel.replay_runs`)."""
+        p = self._pass
+        p.guard()
+        carried = carried_signals(p.index, p.counters, p.pos)
+        p.continued = ContinuedAsNew(copy.deepcopy(input), carried, p.commands)
+        raise ReplayUnwind()
+
+    def patched(self, change_id: str) -> bool:
+        """True when this execution may take the new branch of change ``change_id``: a new
+        execution, or a replay whose history recorded the marker here. False for a history
+        that went past this point before the change existed (run the old branch)."""
+        self._pass.guard()
+        _check_name("change id", change_id)
+        return patch_answer(self._pass, change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """The cleanup step after ``patched(change_id)``: the code keeps only the new branch
+        and accepts histories with or without the marker."""
+        self._pass.guard()
+        _check_name("change id", change_id)
+        patch_deprecated(self._pass, change_id)
 
     def now(self) -> datetime:
         """The store time of the newest fact the code has waited for (UTC)."""
@@ -727,9 +778,18 @@ def run_pass(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
     ran = _run(fn, input, p)
     if p.error is not None:
         return Nondeterministic(p.error)
-    outcome = ran if p.waiting_on is None else Parked(p.commands, p.wake_at_ms(), p.waiting_on)
-    # At the end, the pass records the updates the code never reached (in outcome.commands).
-    ended = p.updates.finish(p) if isinstance(outcome, Completed | Failed) else None
+    outcome = (
+        ran
+        if p.waiting_on is None
+        else Parked(p.commands, p.wake_at_ms(), p.waiting_on, p.parked_select)
+    )
+    # At the end of the run, the pass records the updates the code never reached (in
+    # outcome.commands): a new run does not inherit them.
+    ended = None
+    if isinstance(outcome, Completed | Failed):
+        ended = p.updates.finish(p)
+    elif isinstance(outcome, ContinuedAsNew):
+        ended = p.updates.finish(p, CONTINUED_FIRST)
     mismatch = ended or _unissued(p, outcome) or _ending_changed(p, outcome)
     return outcome if mismatch is None else Nondeterministic(mismatch)
 
@@ -756,6 +816,8 @@ def _run(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
     try:
         result = fn(Context(p), input)
     except ReplayUnwind:
+        if p.continued is not None:
+            return p.continued
         return Failed("ReplayUnwind: raised by workflow code", p.commands)
     except Exception as exc:  # a user failure is data, not a crash of the pass
         return Failed(_reason(exc), p.commands)
@@ -764,6 +826,8 @@ def _run(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
     if inspect.iscoroutine(result):
         result.close()  # never awaited: close it so no RuntimeWarning leaks
         return Failed("TypeError: a workflow function must not be async", p.commands)
+    if p.continued is not None:  # the code swallowed the unwind: it still ended the run
+        return p.continued
     return Completed(result, p.commands)
 
 
@@ -778,6 +842,8 @@ def _how(outcome: Outcome) -> str:
         return "returns"
     if isinstance(outcome, Failed):
         return f"fails with {outcome.reason!r}"
+    if isinstance(outcome, ContinuedAsNew):
+        return "continues as new"
     if isinstance(outcome, Parked):
         return f"parks waiting on {list(outcome.waiting_on)}"
     return "diverges"
@@ -797,12 +863,16 @@ def _unissued(p: _Pass, outcome: Outcome) -> NondeterminismError | None:
 
 
 def _ending_changed(p: _Pass, outcome: Outcome) -> NondeterminismError | None:
-    """A recorded WorkflowCompleted/WorkflowFailed the code no longer reaches the same way."""
+    """A recorded ending (completed, failed, continued as new) the code no longer reaches
+    the same way."""
     end = p.index.terminal
-    if end is None or end.type not in (WORKFLOW_COMPLETED, WORKFLOW_FAILED):
+    if end is None or end.type not in CODE_ENDINGS:
         return None
-    wanted = Completed if end.type == WORKFLOW_COMPLETED else Failed
-    if not isinstance(outcome, wanted):
+    wanted: type[Completed | Failed | ContinuedAsNew] = {
+        WORKFLOW_COMPLETED: Completed,
+        WORKFLOW_CONTINUED_AS_NEW: ContinuedAsNew,
+    }.get(end.type, Failed)
+    if not isinstance(outcome, wanted) or isinstance(outcome, Parked | Nondeterministic):
         return NondeterminismError(
             f"History records {end.type} at seq {end.seq}, but the code now {_how(outcome)}.",
             expected=end.type,

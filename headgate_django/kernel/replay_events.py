@@ -33,6 +33,10 @@ SELECT_RESOLVED = "SelectResolved"
 WORKFLOW_COMPLETED = "WorkflowCompleted"
 WORKFLOW_FAILED = "WorkflowFailed"
 WORKFLOW_CANCELLED = "WorkflowCancelled"
+#: A run ended by ``ctx.continue_as_new``: the execution goes on in a fresh run.
+WORKFLOW_CONTINUED_AS_NEW = "WorkflowContinuedAsNew"
+#: ``ctx.patched(change_id)`` took the new branch here (recorded once per change id).
+PATCH_RECORDED = "PatchRecorded"
 CHILD_STARTED = "ChildStarted"
 CHILD_COMPLETED = "ChildCompleted"
 CHILD_FAILED = "ChildFailed"
@@ -45,15 +49,21 @@ UPDATE_COMPLETED = "UpdateCompleted"
 
 #: Events a pass's commands produce: each must be matched by the code on every replay.
 COMMAND_EVENT_TYPES = frozenset(
-    {OPERATION_SCHEDULED, TIMER_SCHEDULED, SELECT_RESOLVED, CHILD_STARTED}
+    {OPERATION_SCHEDULED, TIMER_SCHEDULED, SELECT_RESOLVED, PATCH_RECORDED, CHILD_STARTED}
 )
-TERMINAL_EVENT_TYPES = frozenset({WORKFLOW_COMPLETED, WORKFLOW_FAILED, WORKFLOW_CANCELLED})
+TERMINAL_EVENT_TYPES = frozenset(
+    {WORKFLOW_COMPLETED, WORKFLOW_FAILED, WORKFLOW_CANCELLED, WORKFLOW_CONTINUED_AS_NEW}
+)
+#: Endings the code itself reaches: replay must reach the same one.
+CODE_ENDINGS = frozenset({WORKFLOW_COMPLETED, WORKFLOW_FAILED, WORKFLOW_CONTINUED_AS_NEW})
 
 #: Command identity prefixes; the number after them counts calls of that kind in one pass.
 OP_PREFIX = "op:"
 TIMER_PREFIX = "timer:"
 SELECT_PREFIX = "select:"
 SIGNAL_PREFIX = "signal:"
+#: Patch markers are keyed by their change id, not counted: ``patch:<change id>``.
+PATCH_PREFIX = "patch:"
 CHILD_PREFIX = "child:"
 
 #: What happens to a child still live when its parent finishes (completed, failed, cancelled).
@@ -154,6 +164,20 @@ class RecordSelect:
 
 
 @dataclass(frozen=True)
+class RecordPatch:
+    """``ctx.patched(patch_id)`` returned True for the first time in this execution's run:
+    later replays see the marker and take the new branch again."""
+
+    event_type: ClassVar[str] = PATCH_RECORDED
+
+    command_id: str
+    patch_id: str
+
+    def event_payload(self) -> dict[str, Any]:
+        return {"command_id": self.command_id, "patch_id": self.patch_id}
+
+
+@dataclass(frozen=True)
 class StartChild:
     """Start child execution ``child_id`` of workflow ``name@version`` with ``input``.
 
@@ -212,7 +236,9 @@ class CompleteUpdate:
         return payload
 
 
-Command: TypeAlias = ScheduleOperation | StartTimer | RecordSelect | StartChild | CompleteUpdate
+Command: TypeAlias = (
+    ScheduleOperation | StartTimer | RecordSelect | RecordPatch | StartChild | CompleteUpdate
+)
 
 
 # -- outcomes of one pass ------------------------------------------------------------
@@ -245,16 +271,40 @@ class Failed:
 
 
 @dataclass(frozen=True)
+class ContinuedAsNew:
+    """The function called ``ctx.continue_as_new(input)``: this run ends, and the execution
+    goes on in a fresh run started with ``input``. ``carried`` are the seqs of this run's
+    ``SignalReceived`` events the code has not consumed, which the new run receives again
+    (see :func:`headgate_django.kernel.replay_runs.carried_signals`)."""
+
+    event_type: ClassVar[str] = WORKFLOW_CONTINUED_AS_NEW
+
+    input: Any
+    carried: tuple[int, ...] = ()
+    commands: list[Command] = field(default_factory=list)
+
+    def event_payload(self) -> dict[str, Any]:
+        return {"input": self.input, "carried_signals": list(self.carried)}
+
+
+@dataclass(frozen=True)
 class Parked:
     """The function waits for facts not yet in history.
 
     ``wake_at_ms`` is the earliest ``fire_at_ms`` among this pass's unfired timers (None when
-    only an Operation or a signal can wake it); ``waiting_on`` names what the code blocked on.
+    only an Operation or a signal can wake it); ``waiting_on`` names what the code blocked on,
+    and ``select`` the select that blocked (None: a ``result()``/``exception()`` call).
     """
 
     commands: list[Command]
     wake_at_ms: int | None
     waiting_on: tuple[str, ...] = ()
+    #: For operators only (the console shows it), so not part of the outcome's identity.
+    select: str | None = field(default=None, compare=False)
+
+    def waiting(self) -> dict[str, Any]:
+        """What the runtime keeps on the header for operators: ``{"select", "futures"}``."""
+        return {"select": self.select, "futures": list(self.waiting_on)}
 
 
 @dataclass(frozen=True)
@@ -264,7 +314,7 @@ class Nondeterministic:
     error: NondeterminismError
 
 
-Outcome: TypeAlias = Completed | Failed | Parked | Nondeterministic
+Outcome: TypeAlias = Completed | Failed | ContinuedAsNew | Parked | Nondeterministic
 
 
 # -- the history index ---------------------------------------------------------------
@@ -444,6 +494,12 @@ def _on_select_resolved(index: HistoryIndex, event: Event) -> None:
     _add_command(index, event, SELECT_PREFIX)
 
 
+def _on_patch_recorded(index: HistoryIndex, event: Event) -> None:
+    cid = _add_command(index, event, PATCH_PREFIX)
+    if cid != f"{PATCH_PREFIX}{_field(event, 'patch_id', str)}":
+        raise _corrupt(event, f"command_id {cid!r} does not name its patch_id")
+
+
 def _on_child_started(index: HistoryIndex, event: Event) -> None:
     _field(event, "name", str)
     _field(event, "version", str)
@@ -508,6 +564,8 @@ _HANDLERS = {
     WORKFLOW_COMPLETED: _on_terminal,
     WORKFLOW_FAILED: _on_terminal,
     WORKFLOW_CANCELLED: _on_terminal,
+    WORKFLOW_CONTINUED_AS_NEW: _on_terminal,
+    PATCH_RECORDED: _on_patch_recorded,
     WORKFLOW_SUSPENDED: _ignore,
     WORKFLOW_RESUMED: _ignore,
 }
@@ -540,7 +598,7 @@ def history_to_json(
 ) -> str:
     """Export a history as ``{"workflow": {name, version, id, input[, run_id]}, "events":
     [{seq, type, payload, at_ms}, ...]}``. ``run_id`` is written only when it differs from
-    the workflow id (the MVP runs every execution as one run)."""
+    the workflow id (the first run of an execution has the execution's id)."""
     workflow: dict[str, Any] = {"name": name, "version": version, "id": workflow_id}
     workflow["input"] = input
     if run_id is not None and run_id != workflow_id:

@@ -18,7 +18,9 @@ depend only on the order of events in history, so every replay runs each handler
 same point of the code, with the same state, and the code sees its changes when its wait
 returns. An update accepted after the fact that unblocked the code, on a path where the
 code then ends without waiting again, is never handled: the pass records it as
-``UpdateCompleted {update_id, error, handled: false}``.
+``UpdateCompleted {update_id, error, handled: false}``. The end of a run by
+``continue_as_new`` counts as an end: its unhandled updates are recorded the same way (with
+:data:`CONTINUED_FIRST`) in the run that accepted them, and the next run starts with none.
 
 Nondeterminism: an accepted update whose name the workflow has no handler for, and an
 update recorded as handled that the code now ends before reaching.
@@ -37,6 +39,8 @@ from headgate_django.kernel.replay_events import Command, CompleteUpdate, Event,
 UpdateHandler = Callable[[Any, Any], Any]
 
 ENDED_FIRST = "the workflow ended before it handled this update"
+#: The run ended by ``ctx.continue_as_new`` first: the next run does not inherit updates.
+CONTINUED_FIRST = "the run continued as new before it handled this update"
 
 
 class _Pass(Protocol):
@@ -93,15 +97,15 @@ class UpdateQueue:
         )
         p.emit_command(command)
 
-    def finish(self, p: _Pass) -> NondeterminismError | None:
-        """At the workflow's end: record the updates its code never reached, or report one
-        that history says it handled."""
+    def finish(self, p: _Pass, reason: str = ENDED_FIRST) -> NondeterminismError | None:
+        """At the run's end: record the updates its code never reached (failed with
+        ``reason``), or report one that history says it handled."""
         for event in self.accepted[self.ran :]:
             update_id = event.payload["update_id"]
             recorded = self.recorded.get(update_id)
             if recorded is None:
                 if not p.read_only:
-                    p.emit_command(CompleteUpdate(update_id, error=ENDED_FIRST, handled=False))
+                    p.emit_command(CompleteUpdate(update_id, error=reason, handled=False))
             elif recorded.payload.get("handled", True) is not False:
                 return NondeterminismError(
                     f"update {update_id!r}: history records its handler's outcome at seq "

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('headgate_django', '0025_runtime_b'),
+        ('headgate_django', '0026_durable_runs'),
     ]
 
     operations = [

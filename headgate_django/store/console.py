@@ -17,7 +17,14 @@ from typing import Any
 
 from django.db.models import Count, Max, Sum
 
-from headgate_django.models import Execution, HistoryEvent, Job, SignalEmission, WorkflowCheckpoint
+from headgate_django.models import (
+    Execution,
+    ExecutionRun,
+    HistoryEvent,
+    Job,
+    SignalEmission,
+    WorkflowCheckpoint,
+)
 from headgate_django.store.index_hints import filtered_list, prefix_search
 from headgate_django.store.workflows import COORDINATOR_KIND, GRAFT_KIND, RETRY_KIND
 
@@ -182,6 +189,12 @@ def execution_detail(
         HistoryEvent.objects.using(using).filter(execution_id=execution_id).order_by("seq")
     )
     return header, history
+
+
+def execution_finished_runs(execution_id: str, *, using: str = "default") -> list[ExecutionRun]:
+    """The execution's finished runs (continue-as-new), oldest first, without their input."""
+    runs = ExecutionRun.objects.using(using).filter(execution_id=execution_id)
+    return list(runs.order_by("number").defer("input"))
 
 
 def execution_jobs(group: str, *, using: str = "default") -> dict[str, dict[str, Any]]:

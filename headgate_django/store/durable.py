@@ -53,10 +53,12 @@ from headgate_django.store.durable_history import (
     insert_events,
     insert_header,
     lock_execution,
+    payload_bytes,
     prep,
     read_rows,
     to_ms,
 )
+from headgate_django.store.durable_runs import NextRun, run_start_next, runs_vacuum
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.insert import job_insert_many
 from headgate_django.store.tracing import job_trace_stamp
@@ -67,6 +69,7 @@ __all__ = [
     "Ending",
     "Header",
     "NewEvent",
+    "NextRun",
     "execution_cancel",
     "execution_commit_pass",
     "execution_get",
@@ -108,10 +111,29 @@ class Header:
     last_seq: int
     task_queue: str
     created_at: datetime
+    #: The current run: its id (the execution's own id for the first run) and number.
+    run_id: str
+    run_number: int
+    #: The current run's history size so far, and its size warning ("" until one is due).
+    history_bytes: int
+    history_warning: str
     now: datetime
 
 
-_HEADER = ("id", "name", "version", "state", "input", "last_seq", "task_queue", "created_at")
+_HEADER = (
+    "id",
+    "name",
+    "version",
+    "state",
+    "input",
+    "last_seq",
+    "task_queue",
+    "created_at",
+    "run_id",
+    "run_number",
+    "history_bytes",
+    "history_warning",
+)
 
 
 def execution_read(
@@ -141,9 +163,9 @@ def execution_read(
         return None
     width = len(_HEADER)
     (values,) = read_rows(conn, Execution, _HEADER, [rows[0][:width]])
-    header = Header(
-        **dict(zip(_HEADER, values, strict=True)), now=v.parse_instant(conn, rows[0][width])
-    )
+    fields = dict(zip(_HEADER, values, strict=True))
+    fields["run_id"] = fields["run_id"] or execution_id
+    header = Header(**fields, now=v.parse_instant(conn, rows[0][width]))
     found = [r[width + 1 :] for r in rows if r[width + 1] is not None]
     events = read_rows(conn, HistoryEvent, ("seq", "type", "payload", "at"), found)
     return header, [Event(seq, kind, payload, to_ms(at)) for seq, kind, payload, at in events]
@@ -201,15 +223,15 @@ def execution_start(
         if Execution.objects.using(using).filter(pk=execution_id).exists():
             raise IdConflictError(f"execution {execution_id} already exists", id=execution_id)
         header = NewHeader(execution_id, name, version, input, task_queue, business_key, meta)
+        started = NewEvent(WORKFLOW_STARTED, {"input": input, "seed": seed})
         try:
             with transaction.atomic(using=using):
-                insert_header(cursor, conn, header)
+                insert_header(cursor, conn, header, history_bytes=payload_bytes([started]))
         except IntegrityError as exc:  # lost a race for the business key or the id
             live = _live_with_key(name, business_key, using)
             if live is not None:
                 return live, True
             raise IdConflictError(f"execution {execution_id} already exists") from exc
-        started = NewEvent(WORKFLOW_STARTED, {"input": input, "seed": seed})
         insert_events(cursor, conn, execution_id, 1, [started])
         job_trace_stamp(
             job_insert_many([jobs.task_envelope(execution_id, task_queue)], using=using),
@@ -239,6 +261,9 @@ def execution_commit_pass(
     next_timer_at: datetime | None = None,
     reset_attempts: bool = False,
     eager: jobs.EagerLease | None = None,
+    history_warning: str | None = None,
+    next_run: NextRun | None = None,
+    waiting_on: dict[str, Any] | None = None,
     children: Sequence[ChildStart] = (),
     using: str = "default",
 ) -> ClaimedJob | None:
@@ -254,12 +279,18 @@ def execution_commit_pass(
 
     With ``eager``, the named Operation job is leased to that worker in the same
     transaction (see :func:`.durable_jobs.operation_lease`) and returned for it to run.
+    ``waiting_on`` is what a parked pass waits for (None otherwise), kept for operators.
+    ``history_warning`` records the run's history-size warning; ``next_run`` ends the run
+    (the events end with its ``WorkflowContinuedAsNew``) and starts the next one
+    (:func:`.durable_runs.run_start_next`).
     ``children`` are inserted with the ``ChildStarted`` events among ``events``
     (:func:`.durable_children.children_insert`); an ``ending`` tells this execution's
     parent, if it has one.
     """
     conn = v.connection_for(using)
-    header: dict[str, Any] = {"next_timer_at": next_timer_at}
+    header: dict[str, Any] = {"next_timer_at": next_timer_at, "waiting_on": waiting_on}
+    if history_warning:
+        header["history_warning"] = history_warning
     if ending is not None:
         header.update(
             state=ending.state,
@@ -274,11 +305,16 @@ def execution_commit_pass(
         # The compare-and-set takes the header lock first, as every durable writer does.
         last = append(cursor, conn, execution_id, expected_seq, events, header, state="running")
         jobs.task_fence(cursor, ref, reset_attempts=reset_attempts)
-        refused = children_insert(cursor, conn, execution_id, children)
-        if refused:
+        refused = children_insert(cursor, conn, execution_id, children, through_seq=expected_seq)
+        if refused and next_run is None:
             append(cursor, conn, execution_id, last, refused)
             # Replay again at once with the refusals (children share the parent's queue).
             jobs.task_wake(cursor, conn, execution_id, children[0].task_queue)
+        if next_run is not None:
+            # A child the ended run could not start has nobody left to tell.
+            run_start_next(
+                cursor, conn, execution_id=execution_id, last_seq=last, next_run=next_run
+            )
         if ending is not None:
             child_ended(
                 cursor,
@@ -435,6 +471,7 @@ def execution_vacuum(
         if not ids:
             return []
         marks = v.placeholders(len(ids))
+        runs_vacuum(cursor, conn, ids)
         cursor.execute(f"DELETE FROM headgate_durable_history WHERE execution_id IN ({marks})", ids)
         cursor.execute(f"DELETE FROM headgate_durable_signal WHERE workflow_id IN ({marks})", ids)
         cursor.execute(

@@ -5,7 +5,9 @@ A child is inserted in the transaction that records its ``ChildStarted`` in the 
 history, so one never exists without the other, and a pass retried after a crash finds
 the child it already started (the child id is derived from the parent's run and command).
 When the child ends, the transaction that ends it appends ``ChildCompleted`` or
-``ChildFailed`` to the parent and wakes it. Lock order: the child's header, then the
+``ChildFailed`` to the parent and wakes it — if the parent's current run is the one that
+started it: a child of a run that continued as new reports to nobody (command ids restart
+with every run, so its ``child:N`` would name another child of the new run). Lock order: the child's header, then the
 parent's (a parent's pass only inserts new children, it never locks a live one).
 """
 
@@ -18,10 +20,11 @@ from typing import Any
 from headgate_django.kernel.replay_events import (
     CHILD_COMPLETED,
     CHILD_FAILED,
+    CHILD_STARTED,
     WORKFLOW_STARTED,
     StartChild,
 )
-from headgate_django.models import DURABLE_LIVE, Execution
+from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
 from headgate_django.store.durable_history import (
@@ -32,6 +35,7 @@ from headgate_django.store.durable_history import (
     insert_events,
     insert_header,
     lock_execution,
+    payload_bytes,
 )
 from headgate_django.store.insert import job_insert_many
 from headgate_django.store.tracing import job_trace_stamp
@@ -55,12 +59,13 @@ def fact_key(child_id: str) -> str:
 
 
 def children_insert(
-    cursor: Any, conn: Any, parent_id: str, children: Sequence[ChildStart]
+    cursor: Any, conn: Any, parent_id: str, children: Sequence[ChildStart], *, through_seq: int
 ) -> list[NewEvent]:
     """Insert the children a pass of ``parent_id`` starts, with their ``WorkflowStarted``
     and first task. A child already started by this very command is left as it is; one
     whose id another execution holds is not started, and the ``ChildFailed`` facts returned
-    say so (the caller appends them after the pass's own events)."""
+    say so (the caller appends them after the pass's own events, which begin after
+    ``through_seq``)."""
     if not children:
         return []
     ids = [c.command.child_id for c in children]
@@ -70,15 +75,20 @@ def children_insert(
         ids,
     )
     taken = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+    # A key an earlier run of this parent used is taken like any other: command ids restart
+    # with every run, so the owner's command id alone does not tell the runs apart.
+    earlier = set(taken) - started_in_current_run(conn, parent_id, through_seq=through_seq)
     refused: list[NewEvent] = []
     tasks = []
     for child in children:
         command = child.command
         owner = taken.get(command.child_id)
-        if owner == (parent_id, command.command_id):
+        if owner == (parent_id, command.command_id) and command.child_id not in earlier:
             continue  # started by this very command: a retried pass
         if owner is not None:
             reason = f"workflow id {command.child_id} is already in use by another execution"
+            if owner[0] == parent_id:
+                reason = f"workflow id {command.child_id} is in use by an earlier run"
             # No fact key: the key belongs to the outcome of the child that holds the id.
             refused.append(_failed(command.command_id, command.child_id, NOT_STARTED, reason))
             continue
@@ -93,8 +103,8 @@ def children_insert(
             parent_command_id=command.command_id,
             parent_close_policy=command.parent_close_policy,
         )
-        insert_header(cursor, conn, header)
         started = NewEvent(WORKFLOW_STARTED, {"input": command.input, "seed": child.seed})
+        insert_header(cursor, conn, header, history_bytes=payload_bytes([started]))
         insert_events(cursor, conn, command.child_id, 1, [started])
         tasks.append(jobs.task_envelope(command.child_id, child.task_queue))
     if tasks:
@@ -119,6 +129,8 @@ def child_ended(
     locked = lock_execution(cursor, conn, parent_id)
     if locked is None or locked.state not in DURABLE_LIVE:
         return
+    if child_id not in started_in_current_run(conn, parent_id):
+        return  # started by a run that continued as new: that run has nobody to tell
     if state == "succeeded":
         payload = {"command_id": command_id, "child_id": child_id, "result": result}
         fact = NewEvent(CHILD_COMPLETED, payload, fact_key=fact_key(child_id))
@@ -127,6 +139,18 @@ def child_ended(
     append_fact(cursor, conn, parent_id, locked, [fact])
     if locked.state == "running":
         jobs.task_wake(cursor, conn, parent_id, locked.task_queue)
+
+
+def started_in_current_run(
+    conn: Any, parent_id: str, *, through_seq: int | None = None
+) -> set[str]:
+    """The ids of the children the current run of ``parent_id`` started (its history's
+    ``ChildStarted`` events up to ``through_seq`` when given; the events of earlier runs
+    are archived elsewhere)."""
+    qs = HistoryEvent.objects.using(conn.alias).filter(execution_id=parent_id, type=CHILD_STARTED)
+    if through_seq is not None:
+        qs = qs.filter(seq__lte=through_seq)
+    return {payload["child_id"] for payload in qs.values_list("payload", flat=True)}
 
 
 def _failed(command_id: str, child_id: str, state: str, reason: str) -> NewEvent:

@@ -9,6 +9,7 @@ orders the wake-ups of the workflow task (see :mod:`.durable_jobs`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -47,11 +48,21 @@ class Locked:
     task_queue: str
     timer_due: bool
     now: datetime
+    #: The current run's id (the execution's own id for its first run).
+    run_id: str
 
 
 def to_ms(at: datetime) -> int:
     """Exact epoch milliseconds (no float rounding), as the replay engine sees instants."""
     return (at - _EPOCH) // _MS
+
+
+def payload_bytes(events: Sequence[NewEvent]) -> int:
+    """The JSON size of the events' payloads, as the history-size thresholds count it."""
+    return sum(
+        len(json.dumps(e.payload, separators=(",", ":"), ensure_ascii=False).encode())
+        for e in events
+    )
 
 
 def prep(model: Any, column: str, value: Any, conn: Any) -> Any:
@@ -129,13 +140,14 @@ def lock_execution(cursor: Any, conn: Any, execution_id: str) -> Locked | None:
     now = v.now(conn)
     cursor.execute(
         f"SELECT state, last_seq, task_queue, CASE WHEN next_timer_at <= {now} THEN 1 ELSE 0 "
-        f"END, {now} FROM {EXEC_TABLE} WHERE id = %s{v.for_update(conn)}",
+        f"END, {now}, run_id FROM {EXEC_TABLE} WHERE id = %s{v.for_update(conn)}",
         [execution_id],
     )
     row = cursor.fetchone()
     if row is None:
         return None
-    return Locked(row[0], int(row[1]), row[2], bool(row[3]), v.parse_instant(conn, row[4]))
+    instant = v.parse_instant(conn, row[4])
+    return Locked(row[0], int(row[1]), row[2], bool(row[3]), instant, row[5] or execution_id)
 
 
 def append(
@@ -155,8 +167,8 @@ def append(
     ``header["finished_at"]`` (any value) stamps the store clock.
     """
     q = conn.ops.quote_name
-    sets = [f"last_seq = %s, updated_at = {v.now(conn)}"]
-    params: list[Any] = [expected_seq + len(events)]
+    sets = [f"last_seq = %s, history_bytes = history_bytes + %s, updated_at = {v.now(conn)}"]
+    params: list[Any] = [expected_seq + len(events), payload_bytes(events)]
     for column, value in (header or {}).items():
         if column == "finished_at":
             sets.append(f"finished_at = {v.now(conn)}")
@@ -228,15 +240,17 @@ class NewHeader:
     parent_close_policy: str = ""
 
 
-def insert_header(cursor: Any, conn: Any, header: NewHeader) -> None:
-    """Insert a running header at seq 1 (its ``WorkflowStarted`` is the caller's to add)."""
+def insert_header(cursor: Any, conn: Any, header: NewHeader, *, history_bytes: int) -> None:
+    """Insert a running header at seq 1 (its ``WorkflowStarted``, of ``history_bytes``
+    payload bytes, is the caller's to add)."""
     q = conn.ops.quote_name
     now = v.now(conn)
     cursor.execute(
         f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
         "failure_reason, suspended_reason, business_idempotency_key, task_queue, meta, "
-        "parent_id, parent_command_id, parent_close_policy, last_seq, created_at, updated_at) "
-        f"VALUES (%s, %s, %s, 'running', %s, '', '', %s, %s, %s, %s, %s, %s, 1, {now}, {now})",
+        "parent_id, parent_command_id, parent_close_policy, last_seq, history_bytes, "
+        "created_at, updated_at) VALUES "
+        f"(%s, %s, %s, 'running', %s, '', '', %s, %s, %s, %s, %s, %s, 1, %s, {now}, {now})",
         [
             header.id,
             header.name,
@@ -248,6 +262,7 @@ def insert_header(cursor: Any, conn: Any, header: NewHeader) -> None:
             header.parent_id,
             header.parent_command_id,
             header.parent_close_policy,
+            history_bytes,
         ],
     )
 

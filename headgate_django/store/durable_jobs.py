@@ -46,6 +46,7 @@ from headgate_django.store.durable_history import (
     append_fact,
     lock_execution,
 )
+from headgate_django.store.durable_runs import command_of, run_of
 from headgate_django.store.fenced import (
     Completion,
     LeaseRef,
@@ -304,9 +305,9 @@ def _marker(checkpoint: Any) -> dict[str, Any]:
     return marker if isinstance(marker, dict) else {}
 
 
-def _fact(job: dict[str, Any], execution_id: str) -> NewEvent | None:
+def _fact(job: dict[str, Any]) -> NewEvent | None:
     """The history fact a finished Operation job stands for; None while it is uncertain."""
-    cid = job["id"][len(execution_id) + 1 :]
+    cid = command_of(job["id"])
     marker = _marker(job["checkpoint"])
     state = job["state"]
     if state == State.COMPLETED.value:
@@ -328,8 +329,8 @@ def _fact(job: dict[str, Any], execution_id: str) -> NewEvent | None:
 
 
 def settle_finished_operations(cursor: Any, conn: Any, execution_id: str) -> int:
-    """Record the outcome of every finished Operation job of the execution that history
-    lacks, and wake its workflow task; return how many facts were appended."""
+    """Record the outcome of every finished Operation job of the execution's current run
+    that history lacks, and wake its workflow task; return how many facts were appended."""
     locked = lock_execution(cursor, conn, execution_id)
     if locked is None or locked.state in TERMINAL:
         return 0
@@ -344,7 +345,9 @@ def settle_finished_operations(cursor: Any, conn: Any, execution_id: str) -> int
     reader = RowReader.get(conn, columns)
     events, waiting = [], []
     for job in (reader.read(row) for row in cursor.fetchall()):
-        fact = _fact(job, execution_id)
+        if run_of(job["id"]) != locked.run_id:
+            continue  # an Operation of a run that ended: its outcome has no command to settle
+        fact = _fact(job)
         if fact is None:
             waiting.append(job["id"])
         else:
@@ -382,12 +385,15 @@ class RerunStatus:
 def operation_rerun_status(
     execution_id: str, job_id: str, *, using: str = "default"
 ) -> RerunStatus:
-    state = Execution.objects.using(using).filter(pk=execution_id).values_list("state", flat=True)
+    """``settled`` is also True for an Operation of a run that has ended: nothing waits for
+    its outcome, so it must not run again."""
+    header = Execution.objects.using(using).filter(pk=execution_id)
+    state, run_id = header.values_list("state", "run_id").first() or (None, "")
     settled = HistoryEvent.objects.using(using).filter(execution_id=execution_id, fact_key=job_id)
     checkpoint = Job.objects.using(using).filter(pk=job_id).values_list("checkpoint", flat=True)
     return RerunStatus(
-        execution_state=state.first(),
-        settled=settled.exists(),
+        execution_state=state,
+        settled=run_of(job_id) != (run_id or execution_id) or settled.exists(),
         uncertain=_marker(checkpoint.first()).get("state") == "uncertain",
     )
 
@@ -446,8 +452,8 @@ def operation_mark_uncertain(
                 [prep(conn, "checkpoint", marked), ref.job_id],
             )
         locked = lock_execution(cursor, conn, execution_id)
-        if locked is None or locked.state in TERMINAL:
-            return
+        if locked is None or locked.state in TERMINAL or run_of(ref.job_id) != locked.run_id:
+            return  # nothing waits for it any more (the execution or its run ended)
         header = None
         if locked.state == "running":
             why = f"Operation job {ref.job_id} is uncertain: {reason}"
@@ -470,7 +476,7 @@ def operation_resolve(
     if not group.startswith(GROUP_PREFIX):
         raise NotFoundError(f"no durable Operation job {job_id}", id=job_id)
     execution_id = group[len(GROUP_PREFIX) :]
-    cid = job_id[len(execution_id) + 1 :]
+    cid = command_of(job_id)
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         locked = lock_execution(cursor, conn, execution_id)
@@ -487,6 +493,11 @@ def operation_resolve(
             raise InvalidTransitionError(
                 f"execution {execution_id} is {locked.state if locked else 'gone'}",
                 state=locked.state if locked else None,
+            )
+        if run_of(job_id) != locked.run_id:
+            raise InvalidTransitionError(
+                f"Operation job {job_id} belongs to a run of {execution_id} that has ended",
+                state=locked.state,
             )
         events = [NewEvent(OPERATION_UNCERTAIN_RESOLVED, {"command_id": cid, "decision": decision})]
         if decision == "complete":

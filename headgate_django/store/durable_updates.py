@@ -22,7 +22,7 @@ from headgate_django.exceptions import (
     RevisionConflictError,
 )
 from headgate_django.kernel.replay_events import UPDATE_ACCEPTED, UPDATE_COMPLETED, Event
-from headgate_django.models import HistoryEvent
+from headgate_django.models import HistoryEvent, RunHistoryEvent
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
 from headgate_django.store.durable_history import (
@@ -30,6 +30,7 @@ from headgate_django.store.durable_history import (
     append,
     history_load,
     lock_execution,
+    to_ms,
 )
 
 __all__ = ["UpdateRecord", "update_accept", "update_read"]
@@ -55,6 +56,7 @@ def update_accept(
     execution_id: str,
     *,
     expected_seq: int,
+    expected_run: str,
     update_id: str,
     name: str,
     payload: Any,
@@ -66,7 +68,8 @@ def update_accept(
     A known ``update_id`` returns its record instead (whatever the execution's state now).
     Raises :class:`NotFoundError` for a missing execution, :class:`InvalidTransitionError`
     unless it is running, and :class:`RevisionConflictError` when history moved past
-    ``expected_seq`` (validate again against the new history).
+    ``expected_seq`` of run ``expected_run`` (validate again against the new history: a
+    run that continued as new starts again from seq 1, so the seq alone is not enough).
     """
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
@@ -82,7 +85,7 @@ def update_accept(
                 "takes updates",
                 state=locked.state,
             )
-        if locked.last_seq != expected_seq:
+        if (locked.run_id, locked.last_seq) != (expected_run, expected_seq):
             raise RevisionConflictError(
                 f"the history of execution {execution_id} moved past seq {expected_seq}",
                 execution_id=execution_id,
@@ -97,7 +100,8 @@ def update_accept(
 def update_read(
     execution_id: str, update_id: str, *, using: str = "default"
 ) -> UpdateRecord | None:
-    """The update ``update_id`` of ``execution_id``, or None when it was never accepted."""
+    """The update ``update_id`` of ``execution_id``, or None when it was never accepted
+    (by any of its runs: an update id counts once per execution, not once per run)."""
     row = (
         HistoryEvent.objects.using(using)
         .filter(execution_id=execution_id, fact_key=fact_key(update_id), type=UPDATE_ACCEPTED)
@@ -105,8 +109,26 @@ def update_read(
         .first()
     )
     if row is None:
-        return None
+        return _archived_update(execution_id, update_id, using)
     seq, payload = row
     done = history_load(execution_id, after_seq=seq, types=(UPDATE_COMPLETED,), using=using)
     completed = next((e for e in done if e.payload.get("update_id") == update_id), None)
+    return UpdateRecord(update_id, payload["name"], payload.get("payload"), seq, completed)
+
+
+def _archived_update(execution_id: str, update_id: str, using: str) -> UpdateRecord | None:
+    """Update ``update_id`` as a finished run recorded it. A run that continues as new
+    records an outcome for every update it accepted, so its archive holds both events."""
+    runs = RunHistoryEvent.objects.using(using).filter(run__execution_id=execution_id)
+    mine = runs.filter(payload__update_id=update_id)
+    row = mine.filter(type=UPDATE_ACCEPTED).values_list("run_id", "seq", "payload").first()
+    if row is None:
+        return None
+    run, seq, payload = row
+    done = (
+        mine.filter(run_id=run, type=UPDATE_COMPLETED, seq__gt=seq)
+        .values_list("seq", "payload", "at")
+        .first()
+    )
+    completed = None if done is None else Event(done[0], UPDATE_COMPLETED, done[1], to_ms(done[2]))
     return UpdateRecord(update_id, payload["name"], payload.get("payload"), seq, completed)

@@ -46,6 +46,13 @@ def call_unsure(ctx: durable.Context, _: Any) -> Any:
     return ctx.execute_operation("api-unsure", "1", None).result()
 
 
+@durable.workflow("api-loop", version="1")
+def loop(ctx: durable.Context, run: int) -> Any:
+    if run < 3:
+        ctx.continue_as_new(run + 1)
+    return run
+
+
 @durable.workflow("api-parent", version="1")
 def parent(ctx: durable.Context, _: Any) -> Any:
     return ctx.child("api-wait", "child", version="1")

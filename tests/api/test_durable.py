@@ -108,6 +108,32 @@ def test_resolve_uncertain(operator: Api) -> None:
     assert operator.get(base).json()["result"] == "paid"
 
 
+def test_the_chain_of_runs_and_the_history_of_each(operator: Api) -> None:
+    wf = start(operator, name="api-loop", input=1).json()["workflow_id"]
+    testing.run_jobs()
+    base = f"/api/v1/durable/executions/{wf}"
+    body = operator.get(base).json()
+    assert (body["state"], body["result"], body["run_number"]) == ("succeeded", 3, 3)
+    assert body["history_warning"] == ""
+    runs = body["runs"]
+    assert [(r["number"], r["current"]) for r in runs] == [(1, False), (2, False), (3, True)]
+    assert runs[0]["run_id"] == wf and runs[-1]["run_id"] == body["run_id"]
+    assert runs[-1]["finished_at"] is None and runs[0]["events"] == 2
+    first = operator.get(f"{base}/history", {"run_id": wf})
+    assert first.content.decode() == durable.Manager().history(wf, wf)
+    export = history_from_json(first.content)
+    assert [e.type for e in export.events] == ["WorkflowStarted", "WorkflowContinuedAsNew"]
+    second = history_from_json(
+        operator.get(f"{base}/history", {"run_id": runs[1]["run_id"]}).content
+    )
+    assert second.run_id == runs[1]["run_id"] and second.input == 2
+    current = operator.get(f"{base}/history").content
+    assert history_from_json(current).run_id == body["run_id"]
+    missing = operator.get(f"{base}/history", {"run_id": "nope"})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+
+
 def test_signal_with_start_starts_once_then_signals_the_live_execution(operator: Api) -> None:
     path = "/api/v1/durable/executions/signal-with-start"
     body = {

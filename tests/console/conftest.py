@@ -82,6 +82,7 @@ class ConsoleData:
     workflow_id: str
     execution_uncertain: str
     execution_waiting: str
+    execution_continued: str
 
 
 @pytest.fixture
@@ -155,7 +156,8 @@ def console_data(db: Any) -> ConsoleData:
 
     uncertain = durable.Client().start("console-pay", "1", {"order": 7}).workflow_id
     waiting = durable.Client().start("console-ship", "1", {"order": 8}).workflow_id
+    continued = durable.Client().start("console-rounds", "1", 1).workflow_id
     testing.run_jobs()
     durable.Client().signal(waiting, "go", {"by": "ops"}, message_id="m-1")
     testing.run_one()  # the pass that schedules the shipping Operation, not the Operation
-    return ConsoleData(wf, uncertain, waiting)
+    return ConsoleData(wf, uncertain, waiting, continued)

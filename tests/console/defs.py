@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from headgate_django import durable
@@ -28,6 +29,14 @@ def ship_after_go(ctx: durable.Context, order: Any) -> Any:
     go = ctx.wait_signal("go")
     ctx.select(go)
     return ctx.execute_operation("console-ship", "1", order).result()
+
+
+@durable.workflow("console-rounds", version="1")
+def rounds(ctx: durable.Context, run: int) -> Any:
+    """Run 1 continues as new; run 2 waits for a signal or an hour, whichever comes first."""
+    if run == 1:
+        ctx.continue_as_new(2)
+    return ctx.select(ctx.wait_signal("stop"), ctx.sleep(timedelta(hours=1)))
 
 
 @durable.workflow("console-parent", version="1")

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 from headgate_django import durable, enqueue, testing
 from headgate_django.workflows import Workflow
@@ -155,3 +156,44 @@ def test_the_execution_list_shows_its_timeline_link_at_1366_px(
     assert bad == [], bad
     box = link.bounding_box()
     assert box is not None and box["x"] + box["width"] <= LAPTOP["width"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_timeline_shows_a_pending_sleep_its_select_and_the_runs(
+    server: Server,  # noqa: F811  (the fixture imported above)
+    browser: Any,  # noqa: F811
+    viewer: Any,
+) -> None:
+    """An execution that continued as new and now waits for a signal or an hour."""
+    wf = durable.Client().start("console-rounds", "1", 1).workflow_id
+    testing.run_jobs()
+    view = durable.Manager().get(wf)
+    assert view.run_number == 2
+    page = browser.new_page(viewport=LAPTOP)
+    login(page, server)
+    page.goto(f"{server.url}{reverse('admin:headgate_django_execution_page', args=[wf])}")
+    page.wait_for_selector("#hg-execution[data-ready='1']")
+    sleep = page.locator("#hg-timers li.hg-sleep-pending")
+    assert sleep.count() == 1
+    text = sleep.inner_text()
+    assert text.startswith("timer:1: 3600 s, pending") and " due 20" in text and "UTC" in text
+    due = page.locator("#hg-timers .hg-due").inner_text()
+    assert page.locator("#hg-waiting .hg-select").inner_text() == (
+        "select:1 waits for the first of:"
+    )
+    branches = page.locator("#hg-waiting li.hg-branch")
+    assert branches.all_inner_texts() == [
+        "signal:stop:1 — signal 'stop' (wait 1)",
+        f"timer:1 — sleep 3600 s,{due}",
+    ]
+    assert "within the thresholds" in page.locator("#hg-header").inner_text()
+    runs = page.locator("#hg-runs li")
+    assert runs.count() == 2
+    assert "current" in runs.nth(1).inner_text()
+    assert page.locator("#hg-family").inner_text() == "No parent, no children."
+    previous = page.locator("#hg-runs li.hg-run a")
+    assert previous.inner_text().startswith(f"run 1 ({wf}), 2 events, ended ")
+    previous.click()
+    page.wait_for_url("**/runhistoryevent/**")
+    assert "run__id__exact=" in page.url  # the filter held (no redirect to ?e=1)
+    assert "WorkflowContinuedAsNew" in page.locator("#result_list").inner_text()

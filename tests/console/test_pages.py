@@ -285,6 +285,49 @@ def test_schedule_list_in_words_zones_events_and_paused(viewer: Any, settings: A
 
 
 @pytest.mark.django_db
+def test_execution_page_shows_the_pending_select_its_sleep_and_the_runs(
+    viewer: Any, console_data: Any
+) -> None:
+    client = Client()
+    client.force_login(viewer)
+    url = reverse("admin:headgate_django_execution_page", args=[console_data.execution_continued])
+    body = client.get(url).content.decode()
+    snap = snapshot_of(body)
+    assert snap["state"] == "running"
+    (sleep,) = snap["timers"]
+    assert sleep["command_id"] == "timer:1" and sleep["fired"] is False
+    assert sleep["due_at"] and sleep["duration_ms"] == 3_600_000
+    assert snap["waiting"] == {
+        "select": "select:1",
+        "branches": [
+            {
+                "id": "signal:stop:1",
+                "kind": "signal",
+                "label": "signal 'stop' (wait 1)",
+                "due_at": None,
+            },
+            {"id": "timer:1", "kind": "timer", "label": "sleep 3600 s", "due_at": sleep["due_at"]},
+        ],
+    }
+    first, current = snap["runs"]
+    assert first["run_id"] == console_data.execution_continued and first["pk"] is not None
+    assert current["current"] is True and current["number"] == 2 and current["finished_at"] is None
+    assert 'data-run-history-url="/admin/headgate_django/runhistoryevent/"' in body
+    archived = client.get(f"/admin/headgate_django/runhistoryevent/?run__id__exact={first['pk']}")
+    assert archived.status_code == 200  # the filter is allowed: no redirect to ?e=1
+    assert archived.context["cl"].result_count == 2  # WorkflowStarted, WorkflowContinuedAsNew
+    assert 'id="hg-children"' not in body  # one place for children: the family section
+    assert snap["parent_id"] is None and snap["children"] == []
+    waiting = reverse("admin:headgate_django_execution_page", args=[console_data.execution_waiting])
+    assert snapshot_of(client.get(waiting).content.decode())["waiting"] == {
+        "select": None,  # parked on one Operation's result()
+        "branches": [
+            {"id": "op:1", "kind": "op", "label": "Operation console-ship@1", "due_at": None}
+        ],
+    }
+
+
+@pytest.mark.django_db
 def test_execution_page_links_parent_and_children(viewer: Any) -> None:
     from headgate_django import durable, testing
     from headgate_django.console.links import ID_MARK

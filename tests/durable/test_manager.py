@@ -247,6 +247,7 @@ def test_public_api_is_pinned() -> None:
         "OperationFailedError",
         "Page",
         "QueryDef",
+        "RunView",
         "SignalWithStartResult",
         "StartResult",
         "Uncertain",

@@ -58,6 +58,35 @@ def _deadline(now: Any) -> Any:
     return workflow
 
 
+def _notify(guard: str | None) -> Any:
+    """Reserve, then (the change) notify, then charge. ``guard`` says how the change is
+    made: ``"patched"``, ``"deprecated"``, ``"always"`` (no patch call), or None: the code
+    before the change."""
+
+    def workflow(ctx: durable.Context, order: Any) -> Any:
+        a = ctx.execute_operation("golden-reserve", "1", order).result()
+        if guard == "deprecated":
+            ctx.deprecate_patch("notify")
+        if guard == "always" or guard == "deprecated" or (guard and ctx.patched("notify")):
+            ctx.execute_operation("golden-notify", "1", order).result()
+        return [a, ctx.execute_operation("golden-charge", "1", order).result()]
+
+    return workflow
+
+
+def _continues(ending: str) -> Any:
+    """One Operation per run, continuing as new until ``n`` reaches 2 (``ending="return"``:
+    the changed code returns instead)."""
+
+    def workflow(ctx: durable.Context, state: dict[str, int]) -> Any:
+        n = ctx.execute_operation("golden-step", "1", state["n"]).result()
+        if n < 2 and ending == "continue":
+            ctx.continue_as_new({"n": n})
+        return n
+
+    return workflow
+
+
 def _child(workflow: str, version: str = "1", key: str | None = None) -> Any:
     def code(ctx: durable.Context, order: Any) -> Any:
         return ctx.child(workflow, order, version=version, key=key)
@@ -106,6 +135,35 @@ def _until(signal: str, *, wait: bool = True) -> Any:
         if wait:
             ctx.select(ctx.wait_signal(signal))
         return ctx.state["items"]
+
+    return workflow
+
+
+def _hops(signal: str, *, continues: bool = True) -> Any:
+    """Wait for ``signal``, then continue as new in run 1 (or, changed, return at once)."""
+
+    def workflow(ctx: durable.Context, run: Any) -> Any:
+        ctx.state["items"] = []
+        ctx.select(ctx.wait_signal(signal))
+        if run == 1 and continues:
+            ctx.continue_as_new(2)
+        return ctx.state["items"]
+
+    return workflow
+
+
+def _leaves_child(wait: bool) -> Any:
+    """Run 1 starts a child and continues as new (or, changed, waits for the child first)."""
+
+    def workflow(ctx: durable.Context, run: Any) -> Any:
+        if run == 1:
+            child = ctx.start_child(
+                "golden-parcel", None, version="1", parent_close_policy="abandon"
+            )
+            if wait:
+                child.result()
+            ctx.continue_as_new(2)
+        return "second run"
 
     return workflow
 
@@ -171,6 +229,21 @@ CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
         ),
         "op:1: the code schedules Operation 'golden-late'",
     ),
+    # The first run of a continue-as-new loop (exported with Manager.history(id, run_id)).
+    "continue_as_new.json": (
+        *_defs("golden-continue", _continues("continue"), _continues("return")),
+        "History records WorkflowContinuedAsNew at seq 4, but the code now returns",
+    ),
+    # Recorded by the code before the change: patched() runs the old branch again.
+    "patch_before_the_change.json": (
+        *_defs("golden-patch-old", _notify(None), _notify("patched")),
+        None,
+    ),
+    # Recorded by the patched code (the marker is in history): the cleanup step replays it.
+    "patch_marker.json": (
+        *_defs("golden-patch-new", _notify("patched"), _notify("deprecated")),
+        None,
+    ),
     "renamed_child_workflow.json": (
         *_defs("golden-child", _child("golden-shipping"), _child("golden-delivery")),
         "child:1: the code starts child workflow 'golden-delivery' version '1', but history "
@@ -214,7 +287,51 @@ CASES: dict[str, tuple[WorkflowDef, WorkflowDef, str | None]] = {
         "update 'u-1': history records its handler's outcome at seq 3, but the code now ends "
         "before handling it.",
     ),
+    # A run that continued as new recorded the update it never reached (handled: false)
+    # before its WorkflowContinuedAsNew: the archived run replays without the handler.
+    "update_continued.json": (
+        *_updated("golden-update-continued", _hops("go"), _hops("go"), handlers=False),
+        None,
+    ),
+    # The child of a run that continued as new reports to nobody: the archived run has no
+    # outcome for it, so code that now waits for the child parks instead of continuing.
+    "child_continued.json": (
+        *_defs("golden-child-continued", _leaves_child(False), _leaves_child(True)),
+        "History records WorkflowContinuedAsNew at seq 3, but the code now parks waiting on "
+        "['child:1']",
+    ),
 }
+
+#: More changed versions of a golden file's workflow: (file, changed code, expected error).
+VARIANTS: list[tuple[str, Any, str]] = [
+    # Returning where the run continued as new is a changed ending.
+    (
+        "update_continued.json",
+        _hops("go", continues=False),
+        "History records WorkflowContinuedAsNew at seq 6, but the code now returns",
+    ),
+    # The same change without patched() breaks the executions recorded before it.
+    (
+        "patch_before_the_change.json",
+        _notify("always"),
+        "op:2: the code schedules Operation 'golden-notify' version '1', but history has op:2 "
+        "(OperationScheduled(name='golden-charge'",
+    ),
+    # Dropping the patch call while histories still carry the marker breaks them too
+    # (deprecate_patch is the step that accepts it).
+    (
+        "patch_marker.json",
+        _notify("always"),
+        "history has patch:notify (PatchRecorded(patch_id='notify') at seq 4)",
+    ),
+    # And the old code cannot replay a history that took the new branch.
+    (
+        "patch_marker.json",
+        _notify(None),
+        "op:2: the code schedules Operation 'golden-charge' version '1', but history has op:2 "
+        "(OperationScheduled(name='golden-notify'",
+    ),
+]
 
 
 def test_every_golden_file_has_a_case() -> None:
@@ -226,7 +343,7 @@ def test_the_original_code_replays_its_history(name: str) -> None:
     original, _, _ = CASES[name]
     export = durable.replay((GOLDEN / name).read_text(), workflows=[original])
     assert export.name == original.name
-    assert export.events[-1].type == "WorkflowCompleted"
+    assert export.events[-1].type in ("WorkflowCompleted", "WorkflowContinuedAsNew")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -238,6 +355,15 @@ def test_the_changed_code_passes_or_raises_as_expected(name: str) -> None:
         return
     with pytest.raises(durable.NondeterminismError) as raised:
         durable.replay(history, workflows=[changed])
+    assert expected in str(raised.value)
+
+
+@pytest.mark.parametrize(("name", "changed", "expected"), VARIANTS)
+def test_more_changed_versions_raise_as_expected(name: str, changed: Any, expected: str) -> None:
+    original, _, _ = CASES[name]
+    definition = WorkflowDef(changed, original.name, original.version)
+    with pytest.raises(durable.NondeterminismError) as raised:
+        durable.replay((GOLDEN / name).read_text(), workflows=[definition])
     assert expected in str(raised.value)
 
 
@@ -263,3 +389,24 @@ def test_durable_replay_command(capsys: pytest.CaptureFixture[str], swap_code: A
     assert "FAIL" in capsys.readouterr().err
     with pytest.raises(CommandError, match="No such file"):
         call_command("durable_replay", str(GOLDEN / "missing.json"))
+
+
+@pytest.mark.parametrize(
+    "name", ["continue_as_new.json", "patch_before_the_change.json", "patch_marker.json"]
+)
+def test_durable_replay_command_reads_runs_and_patch_markers(
+    name: str, capsys: pytest.CaptureFixture[str], swap_code: Any
+) -> None:
+    original, changed, expected = CASES[name]
+    path = str(GOLDEN / name)
+    swap_code("workflow", original.name, "1", original)
+    call_command("durable_replay", path)
+    assert "ok   " in capsys.readouterr().out
+    swap_code("workflow", original.name, "1", changed)
+    if expected is None:  # the patched (or cleaned-up) code replays it too
+        call_command("durable_replay", path)
+        assert "ok   " in capsys.readouterr().out
+    else:
+        with pytest.raises(CommandError, match="1 of 1 history file"):
+            call_command("durable_replay", path)
+        assert "FAIL" in capsys.readouterr().err

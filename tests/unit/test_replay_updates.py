@@ -21,13 +21,14 @@ from headgate_django.kernel.replay_events import (
     WORKFLOW_STARTED,
     Completed,
     CompleteUpdate,
+    ContinuedAsNew,
     Event,
     Nondeterministic,
     Parked,
     RecordSelect,
 )
 from headgate_django.kernel.replay_queries import Answered, Raised, run_query
-from headgate_django.kernel.replay_updates import ENDED_FIRST
+from headgate_django.kernel.replay_updates import CONTINUED_FIRST, ENDED_FIRST
 
 T0 = 1_767_225_600_000
 
@@ -120,6 +121,22 @@ def test_an_update_the_code_never_reaches_is_recorded_as_unhandled() -> None:
     h.record(outcome)
     assert h.events[-2].payload == {"update_id": "u1", "error": ENDED_FIRST, "handled": False}
     assert run(h, quick) == Completed("done", [])  # and it replays
+
+
+def test_a_run_that_continues_as_new_records_its_unhandled_updates_first() -> None:
+    def hops(ctx: Context, _: Any) -> Any:
+        ctx.state["items"] = []
+        ctx.select(ctx.wait_signal("go"))
+        ctx.continue_as_new("next")
+
+    h = History().add(SIGNAL_RECEIVED, name="go", payload=None).update("u1", payload="x")
+    outcome = run(h, hops)
+    assert isinstance(outcome, ContinuedAsNew) and outcome.input == "next"
+    assert outcome.commands[-1] == CompleteUpdate("u1", error=CONTINUED_FIRST, handled=False)
+    assert outcome.carried == ()  # an update is not a signal: the next run gets none
+    h.record(outcome)
+    h.add(outcome.event_type, **outcome.event_payload())
+    assert run(h, hops) == ContinuedAsNew("next", (), [])  # and the ended run replays
 
 
 def test_a_handler_that_raises_fails_the_update_not_the_workflow() -> None:

@@ -35,10 +35,27 @@ class ExecutionSummarySerializer(serializers.Serializer):
     parent_id = serializers.CharField(
         allow_null=True, help_text="The execution that started this one as a child, or null."
     )
-    history_length = serializers.IntegerField()
+    history_length = serializers.IntegerField(help_text="Events in the current run's history.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
+    run_id = serializers.CharField(help_text="The current run (continue-as-new starts another).")
+    run_number = serializers.IntegerField()
+    history_warning = serializers.CharField(
+        allow_blank=True,
+        help_text="Set once the current run's history passed the size thresholds.",
+    )
+
+
+class DurableRunSerializer(serializers.Serializer):
+    """One run in the execution's chain; fetch its history with ``history?run_id=``."""
+
+    number = serializers.IntegerField()
+    run_id = serializers.CharField()
+    events = serializers.IntegerField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True, help_text="Null for the current run.")
+    current = serializers.BooleanField()
 
 
 class ChildSerializer(serializers.Serializer):
@@ -54,10 +71,12 @@ class ChildSerializer(serializers.Serializer):
 
 class ExecutionSerializer(RedactingSerializer, ExecutionSummarySerializer):
     """The header plus input, result and meta (user data, null unless the caller may see
-    it), and the children it started, oldest first."""
+    it), the children it started, oldest first, and ``runs``, the chain of runs, oldest
+    first, the current one last."""
 
     private_fields = ("input", "result", "meta")
 
+    runs = DurableRunSerializer(many=True)
     input = AnyJSONField(allow_null=True)
     result = AnyJSONField(allow_null=True)
     meta = serializers.DictField(child=AnyJSONField(), allow_null=True)
@@ -155,7 +174,8 @@ class HistoryDocumentSerializer(serializers.Serializer):
     """What ``durable.replay`` and ``manage.py durable_replay`` read."""
 
     workflow = serializers.DictField(
-        child=AnyJSONField(allow_null=True), help_text="{name, version, id, input}"
+        child=AnyJSONField(allow_null=True),
+        help_text="{name, version, id, input[, run_id]}: run_id when it is not the first run.",
     )
     events = serializers.ListField(
         child=serializers.DictField(child=AnyJSONField(allow_null=True)),

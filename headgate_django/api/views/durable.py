@@ -45,6 +45,7 @@ FILTERS = [
     query.text("business_idempotency_key", "The business key it was started with."),
 ]
 CURSOR = query.text("cursor", "`next_cursor` of the previous page (an execution id).")
+RUN = query.text("run_id", "A run of the execution (from `runs`); default: the current run.")
 LIMIT = limit_param(50)
 ARGS = query.json_or_text(
     "arg",
@@ -162,13 +163,14 @@ class ExecutionViewSet(HeadgateViewSet):
         return _view(request, workflow_id)
 
     @document(
-        summary="History in the replay-checker format (needs view_job_payload)",
+        summary="History of a run in the replay-checker format (needs view_job_payload)",
+        parameters=[RUN.openapi()],
         responses=s.HistoryDocumentSerializer,
     )
     @action(detail=True, methods=["get"])
     def history(self, request: Request, workflow_id: str) -> HttpResponse:
         require_payload_permission(request)
-        document = Manager().history(workflow_id)
+        document = Manager().history(workflow_id, RUN.read(request))
         return HttpResponse(document.encode(), content_type="application/json")
 
     @document(
@@ -281,10 +283,10 @@ class ExecutionViewSet(HeadgateViewSet):
         serializer = s.ResolveSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        job_id = data.get("job_id") or f"{workflow_id}:{data['command_id']}"
-        if not job_id.startswith(f"{workflow_id}:"):
+        run_id = Manager().get(workflow_id).run_id  # 404 for an unknown execution first
+        job_id = data.get("job_id") or f"{run_id}:{data['command_id']}"
+        if not job_id.startswith(f"{run_id}:"):
             raise NotFoundError(f"{job_id} is not an Operation of execution {workflow_id}")
-        Manager().get(workflow_id)  # 404 for an unknown execution before anything else
         Manager().resolve_uncertain(job_id, data["decision"], data["result"], data["error"])
         return _view(request, workflow_id)
 

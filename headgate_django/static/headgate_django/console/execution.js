@@ -1,5 +1,6 @@
 /* Headgate console: the durable execution page — header, Operations (pending and uncertain
-   ones flagged in text and colour), timers and the history timeline, kept live. */
+   ones flagged in text and colour), what a parked execution waits for (a select's branches),
+   sleeps with their due time, the chain of runs and the history timeline, kept live. */
 (function () {
   "use strict";
 
@@ -42,7 +43,9 @@
     var header = document.getElementById("hg-header");
     var fields = [["Task queue", snap.task_queue], ["Created", when(snap.created_at)],
       ["Updated", when(snap.updated_at)], ["Finished", when(snap.finished_at)],
-      ["History length", snap.last_seq], ["Failure reason", snap.failure_reason || "—"],
+      ["History length", snap.last_seq],
+      ["History size", snap.history_warning || "within the thresholds"],
+      ["Failure reason", snap.failure_reason || "—"],
       ["Suspended because", snap.suspended_reason || "—"],
       ["Waiting for", snap.pending.length ? snap.pending.join(", ") : "no Operation"],
       ["Uncertain", snap.uncertain.length ? snap.uncertain.join(", ") : "none"]];
@@ -64,16 +67,51 @@
     }
     var body = document.getElementById("hg-ops-body");
     body.replaceChildren.apply(body, ops);
+    renderWaiting(snap.waiting);
     var timers = document.getElementById("hg-timers");
     timers.replaceChildren(snap.timers.length ? h("ul", {}, snap.timers.map(function (t) {
-      return h("li", {}, [t.command_id + ": " + (t.duration_ms / 1000) + " s, " +
-        (t.fired ? "fired" : "due " + when(new Date(t.fire_at_ms).toISOString()))]);
-    })) : h("p", {}, ["No timers."]));
+      return h("li", { "class": t.fired ? "hg-sleep-fired" : "hg-sleep-pending", "data-command": t.command_id }, [
+        t.command_id + ": " + (t.duration_ms / 1000) + " s, ",
+        t.fired ? "fired" : h("span", { "class": "hg-flag" }, ["pending"]),
+        t.fired ? null : h("span", { "class": "hg-due" }, [" due " + when(t.due_at)])
+      ]);
+    })) : h("p", {}, ["No sleeps."]));
+    renderRuns(snap.execution_id, snap.runs || []);
     renderFamily(snap);
     var history = document.getElementById("hg-history-body");
     history.replaceChildren.apply(history, snap.events.map(function (e) {
       return h("tr", {}, [h("td", { "class": "hg-num" }, [e.seq]), h("td", {}, [when(e.at)]),
         h("td", {}, [e.type]), h("td", {}, summary(e))]);
+    }));
+  }
+
+  function renderWaiting(waiting) {
+    var box = document.getElementById("hg-waiting");
+    if (!waiting || !waiting.branches.length) {
+      box.replaceChildren(h("p", {}, ["Nothing: the execution is not parked."]));
+      return;
+    }
+    var title = waiting.select ? waiting.select + " waits for the first of:" : "waits for:";
+    box.replaceChildren(h("p", { "class": "hg-select" }, [title]), h("ul", {}, waiting.branches.map(function (b) {
+      return h("li", { "class": "hg-branch", "data-branch": b.id }, [
+        b.id + " — " + b.label, b.due_at ? h("span", { "class": "hg-due" }, [", due " + when(b.due_at)]) : null
+      ]);
+    })));
+  }
+
+  function renderRuns(executionId, runs) {
+    var root = document.getElementById("hg-execution");
+    var finished = root.getAttribute("data-run-history-url");
+    var current = root.getAttribute("data-history-url");
+    var list = document.getElementById("hg-runs");
+    list.replaceChildren.apply(list, runs.map(function (run) {
+      var href = run.current
+        ? (current ? current + "?execution__id__exact=" + encodeURIComponent(executionId) : null)
+        : (finished ? finished + "?run__id__exact=" + run.pk : null);
+      var label = "run " + run.number + " (" + run.run_id + "), " + run.events + " events" +
+        (run.current ? ", current" : ", ended " + when(run.finished_at));
+      return h("li", { "class": run.current ? "hg-run-current" : "hg-run", "data-run": run.run_id },
+        [href ? h("a", { href: href }, [label]) : label]);
     }));
   }
 
