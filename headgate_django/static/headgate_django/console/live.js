@@ -78,5 +78,22 @@
     el.setAttribute("data-status", status);
   }
 
-  window.HGLive = { connect: connect, showStatus: showStatus };
+  /* An element with ``attrs`` (null and undefined ones left out) and ``children``
+     (elements, or anything else as text), for the pages that build their DOM. */
+  function h(tag, attrs, children) {
+    var el = document.createElement(tag);
+    for (var key in attrs || {}) {
+      if (attrs[key] !== null && attrs[key] !== undefined) {
+        el.setAttribute(key, attrs[key]);
+      }
+    }
+    (children || []).forEach(function (child) {
+      if (child !== null && child !== undefined) {
+        el.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
+      }
+    });
+    return el;
+  }
+
+  window.HGLive = { connect: connect, showStatus: showStatus, h: h };
 })();

@@ -3,20 +3,7 @@
 (function () {
   "use strict";
 
-  function h(tag, attrs, children) {
-    var el = document.createElement(tag);
-    for (var key in attrs || {}) {
-      if (attrs[key] !== null && attrs[key] !== undefined) {
-        el.setAttribute(key, attrs[key]);
-      }
-    }
-    (children || []).forEach(function (child) {
-      if (child !== null && child !== undefined) {
-        el.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
-      }
-    });
-    return el;
-  }
+  var h = window.HGLive.h;  // an element with attributes and children (live.js)
 
   var OUTCOME = { enqueued: "completed", deduplicated: "scheduled", failed: "archived", skipped: "cancelled" };
 
