@@ -154,3 +154,11 @@ def clear_of_the_hour() -> None:
     left = 3600 - time.time() % 3600
     if left < 7:
         time.sleep(left + 0.5)
+
+
+def fresh_python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a new interpreter at the project's root: what a fresh process
+    imports and does, with nothing this test run has loaded."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )

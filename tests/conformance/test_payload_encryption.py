@@ -138,10 +138,7 @@ def test_the_console_shows_the_key_id_not_the_bytes():
 def test_a_project_without_encryption_never_imports_cryptography():
     """Its import costs about 15 ms in every process that starts; only sealing or opening
     a payload needs it."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
+    from tests.conftest import fresh_python
 
     code = (
         "import sys\n"
@@ -149,7 +146,5 @@ def test_a_project_without_encryption_never_imports_cryptography():
         "assert sealed.AVAILABLE and sealed.is_sealed(b'{}') is False\n"
         "assert 'cryptography' not in sys.modules\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    result = fresh_python(code)
     assert result.returncode == 0, result.stderr

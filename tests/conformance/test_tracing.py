@@ -5,8 +5,6 @@ nothing is stored; without the package nothing runs at all."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -26,7 +24,7 @@ from headgate_django.store.durable_jobs import OP_KIND, TASK_KIND
 from headgate_django.worker.runner import Worker
 from headgate_django.workflows import Workflow, WorkflowGraft
 from tests.conformance.helpers import fresh_queue
-from tests.conftest import ROOT
+from tests.conftest import fresh_python
 
 pytestmark = pytest.mark.django_db
 EXPORTER = InMemorySpanExporter()
@@ -233,9 +231,7 @@ def test_without_the_package_tracing_is_off_and_costs_no_import():
         "assert t.ENABLED is False and t.carrier() is None\n"
         "assert not any(m.startswith('opentelemetry.') for m in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    result = fresh_python(code)
     assert result.returncode == 0, result.stderr
 
 
@@ -249,9 +245,7 @@ def test_a_project_that_does_not_trace_never_imports_opentelemetry():
         "assert not any(m.startswith('opentelemetry.') for m in sys.modules), sorted(\n"
         "    m for m in sys.modules if m.startswith('opentelemetry'))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    result = fresh_python(code)
     assert result.returncode == 0, result.stderr
 
 
@@ -261,7 +255,5 @@ def test_with_the_package_but_no_tracer_provider_nothing_is_traced():
         "import headgate_django.tracing as t\n"
         "assert t.ENABLED is True and t.active() is False and t.carrier() is None\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    result = fresh_python(code)
     assert result.returncode == 0, result.stderr

@@ -142,10 +142,6 @@ def test_the_scheduler_observes_its_lag():
 def test_threads_that_first_touch_the_metrics_at_once_share_one_set():
     """A worker's threads all get to the metrics first at about the same moment; a second
     set would be refused by the registry (``DuplicateTimeseries``) and kill one thread."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
 
     code = (
         "import sys, threading\n"
@@ -165,7 +161,5 @@ def test_threads_that_first_touch_the_metrics_at_once_share_one_set():
         "assert len({id(x) for x in made}) == 1\n"
     )
     for _ in range(3):
-        result = subprocess.run(
-            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
-        )
+        result = fresh_python(code)
         assert result.returncode == 0, result.stderr
