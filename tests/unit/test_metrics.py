@@ -3,6 +3,7 @@ from django.test import RequestFactory
 
 from headgate_django import metrics as m
 from tests.app import tasks
+from tests.conftest import fresh_python
 
 
 @pytest.mark.django_db
@@ -142,7 +143,6 @@ def test_the_scheduler_observes_its_lag():
 def test_threads_that_first_touch_the_metrics_at_once_share_one_set():
     """A worker's threads all get to the metrics first at about the same moment; a second
     set would be refused by the registry (``DuplicateTimeseries``) and kill one thread."""
-
     code = (
         "import sys, threading\n"
         "sys.setswitchinterval(1e-6)  # switch threads as often as possible\n"
