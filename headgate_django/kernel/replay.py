@@ -470,14 +470,8 @@ class Context:
         recorded = p.match(cid)
         if recorded is None:
             p.emit_command(ScheduleOperation(cid, name, version, input, f"{p.run_id}:{cid}"))
-        elif (recorded.payload["name"], recorded.payload["version"]) != (name, version):
-            p.diverge(
-                f"{cid}: the code schedules Operation {name!r} version {version!r}, but history "
-                f"has {_describe(recorded)}.",
-                command_id=cid,
-                expected=f"{recorded.payload['name']}@{recorded.payload['version']}",
-                actual=f"{name}@{version}",
-            )
+        else:
+            _same_target(p, cid, recorded, "schedules Operation", name, version)
         return Future(p, cid, p.index.facts.get(cid), f"operation {name}@{version}")
 
     def start_child(
@@ -518,15 +512,8 @@ class Context:
             if p.check_child is not None:
                 p.check_child(command)
             p.emit_command(command)
-        elif (recorded.payload["name"], recorded.payload["version"]) != (workflow, version):
-            p.diverge(
-                f"{cid}: the code starts child workflow {workflow!r} version {version!r}, but "
-                f"history has {_describe(recorded)}.",
-                command_id=cid,
-                expected=f"{recorded.payload['name']}@{recorded.payload['version']}",
-                actual=f"{workflow}@{version}",
-            )
         else:
+            _same_target(p, cid, recorded, "starts child workflow", workflow, version)
             child_id = recorded.payload["child_id"]
         return ChildFuture(p, cid, p.index.facts.get(cid), label, child_id)
 
@@ -656,6 +643,19 @@ class Context:
         """A version-4 UUID, the same on every replay of this execution."""
         self._pass.guard()
         return uuid.UUID(int=self._pass.rng("uuid4").getrandbits(128), version=4)
+
+
+def _same_target(p: _Pass, cid: str, recorded: Event, does: str, name: str, version: str) -> None:
+    """A recorded Operation or child start must name what the code names now: a changed
+    name or version is nondeterminism (inputs are not compared, see the module doc)."""
+    if (recorded.payload["name"], recorded.payload["version"]) != (name, version):
+        p.diverge(
+            f"{cid}: the code {does} {name!r} version {version!r}, but history has "
+            f"{_describe(recorded)}.",
+            command_id=cid,
+            expected=f"{recorded.payload['name']}@{recorded.payload['version']}",
+            actual=f"{name}@{version}",
+        )
 
 
 def _check_name(what: str, value: Any) -> None:

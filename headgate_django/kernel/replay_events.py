@@ -445,15 +445,25 @@ def _scheduled(index: HistoryIndex, event: Event, prefix: str) -> str:
 
 
 def _on_operation_scheduled(index: HistoryIndex, event: Event) -> None:
-    _field(event, "name", str)
-    _field(event, "version", str)
-    _add_command(index, event, OP_PREFIX)
+    _add_target(index, event, OP_PREFIX)
 
 
 def _on_operation_settled(index: HistoryIndex, event: Event) -> None:
-    if event.type == OPERATION_FAILED:
-        _field(event, "error", str, optional=True)
-    index.facts[_scheduled(index, event, OP_PREFIX)] = event
+    _settle(index, event, OP_PREFIX, failed=(OPERATION_FAILED, "error"))
+
+
+def _add_target(index: HistoryIndex, event: Event, prefix: str) -> None:
+    """A started Operation or child: it names its ``name`` and ``version``."""
+    _field(event, "name", str)
+    _field(event, "version", str)
+    _add_command(index, event, prefix)
+
+
+def _settle(index: HistoryIndex, event: Event, prefix: str, failed: tuple[str, str]) -> None:
+    """The outcome of a started Operation or child; a failure may say why in its field."""
+    if event.type == failed[0]:
+        _field(event, failed[1], str, optional=True)
+    index.facts[_scheduled(index, event, prefix)] = event
 
 
 def _on_operation_uncertain(index: HistoryIndex, event: Event) -> None:
@@ -501,16 +511,12 @@ def _on_patch_recorded(index: HistoryIndex, event: Event) -> None:
 
 
 def _on_child_started(index: HistoryIndex, event: Event) -> None:
-    _field(event, "name", str)
-    _field(event, "version", str)
     _field(event, "child_id", str)
-    _add_command(index, event, CHILD_PREFIX)
+    _add_target(index, event, CHILD_PREFIX)
 
 
 def _on_child_settled(index: HistoryIndex, event: Event) -> None:
-    if event.type == CHILD_FAILED:
-        _field(event, "reason", str, optional=True)
-    index.facts[_scheduled(index, event, CHILD_PREFIX)] = event
+    _settle(index, event, CHILD_PREFIX, failed=(CHILD_FAILED, "reason"))
 
 
 def _on_update_accepted(index: HistoryIndex, event: Event) -> None:
