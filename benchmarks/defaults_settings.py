@@ -78,7 +78,10 @@ def _database(url: str) -> dict[str, str]:
     }
 
 
-DATABASES = {"default": _database(os.environ["DATABASE_URL"])}
+# startproject's own SQLite file when no DATABASE_URL is given.
+DATABASES = {
+    "default": _database(os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR}/db.sqlite3"))
+}
 
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
 LANGUAGE_CODE = "en-us"
