@@ -39,6 +39,7 @@ from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
 from headgate_django.store.fairness import claim_fair
 from headgate_django.store.fenced import after_finish
+from headgate_django.store.governed_claim import claim_queue_on_server, claims_on_server
 from headgate_django.store.weights import claim_weighted, forget_books, ledger_add
 
 #: Seconds a worker process trusts its view of the policies (:func:`current_policy`).
@@ -68,6 +69,7 @@ class Policy(NamedTuple):
     backpressure: frozenset[str]  # queues with a limit of unfinished jobs
     fair: frozenset[str] = frozenset()  # queues with tenant fairness
     weighted: frozenset[str] = frozenset()  # queues with a weight
+    disposing: frozenset[str] = frozenset()  # queues whose ceiling disposes of jobs
 
 
 NO_POLICY = Policy(frozenset(), frozenset(), frozenset())
@@ -94,15 +96,16 @@ def current_policy(conn: BaseDatabaseWrapper, using: str) -> Policy:
             "UNION ALL SELECT name, 'r' FROM headgate_rate_bucket "
             "UNION ALL SELECT queue, 'b' FROM headgate_backpressure "
             "UNION ALL SELECT queue, 'f' FROM headgate_fairness "
-            "UNION ALL SELECT name, 'w' FROM headgate_queue_state WHERE weight IS NOT NULL",
-            [True],
+            "UNION ALL SELECT name, 'w' FROM headgate_queue_state WHERE weight IS NOT NULL "
+            "UNION ALL SELECT queue, 'd' FROM headgate_concurrency_limit WHERE on_saturated <> %s",
+            [True, "queue"],
         )
         rows = cursor.fetchall()
 
     def named(what: str) -> frozenset[str]:
         return frozenset(name for name, kind in rows if kind == what)
 
-    policy = Policy(named("q"), named("r"), named("b"), named("f"), named("w"))
+    policy = Policy(named("q"), named("r"), named("b"), named("f"), named("w"), named("d"))
     with _policies_lock:
         _policies[using] = (now, policy)
     return policy
@@ -144,10 +147,7 @@ def claim_admitted(
     if served and policy.weighted.intersection(served):
 
         def claim_one(queue: str, n: int) -> list[Any]:
-            with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
-                got = _claim_queue(cursor, conn, queue, n, policy, claimer)
-                ledger_add(cursor, queue, len(got))
-                return got
+            return _claim_one(conn, queue, n, policy, claimer, weighted=True)
 
         rows += claim_weighted(conn, served, limit, claim_one)
     elif served:
@@ -156,8 +156,7 @@ def claim_admitted(
             need = limit - len(rows)
             if need <= 0:
                 return rows
-            with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
-                rows += _claim_queue(cursor, conn, queue, need, policy, claimer)
+            rows += _claim_one(conn, queue, need, policy, claimer, weighted=False)
     need = limit - len(rows)
     if policy.classes and need > 0:
         with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
@@ -377,6 +376,29 @@ def _base_where(kinds: Sequence[str] | None) -> tuple[list[str], list[Any]]:
         where.append(f"kind IN ({v.placeholders(len(kinds))})")
         params += kinds
     return where, params
+
+
+def _claim_one(
+    conn: BaseDatabaseWrapper,
+    queue: str,
+    need: int,
+    policy: Policy,
+    claimer: Claimer,
+    *,
+    weighted: bool,
+) -> list[Any]:
+    """One governed queue's claim in its own transaction, adding what it leased to the
+    queue's ledger when ``weighted``: on PostgreSQL one call of the server's function
+    (``store.governed_claim``), unless the queue's ceiling disposes of jobs."""
+    if queue not in policy.disposing and claims_on_server(conn):
+        rows = claim_queue_on_server(conn, queue, need, claimer, weighted=weighted)
+        if rows is not None:
+            return rows
+    with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
+        got = _claim_queue(cursor, conn, queue, need, policy, claimer)
+        if weighted:
+            ledger_add(cursor, queue, len(got))
+        return got
 
 
 def _claim_queue(

@@ -1,0 +1,62 @@
+"""PostgreSQL: a governed queue's claim in one round trip, ``headgate_claim_governed``.
+
+``store.admitted`` claims a governed queue in one transaction of about a dozen statements
+(lock, ceiling, running count, buckets, rotation, partition probes, candidates, writes,
+lease). On PostgreSQL migration 0028's function runs those same steps on the server, so a
+governed claim costs one statement in autocommit, as the plain claim does; it took the
+drain under every policy from about 0.7 of the drain without any to about 0.9
+(``docs/benchmarks.md``). The Python steps stay the reference for what it decides:
+``tests/conformance/test_governed_claim_function.py`` claims the same jobs both ways and
+compares what each admitted and wrote.
+
+Not every governed queue is claimed here: a ceiling that disposes of jobs (``discard``,
+``cancel_incoming``, ``cancel_running``) runs the hooks of finished jobs, which are Python,
+so those queues keep the portable path. The function says so itself (a row at position 0)
+when this process's view of the policies is older than the ceiling's strategy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from headgate_django.store import vendor as v
+from headgate_django.store.prepared import server_bound_cursor
+
+FUNCTION = "headgate_claim_governed"
+
+
+def claims_on_server(conn: BaseDatabaseWrapper) -> bool:
+    """Whether this database claims governed queues with :data:`FUNCTION`."""
+    return conn.vendor == "postgresql" and v.has_pg_function(conn, FUNCTION)
+
+
+def claim_queue_on_server(
+    conn: BaseDatabaseWrapper, queue: str, need: int, claimer: Any, *, weighted: bool
+) -> list[Any] | None:
+    """Claim up to ``need`` jobs of the governed ``queue`` for ``claimer`` (a
+    ``store.admitted.Claimer``), adding what it leased to the queue's ledger when
+    ``weighted``: the rows in the order admitted, as ``store.claim.COLUMNS``, or ``None``
+    when the queue's ceiling disposes of jobs and the portable path must claim it."""
+    from headgate_django.store.claim import PG_NAMES, PG_READ_BACK, names_param
+
+    with server_bound_cursor(conn) as cursor:  # its text never changes
+        cursor.execute(
+            f"SELECT g.pos, {PG_READ_BACK} FROM (SELECT f.pos, (f.job).* FROM {FUNCTION}("
+            f"%s::varchar, %s::integer, {PG_NAMES}, %s::varchar, %s::varchar, %s::bigint, "
+            "%s::boolean) f) g ORDER BY g.pos",
+            [
+                queue,
+                need,
+                names_param(claimer.kinds),
+                claimer.lease_id,
+                claimer.worker_id[:255],
+                claimer.ttl_ms,
+                weighted,
+            ],
+        )
+        rows = cursor.fetchall()
+    if rows and rows[0][0] == 0:
+        return None
+    return [row[1:] for row in rows]
