@@ -6,8 +6,10 @@ rate buckets, the fairness row, the partition probes, the candidates, the writes
 the lease. On PostgreSQL ``headgate_claim_governed(queue, …)`` runs the same steps on the
 server, in one round trip:
 
-1. lock the queue's ``headgate_queue_state`` row and read its ceiling; a queue no longer
-   governed, or paused, yields nothing. A ceiling that disposes of jobs (``discard``,
+1. yield nothing for a queue with no waiting job (a claim that finds nothing writes
+   nothing, so it need not take the lock, whose row lock would make its commit wait for
+   the disk); lock the queue's ``headgate_queue_state`` row and read its ceiling; a queue
+   no longer governed, or paused, yields nothing. A ceiling that disposes of jobs (``discard``,
    ``cancel_incoming``, ``cancel_running``) yields one row at position 0 and nothing else:
    disposal runs hooks written in Python, so the caller claims that queue on the portable
    path (``store.admitted``) instead;
@@ -19,7 +21,12 @@ server, in one round trip:
    class first and the ceiling second, as in ``_Admission.consider``;
 4. write back the spent buckets, the rotation and the carried credit, lease the admitted
    jobs by the row addresses their candidate read saw, and with ``p_weighted`` add what it
-   leased to the queue's ledger (``store.weights.ledger_add``).
+   leased to the queue's ledger (``store.weights.ledger_add``);
+5. if it leased all ``p_limit``, raise the ledgers of the queues that ran dry earlier in
+   the same claim to the levels ``store.weights`` computed (``p_level_names``,
+   ``p_level_values``), unless one of their rows is locked, and say so with a row at
+   position -1: while a queue is dry this saves the separate update, and its commit, that
+   each claim would otherwise make after it.
 
 Rows come back as ``(pos, job)``, ``pos`` the order admitted (the order a worker starts
 them in). The Python code is the reference for every rule: ``kernel.admission.refill`` and
@@ -60,23 +67,30 @@ _NEXT_PARTITION = f"""
 
 # The classes that can admit nothing now: ``Buckets.closed``.
 _CLOSED = """
-                v_closed := ARRAY(SELECT b_names[i] FROM generate_subscripts(b_names, 1) i
-                                  WHERE b_paused[i] OR b_tokens[i] < 1);"""
+                IF cardinality(b_names) > 0 THEN
+                    v_closed := ARRAY(SELECT b_names[i] FROM generate_subscripts(b_names, 1) i
+                                      WHERE b_paused[i] OR b_tokens[i] < 1);
+                END IF;"""
 
 # One candidate (c_id, c_part, c_cls, c_w) meets the rate class, then the ceiling
 # (``_Admission.consider``, under ``queue``): v_verdict is 'admitted', 'full' or 'passed'.
+# f_keys/f_free hold the free slots of the partitions seen so far.
 _CONSIDER = """
-                v_bi := array_position(b_names, c_cls);
+                v_bi := CASE WHEN c_cls IS NOT NULL THEN array_position(b_names, c_cls) END;
                 IF v_bi IS NOT NULL
                    AND (b_paused[v_bi] OR b_tokens[v_bi] < headgate_spend_needed(c_w, b_burst[v_bi])) THEN
                     v_verdict := 'passed';
                 ELSE
                     v_verdict := 'admitted';
                     IF v_max IS NOT NULL THEN
-                        v_f := coalesce((v_free ->> c_part)::integer,
-                                        v_max - coalesce((v_running ->> c_part)::integer, 0));
-                        IF v_f > 0 THEN
-                            v_free := v_free || jsonb_build_object(c_part, v_f - 1);
+                        v_f := array_position(f_keys, c_part);
+                        IF v_f IS NULL THEN
+                            f_keys := f_keys || c_part;
+                            f_free := f_free || v_max;
+                            v_f := cardinality(f_keys);
+                        END IF;
+                        IF f_free[v_f] > 0 THEN
+                            f_free[v_f] := f_free[v_f] - 1;
                         ELSE
                             IF NOT (c_part = ANY(v_full)) THEN
                                 v_full := v_full || c_part;
@@ -126,7 +140,8 @@ $$;
 CREATE = f"""
 CREATE OR REPLACE FUNCTION headgate_claim_governed(
     p_queue varchar, p_limit integer, p_kinds varchar[],
-    p_lease_id varchar, p_worker varchar, p_ttl_ms bigint, p_weighted boolean
+    p_lease_id varchar, p_worker varchar, p_ttl_ms bigint, p_weighted boolean,
+    p_level_names varchar[], p_level_values bigint[]
 ) RETURNS TABLE (pos integer, job headgate_job)
 LANGUAGE plpgsql VOLATILE
 SET enable_indexscan = on
@@ -138,7 +153,7 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_admission boolean; v_paused boolean; v_max integer; v_strategy varchar;
-    v_running jsonb := '{{}}'; v_free jsonb := '{{}}'; v_full varchar[] := '{{}}';
+    f_keys varchar[] := '{{}}'; f_free integer[] := '{{}}'; v_full varchar[] := '{{}}';
     v_now_ms bigint;
     b_names varchar[]; b_burst integer[]; b_paused boolean[]; b_tokens double precision[];
     b_spent boolean[];
@@ -156,6 +171,12 @@ DECLARE
     v_held jsonb := '{{}}'; h_id varchar[]; h_tid tid[]; h_cls varchar[]; h_w integer[];
     h_i integer; v_n integer;
 BEGIN
+    -- A claim that finds nothing changes nothing, so a queue with nothing waiting is not
+    -- locked: its lock would write, and its commit wait for the disk.
+    IF NOT EXISTS (SELECT FROM headgate_job j WHERE j.state = 'available' AND j.queue = p_queue
+                     AND (p_kinds IS NULL OR j.kind = ANY(p_kinds))) THEN
+        RETURN;
+    END IF;
     SELECT q.admission, q.paused, c.max_concurrent, c.on_saturated
       INTO v_admission, v_paused, v_max, v_strategy
       FROM headgate_queue_state q LEFT JOIN headgate_concurrency_limit c ON c.queue = q.name
@@ -170,8 +191,9 @@ BEGIN
         RETURN;
     END IF;
     IF v_max IS NOT NULL THEN
-        SELECT coalesce(jsonb_object_agg(t.partition_key, t.n), '{{}}') INTO v_running
-          FROM (SELECT j.partition_key, count(*) AS n FROM headgate_job j
+        SELECT coalesce(array_agg(t.partition_key), '{{}}'), coalesce(array_agg(v_max - t.n), '{{}}')
+          INTO f_keys, f_free
+          FROM (SELECT j.partition_key, count(*)::integer AS n FROM headgate_job j
                  WHERE j.state = 'running' AND j.queue = p_queue
                  GROUP BY j.partition_key) t;
     END IF;
@@ -230,10 +252,14 @@ BEGIN
                 END IF;
                 -- One visit: what is held over from this partition's last visit first.
                 v_got := 0; v_passed := false; v_ended := NULL;
-                h_id := coalesce(ARRAY(SELECT jsonb_array_elements_text(v_held -> v_p -> 0)), '{{}}');
-                h_tid := ARRAY(SELECT e::tid FROM jsonb_array_elements_text(v_held -> v_p -> 1) e);
-                h_cls := ARRAY(SELECT e FROM jsonb_array_elements_text(v_held -> v_p -> 2) e);
-                h_w := ARRAY(SELECT e::integer FROM jsonb_array_elements_text(v_held -> v_p -> 3) e);
+                IF v_held ? v_p THEN
+                    h_id := ARRAY(SELECT jsonb_array_elements_text(v_held -> v_p -> 0));
+                    h_tid := ARRAY(SELECT e::tid FROM jsonb_array_elements_text(v_held -> v_p -> 1) e);
+                    h_cls := ARRAY(SELECT e FROM jsonb_array_elements_text(v_held -> v_p -> 2) e);
+                    h_w := ARRAY(SELECT e::integer FROM jsonb_array_elements_text(v_held -> v_p -> 3) e);
+                ELSE
+                    h_id := '{{}}';
+                END IF;
                 h_i := 1;
                 v_want := p_limit - v_total;
                 WHILE v_got < v_want AND v_cur > 0 LOOP
@@ -287,7 +313,7 @@ BEGIN
                     v_held := v_held || jsonb_build_object(v_p, jsonb_build_array(
                         to_jsonb(h_id[h_i:]), to_jsonb(h_tid[h_i:]::text[]),
                         to_jsonb(h_cls[h_i:]), to_jsonb(h_w[h_i:])));
-                ELSE
+                ELSIF v_held ? v_p THEN
                     v_held := v_held - v_p;
                 END IF;
                 v_total := v_total + v_got;
@@ -334,12 +360,26 @@ BEGIN
     IF p_weighted AND v_n > 0 THEN
         UPDATE headgate_queue_state SET dispatched = dispatched + v_n WHERE name = p_queue;
     END IF;
+    -- The levels of queues that ran dry, if this claim filled up: without waiting for a
+    -- lock while holding this queue's (a claim holding one of theirs may be about to
+    -- level this one), so when one is taken the caller writes them after the claim.
+    IF v_n = p_limit AND cardinality(p_level_names) > 0
+       AND (SELECT count(*) FROM (SELECT FROM headgate_queue_state q
+                                   WHERE q.name = ANY(p_level_names)
+                                   FOR UPDATE SKIP LOCKED) t) = cardinality(p_level_names) THEN
+        UPDATE headgate_queue_state q SET dispatched = l.v
+          FROM unnest(p_level_names, p_level_values) AS l (n, v)
+         WHERE q.name = l.n AND q.dispatched < l.v;
+        pos := -1;
+        job := NULL;
+        RETURN NEXT;
+    END IF;
 END
 $$;
 """
 DROP = """
 DROP FUNCTION IF EXISTS headgate_claim_governed(
-    varchar, integer, varchar[], varchar, varchar, bigint, boolean);
+    varchar, integer, varchar[], varchar, varchar, bigint, boolean, varchar[], bigint[]);
 DROP FUNCTION IF EXISTS headgate_spend_needed(integer, integer);
 DROP FUNCTION IF EXISTS headgate_refill(double precision, integer, integer, bigint, bigint);
 """

@@ -146,8 +146,8 @@ def claim_admitted(
     served = sorted(policy.governed.intersection(queues) if queues else policy.governed)
     if served and policy.weighted.intersection(served):
 
-        def claim_one(queue: str, n: int) -> list[Any]:
-            return _claim_one(conn, queue, n, policy, claimer, weighted=True)
+        def claim_one(queue: str, n: int, levels: dict[str, int]) -> tuple[list[Any], bool]:
+            return _claim_one(conn, queue, n, policy, claimer, weighted=True, levels=levels)
 
         rows += claim_weighted(conn, served, limit, claim_one)
     elif served:
@@ -156,7 +156,7 @@ def claim_admitted(
             need = limit - len(rows)
             if need <= 0:
                 return rows
-            rows += _claim_one(conn, queue, need, policy, claimer, weighted=False)
+            rows += _claim_one(conn, queue, need, policy, claimer, weighted=False)[0]
     need = limit - len(rows)
     if policy.classes and need > 0:
         with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
@@ -386,19 +386,24 @@ def _claim_one(
     claimer: Claimer,
     *,
     weighted: bool,
-) -> list[Any]:
+    levels: dict[str, int] | None = None,
+) -> tuple[list[Any], bool]:
     """One governed queue's claim in its own transaction, adding what it leased to the
     queue's ledger when ``weighted``: on PostgreSQL one call of the server's function
-    (``store.governed_claim``), unless the queue's ceiling disposes of jobs."""
+    (``store.governed_claim``), unless the queue's ceiling disposes of jobs. The rows,
+    and whether it also wrote ``levels`` (``store.weights``), which only the function
+    does."""
     if queue not in policy.disposing and claims_on_server(conn):
-        rows = claim_queue_on_server(conn, queue, need, claimer, weighted=weighted)
-        if rows is not None:
-            return rows
+        claimed = claim_queue_on_server(
+            conn, queue, need, claimer, weighted=weighted, levels=levels or {}
+        )
+        if claimed is not None:
+            return claimed
     with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
         got = _claim_queue(cursor, conn, queue, need, policy, claimer)
         if weighted:
             ledger_add(cursor, queue, len(got))
-        return got
+        return got, False
 
 
 def _claim_queue(

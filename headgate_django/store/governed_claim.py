@@ -25,6 +25,9 @@ from headgate_django.store import vendor as v
 from headgate_django.store.prepared import server_bound_cursor
 
 FUNCTION = "headgate_claim_governed"
+#: Positions of the rows that are not jobs: the queue is not the function's to claim, or
+#: it wrote the levels it was given.
+_DISPOSES, _LEVELED = 0, -1
 
 
 def claims_on_server(conn: BaseDatabaseWrapper) -> bool:
@@ -33,19 +36,28 @@ def claims_on_server(conn: BaseDatabaseWrapper) -> bool:
 
 
 def claim_queue_on_server(
-    conn: BaseDatabaseWrapper, queue: str, need: int, claimer: Any, *, weighted: bool
-) -> list[Any] | None:
+    conn: BaseDatabaseWrapper,
+    queue: str,
+    need: int,
+    claimer: Any,
+    *,
+    weighted: bool,
+    levels: dict[str, int],
+) -> tuple[list[Any], bool] | None:
     """Claim up to ``need`` jobs of the governed ``queue`` for ``claimer`` (a
     ``store.admitted.Claimer``), adding what it leased to the queue's ledger when
-    ``weighted``: the rows in the order admitted, as ``store.claim.COLUMNS``, or ``None``
-    when the queue's ceiling disposes of jobs and the portable path must claim it."""
+    ``weighted`` and, if it leased all ``need``, raising other queues' ledgers to
+    ``levels`` (``store.weights``). The rows in the order admitted, as
+    ``store.claim.COLUMNS``, and whether it wrote the levels; or ``None`` when the
+    queue's ceiling disposes of jobs and the portable path must claim it."""
     from headgate_django.store.claim import PG_NAMES, PG_READ_BACK, names_param
 
     with server_bound_cursor(conn) as cursor:  # its text never changes
         cursor.execute(
             f"SELECT g.pos, {PG_READ_BACK} FROM (SELECT f.pos, (f.job).* FROM {FUNCTION}("
             f"%s::varchar, %s::integer, {PG_NAMES}, %s::varchar, %s::varchar, %s::bigint, "
-            "%s::boolean) f) g ORDER BY g.pos",
+            f"%s::boolean, {PG_NAMES}, string_to_array(%s::text, ',')::bigint[]) f) g "
+            "ORDER BY g.pos",
             [
                 queue,
                 need,
@@ -54,9 +66,12 @@ def claim_queue_on_server(
                 claimer.worker_id[:255],
                 claimer.ttl_ms,
                 weighted,
+                names_param(list(levels)),
+                ",".join(str(level) for level in levels.values()),
             ],
         )
         rows = cursor.fetchall()
-    if rows and rows[0][0] == 0:
+    if rows and rows[0][0] == _DISPOSES:
         return None
-    return [row[1:] for row in rows]
+    wrote = bool(rows) and rows[0][0] == _LEVELED
+    return [row[1:] for row in rows[wrote:]], wrote

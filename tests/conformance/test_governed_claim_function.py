@@ -19,7 +19,13 @@ from django.db import connection, connections, transaction
 from headgate_django import admission, store
 from headgate_django.kernel import admission as rates
 from headgate_django.models import Fairness, Job, PartitionDeficit, QueueState, RateBucket
-from headgate_django.store.admitted import Claimer, _claim_one, current_policy
+from headgate_django.store.admitted import (
+    Claimer,
+    _claim_one,
+    claim_admitted,
+    current_policy,
+    forget_policy,
+)
 from headgate_django.store.claim import new_lease_id
 from tests.conformance.helpers import LONG, WORKER, envelope, fresh_queue
 
@@ -46,7 +52,7 @@ def outcome(queue: str, need: int, kinds: list[str] | None, *, on_server: bool) 
         policy = policy._replace(disposing=policy.disposing | {queue})
     claimer = Claimer(kinds, new_lease_id(WORKER), WORKER, 60_000, "default")
     with transaction.atomic():
-        rows = _claim_one(conn, queue, need, policy, claimer, weighted=True)
+        rows, _ = _claim_one(conn, queue, need, policy, claimer, weighted=True)
         decided = {
             "admitted": [row[0] for row in rows],
             "running": sorted(
@@ -147,11 +153,48 @@ def test_a_disposing_ceiling_the_process_has_not_seen_yet_is_claimed_portably():
     admission.set_concurrency_limit(q, 1, on_saturated="discard")
     stale = current_policy(conn, "default")._replace(disposing=frozenset())
     claimer = Claimer(None, new_lease_id(WORKER), WORKER, 60_000, "default")
-    rows = _claim_one(conn, q, 2, stale, claimer, weighted=False)
+    rows, _ = _claim_one(conn, q, 2, stale, claimer, weighted=False)
     assert len(rows) == 1
     states = dict(Job.objects.filter(queue=q).values_list("id", "state"))
     assert sorted(states.values()) == ["archived", "running"]
     assert {first, second} == set(states)
+
+
+def test_dry_queues_are_leveled_as_the_portable_claim_levels_them_in_one_statement():
+    """While one weighted queue is dry, the claim that the other fills also raises the
+    dry one's ledger (``store.weights``' levels), to what the portable path writes after
+    the claim, and sends no update of its own for it."""
+    a, b = fresh_queue(), fresh_queue()
+    store.job_insert_many([envelope(queue=a) for _ in range(2)])
+    store.job_insert_many([envelope(queue=b) for _ in range(40)])
+    admission.set_queue_weight(a, 3)
+    admission.set_queue_weight(b, 1)
+    conn = connections["default"]
+    ledgers: list[dict[str, int]] = []
+    sent: list[tuple[bool, str]] = []
+    for on_server in (False, True):
+
+        def record(execute, sql, *rest, on_server=on_server):
+            sent.append((on_server, sql))
+            return execute(sql, *rest)
+
+        with transaction.atomic(), conn.execute_wrapper(record):
+            forget_policy()
+            policy = current_policy(conn, "default")
+            if not on_server:
+                policy = policy._replace(disposing=frozenset({a, b}))
+            for _ in range(4):
+                claimer = Claimer(None, new_lease_id(WORKER), WORKER, 60_000, "default")
+                claim_admitted(conn, policy, queues=[a, b], limit=5, claimer=claimer)
+            ledgers.append(
+                dict(QueueState.objects.filter(name__in=[a, b]).values_list("name", "dispatched"))
+            )
+            transaction.set_rollback(True)
+    assert ledgers[0] == ledgers[1]
+    assert ledgers[1][a] > 2  # raised past what it served
+    level = "UPDATE headgate_queue_state SET dispatched = %s"
+    assert any(level in sql for server, sql in sent if not server)
+    assert not any(level in sql for server, sql in sent if server)
 
 
 @pytest.mark.parametrize(
