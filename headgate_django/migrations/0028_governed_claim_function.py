@@ -43,7 +43,16 @@ after the candidate read has a new address, so it is left waiting, not leased.
 from django.db import migrations
 
 # What a claim reads of one partition (the fair walk) or of the queue (claim order).
+#
+# Each plan is generic, made once per session, so it cannot count on the queue being a
+# small part of the table; read through the wrong index (``headgate_job_claim_all``,
+# ``headgate_job_fp_waiting``), a read would scan every other queue's waiting jobs to find
+# this one's. So the reads are written so that only the right index serves them: the
+# probes order by ``partition_key`` (only ``headgate_job_fair`` holds that order), and
+# the read in claim order repeats ``queue = p_queue`` as a range, which the planner counts
+# as more selective and can only use as ``headgate_job_claim``'s index condition.
 _ORDER = "j.priority DESC, j.scheduled_at, j.id"
+_BY_QUEUE = " AND j.queue >= p_queue AND j.queue <= p_queue"
 _WAITING = (
     "j.state = 'available' AND j.queue = p_queue{more}\n"
     "              AND (p_kinds IS NULL OR j.kind = ANY(p_kinds))\n"
@@ -53,8 +62,10 @@ _WAITING = (
 
 # The first partition with waiting jobs after v_key (at it too, with v_incl), wrapping
 # around to the smallest: ``FairSource.next_partition``.
-_PROBE = "(SELECT j.partition_key FROM headgate_job j WHERE j.state = 'available'" \
+_PROBE = (
+    "(SELECT j.partition_key FROM headgate_job j WHERE j.state = 'available'"
     " AND j.queue = p_queue AND j.partition_key {op} {key} ORDER BY j.partition_key LIMIT 1)"
+)
 _NEXT_PARTITION = f"""
             IF v_incl THEN
                 v_p := {_PROBE.format(op=">=", key="v_key")};
@@ -121,6 +132,57 @@ _CARRY = """
                         v_def := v_def - v_p;
                     END IF;"""
 
+# Inside a visit: the held jobs that the credit and the claim still take (v_k of them,
+# costing v_s), admitted in one step when neither the ceiling nor a bucket could refuse
+# any of them (the partition has v_k free slots, and each class's bucket holds at least
+# what they weigh, so every one of them passes whichever others came before it). That is
+# exactly what the one-by-one steps after it would decide; they decide the job that ends
+# the visit, and every job of a visit where a rule could refuse one.
+_AT_ONCE = """
+                    IF v_fast THEN
+                        SELECT count(*)::integer, coalesce(max(x.s), 0)::integer INTO v_k, v_s
+                          FROM (SELECT t.k, sum(greatest(1, least(t.w, v_quantum + v_cap)))
+                                              OVER (ORDER BY t.k) AS s
+                                  FROM unnest(h_w[h_i:]) WITH ORDINALITY AS t (w, k)) x
+                         WHERE x.s <= v_cur AND x.k <= v_want - v_got;
+                        IF v_k > 0 AND v_max IS NOT NULL THEN
+                            v_f := array_position(f_keys, v_p);
+                            v_fast := coalesce(f_free[v_f], v_max) >= v_k;
+                        END IF;
+                        IF v_k > 0 AND v_fast AND cardinality(b_names) > 0 THEN
+                            SELECT array_agg(b_tokens[i] - coalesce(u.w, 0) ORDER BY i),
+                                   array_agg(b_spent[i] OR u.w IS NOT NULL ORDER BY i),
+                                   coalesce(bool_and(u.w IS NULL
+                                                     OR (NOT b_paused[i] AND b_tokens[i] >= u.w)), true)
+                              INTO v_tokens, v_spent, v_fast
+                              FROM generate_subscripts(b_names, 1) AS i
+                              LEFT JOIN (SELECT t.c, sum(t.w) AS w
+                                           FROM unnest(h_cls[h_i:h_i + v_k - 1], h_w[h_i:h_i + v_k - 1])
+                                                AS t (c, w)
+                                          GROUP BY t.c) u ON u.c = b_names[i];
+                            IF v_fast THEN
+                                b_tokens := v_tokens;
+                                b_spent := v_spent;
+                            END IF;
+                        END IF;
+                        IF v_k > 0 AND v_fast THEN
+                            IF v_max IS NULL THEN
+                                NULL;
+                            ELSIF v_f IS NULL THEN
+                                f_keys := f_keys || v_p;
+                                f_free := f_free || (v_max - v_k);
+                            ELSE
+                                f_free[v_f] := f_free[v_f] - v_k;
+                            END IF;
+                            v_admitted := v_admitted || h_id[h_i:h_i + v_k - 1];
+                            v_tids := v_tids || h_tid[h_i:h_i + v_k - 1];
+                            h_i := h_i + v_k;
+                            v_cur := v_cur - v_s;
+                            v_got := v_got + v_k;
+                            CONTINUE;
+                        END IF;
+                    END IF;"""
+
 REFILL = """
 CREATE OR REPLACE FUNCTION headgate_refill(
     p_tokens double precision, p_burst integer, p_limit integer, p_window_ms bigint,
@@ -170,11 +232,14 @@ DECLARE
     v_passed boolean; v_fruitless varchar; v_carry integer; v_cost integer;
     v_held jsonb := '{{}}'; h_id varchar[]; h_tid tid[]; h_cls varchar[]; h_w integer[];
     h_i integer; v_n integer;
+    v_fast boolean; v_k integer; v_s integer; v_tokens double precision[]; v_spent boolean[];
 BEGIN
     -- A claim that finds nothing changes nothing, so a queue with nothing waiting is not
     -- locked: its lock would write, and its commit wait for the disk.
-    IF NOT EXISTS (SELECT FROM headgate_job j WHERE j.state = 'available' AND j.queue = p_queue
-                     AND (p_kinds IS NULL OR j.kind = ANY(p_kinds))) THEN
+    PERFORM FROM headgate_job j WHERE j.state = 'available' AND j.queue = p_queue
+                 AND (p_kinds IS NULL OR j.kind = ANY(p_kinds))
+               ORDER BY j.partition_key LIMIT 1;
+    IF NOT FOUND THEN
         RETURN;
     END IF;
     SELECT q.admission, q.paused, c.max_concurrent, c.on_saturated
@@ -222,7 +287,7 @@ BEGIN
             v_found := 0;
             FOR r IN
                 SELECT j.id, j.ctid, j.partition_key, j.rate_class, j.weight FROM headgate_job j
-                 WHERE {_WAITING.format(more=" AND NOT (j.partition_key = ANY(v_full))")}
+                 WHERE {_WAITING.format(more=_BY_QUEUE + " AND NOT (j.partition_key = ANY(v_full))")}
                  ORDER BY {_ORDER} LIMIT v_want + 16
             LOOP
                 v_found := v_found + 1;
@@ -251,7 +316,7 @@ BEGIN
                     v_cur := least(coalesce((v_def ->> v_p)::integer, 0), v_cap) + v_quantum;
                 END IF;
                 -- One visit: what is held over from this partition's last visit first.
-                v_got := 0; v_passed := false; v_ended := NULL;
+                v_got := 0; v_passed := false; v_ended := NULL; v_fast := true;
                 IF v_held ? v_p THEN
                     h_id := ARRAY(SELECT jsonb_array_elements_text(v_held -> v_p -> 0));
                     h_tid := ARRAY(SELECT e::tid FROM jsonb_array_elements_text(v_held -> v_p -> 1) e);
@@ -279,7 +344,7 @@ BEGIN
                             v_ended := true;
                             EXIT;
                         END IF;
-                    END IF;
+                    END IF;{_AT_ONCE}
                     v_cost := greatest(1, least(h_w[h_i], v_quantum + v_cap));
                     IF v_cost > v_cur THEN
                         v_carry := v_cur;{_CARRY}
