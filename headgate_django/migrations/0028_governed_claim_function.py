@@ -76,7 +76,7 @@ _NEXT_PARTITION = f"""
                 v_p := {_PROBE.format(op=">=", key="''")};
             END IF;"""
 
-# The classes that can admit nothing now: ``Buckets.closed``.
+# The classes that can admit nothing now: ``store.buckets.Buckets.closed``.
 _CLOSED = """
                 IF cardinality(b_names) > 0 THEN
                     v_closed := ARRAY(SELECT b_names[i] FROM generate_subscripts(b_names, 1) i

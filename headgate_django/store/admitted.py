@@ -18,6 +18,9 @@ after it is written. Its jobs are claimed here, one queue per transaction:
 
 The count and the lease happen under the lock and in one transaction, and no other path
 moves a job of the queue into running, so the ceiling holds under any number of workers.
+On PostgreSQL the same steps run on the server, in one call (``store.governed_claim``);
+these are the reference for what that call decides, and they still claim the queues whose
+ceiling disposes of jobs there, and every governed queue on MySQL/MariaDB and SQLite.
 The worker's process learns which queues are governed from a cache that a policy change
 in the same process clears and that is otherwise at most :data:`_GOVERNED_TTL` old; until a
 worker learns of a new policy it does not serve that queue (the plain claim skips it), so
@@ -34,9 +37,9 @@ from typing import Any, NamedTuple
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from headgate_django.kernel import admission as rates
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
+from headgate_django.store.buckets import Buckets
 from headgate_django.store.fairness import claim_fair
 from headgate_django.store.fenced import after_finish
 from headgate_django.store.governed_claim import claim_queue_on_server, claims_on_server
@@ -178,66 +181,6 @@ class _Turn:
 
 
 _turn = _Turn()
-
-
-class Buckets:
-    """The rate buckets, locked for the claim's transaction and refilled to the store
-    clock's now; spent in memory, written back once (:meth:`save`)."""
-
-    def __init__(self, cursor: Any, conn: BaseDatabaseWrapper) -> None:
-        cursor.execute(  # the store clock's now in the same round trip
-            "SELECT name, limit_per_window, window_ms, burst, paused, tokens, refilled_at_ms, "
-            f"{v.now(conn)} FROM headgate_rate_bucket ORDER BY name{v.for_update(conn)}",
-            [],
-        )
-        found = cursor.fetchall()
-        rows = [row[:7] for row in found]
-        self.now_ms = int(v.parse_instant(conn, found[0][7]).timestamp() * 1000) if found else 0
-        #: name → [limit, window_ms, burst, paused, tokens now]
-        self.state: dict[str, list[Any]] = {
-            name: [
-                limit,
-                window_ms,
-                burst,
-                bool(paused),
-                rates.refill(tokens, burst, limit, window_ms, self.now_ms - refilled_at),
-            ]
-            for name, limit, window_ms, burst, paused, tokens, refilled_at in rows
-        }
-        self._spent: set[str] = set()
-
-    def allows(self, rate_class: str | None, weight: int) -> bool:
-        """Whether a job of the class and weight may be admitted (an unknown class may)."""
-        bucket = self.state.get(rate_class) if rate_class is not None else None
-        if bucket is None:
-            return True
-        _, _, burst, paused, tokens = bucket
-        return not paused and tokens >= rates.spend_needed(weight, burst)
-
-    def spend(self, rate_class: str | None, weight: int) -> None:
-        if rate_class is not None and rate_class in self.state:
-            self.state[rate_class][4] -= weight
-            self._spent.add(rate_class)
-
-    def closed(self) -> list[str]:
-        """Classes that can admit nothing now: paused, or under one token."""
-        return sorted(n for n, b in self.state.items() if b[3] or b[4] < 1)
-
-    def open(self) -> list[str]:
-        return sorted(n for n, b in self.state.items() if not (b[3] or b[4] < 1))
-
-    def save(self, cursor: Any) -> None:
-        for name in sorted(self._spent):
-            cursor.execute(
-                "UPDATE headgate_rate_bucket SET tokens = %s, refilled_at_ms = %s WHERE name = %s",
-                [self.state[name][4], self.now_ms, name],
-            )
-
-
-def store_clock_ms(cursor: Any, conn: BaseDatabaseWrapper) -> int:
-    """The store clock's now, in epoch milliseconds."""
-    cursor.execute(f"SELECT {v.now(conn)}", [])
-    return int(v.parse_instant(conn, cursor.fetchone()[0]).timestamp() * 1000)
 
 
 class _Ceiling(NamedTuple):

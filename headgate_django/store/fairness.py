@@ -14,7 +14,10 @@ reads and writes:
   carry (``headgate_partition_deficit``), written back only when they changed.
 
 The other rules (rate classes, the ceiling) decide each candidate as in any governed
-claim (``store.admitted._Admission``); fairness comes after them, as in Headgate.
+claim (``store.admitted._Admission``); fairness comes after them, as in Headgate. On
+PostgreSQL a fair queue's claim runs on the server (``store.governed_claim``), walking
+the same rotation step for step; this module is the reference for what it reads, and the
+console's and ``explain``'s reads of the rotation stay here on every database.
 """
 
 from __future__ import annotations
