@@ -132,24 +132,48 @@ _CARRY = """
                         v_def := v_def - v_p;
                     END IF;"""
 
+# What the held jobs from h_i that the credit takes weigh: how many (v_k), their cost
+# (v_s), the least and greatest rate class among them (v_cmin, v_cmax) and the weight of
+# those with a class (v_cw). t.s is the running cost (``Walk.cost``) in claim order.
+_COST_SUM = "sum(greatest(1, least(t.w, v_quantum + v_cap))) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING)"
+_PREFIX = (
+    "count(*) FILTER (WHERE t.s <= v_cur)::integer,"
+    " coalesce(max(t.s) FILTER (WHERE t.s <= v_cur), 0)::integer,"
+    " min(t.c) FILTER (WHERE t.s <= v_cur), max(t.c) FILTER (WHERE t.s <= v_cur),"
+    " coalesce(sum(t.w) FILTER (WHERE t.s <= v_cur AND t.c IS NOT NULL), 0)::bigint"
+)
+
 # Inside a visit: the held jobs that the credit and the claim still take (v_k of them,
 # costing v_s), admitted in one step when neither the ceiling nor a bucket could refuse
 # any of them (the partition has v_k free slots, and each class's bucket holds at least
 # what they weigh, so every one of them passes whichever others came before it). That is
 # exactly what the one-by-one steps after it would decide; they decide the job that ends
-# the visit, and every job of a visit where a rule could refuse one.
-_AT_ONCE = """
+# the visit, and every job of a visit where a rule could refuse one. A fresh read of the
+# partition's jobs computes the same figures itself (v_known).
+_AT_ONCE = f"""
                     IF v_fast THEN
-                        SELECT count(*)::integer, coalesce(max(x.s), 0)::integer INTO v_k, v_s
-                          FROM (SELECT t.k, sum(greatest(1, least(t.w, v_quantum + v_cap)))
-                                              OVER (ORDER BY t.k) AS s
-                                  FROM unnest(h_w[h_i:]) WITH ORDINALITY AS t (w, k)) x
-                         WHERE x.s <= v_cur AND x.k <= v_want - v_got;
+                        IF NOT v_known THEN
+                            SELECT {_PREFIX} INTO v_k, v_s, v_cmin, v_cmax, v_cw
+                              FROM (SELECT t.c, t.w, {_COST_SUM.format(order="t.k")} AS s
+                                      FROM unnest(h_cls[h_i:], h_w[h_i:]) WITH ORDINALITY AS t (c, w, k)
+                                     WHERE t.k <= v_want - v_got) t;
+                        END IF;
+                        v_known := false;
                         IF v_k > 0 AND v_max IS NOT NULL THEN
                             v_f := array_position(f_keys, v_p);
                             v_fast := coalesce(f_free[v_f], v_max) >= v_k;
                         END IF;
-                        IF v_k > 0 AND v_fast AND cardinality(b_names) > 0 THEN
+                        IF v_k > 0 AND v_fast AND v_cmin IS NOT NULL AND v_cmin = v_cmax THEN
+                            v_bi := array_position(b_names, v_cmin);
+                            IF v_bi IS NULL THEN
+                                NULL;
+                            ELSIF b_paused[v_bi] OR b_tokens[v_bi] < v_cw THEN
+                                v_fast := false;
+                            ELSE
+                                b_tokens[v_bi] := b_tokens[v_bi] - v_cw;
+                                b_spent[v_bi] := true;
+                            END IF;
+                        ELSIF v_k > 0 AND v_fast AND v_cmin IS NOT NULL AND cardinality(b_names) > 0 THEN
                             SELECT array_agg(b_tokens[i] - coalesce(u.w, 0) ORDER BY i),
                                    array_agg(b_spent[i] OR u.w IS NOT NULL ORDER BY i),
                                    coalesce(bool_and(u.w IS NULL
@@ -232,7 +256,8 @@ DECLARE
     v_passed boolean; v_fruitless varchar; v_carry integer; v_cost integer;
     v_held jsonb := '{{}}'; h_id varchar[]; h_tid tid[]; h_cls varchar[]; h_w integer[];
     h_i integer; v_n integer;
-    v_fast boolean; v_k integer; v_s integer; v_tokens double precision[]; v_spent boolean[];
+    v_fast boolean; v_known boolean := false; v_k integer; v_s integer; v_cmin varchar;
+    v_cmax varchar; v_cw bigint; v_tokens double precision[]; v_spent boolean[];
 BEGIN
     -- A claim that finds nothing changes nothing, so a queue with nothing waiting is not
     -- locked: its lock would write, and its commit wait for the disk.
@@ -316,7 +341,7 @@ BEGIN
                     v_cur := least(coalesce((v_def ->> v_p)::integer, 0), v_cap) + v_quantum;
                 END IF;
                 -- One visit: what is held over from this partition's last visit first.
-                v_got := 0; v_passed := false; v_ended := NULL; v_fast := true;
+                v_got := 0; v_passed := false; v_ended := NULL; v_fast := true; v_known := false;
                 IF v_held ? v_p THEN
                     h_id := ARRAY(SELECT jsonb_array_elements_text(v_held -> v_p -> 0));
                     h_tid := ARRAY(SELECT e::tid FROM jsonb_array_elements_text(v_held -> v_p -> 1) e);
@@ -331,13 +356,17 @@ BEGIN
                     IF h_i > cardinality(h_id) THEN{_CLOSED}
                         -- In claim order: the aggregates read the ordered subquery as is.
                         SELECT coalesce(array_agg(t.id), '{{}}'), array_agg(t.ctid),
-                               array_agg(t.rate_class), array_agg(t.weight)
-                          INTO h_id, h_tid, h_cls, h_w
-                          FROM (SELECT j.id, j.ctid, j.rate_class, j.weight FROM headgate_job j
-                                 WHERE {_WAITING.format(more=" AND j.partition_key = v_p")}
-                                 ORDER BY {_ORDER}
-                                 LIMIT least(v_cur, v_want - v_got)) t;
+                               array_agg(t.c), array_agg(t.w), {_PREFIX}
+                          INTO h_id, h_tid, h_cls, h_w, v_k, v_s, v_cmin, v_cmax, v_cw
+                          FROM (SELECT t.*, {_COST_SUM.format(order="t.priority DESC, t.scheduled_at, t.id")} AS s
+                                  FROM (SELECT j.id, j.ctid, j.rate_class AS c, j.weight AS w,
+                                               j.priority, j.scheduled_at
+                                          FROM headgate_job j
+                                         WHERE {_WAITING.format(more=" AND j.partition_key = v_p")}
+                                         ORDER BY {_ORDER}
+                                         LIMIT least(v_cur, v_want - v_got)) t) t;
                         h_i := 1;
+                        v_known := true;
                         v_seen := v_seen || h_id;
                         IF cardinality(h_id) = 0 THEN
                             v_carry := CASE WHEN v_passed THEN v_cur ELSE 0 END;{_CARRY}

@@ -117,7 +117,7 @@ def build(rng: random.Random) -> tuple[str, int, list[str] | None]:
     return q, rng.randint(1, 25), rng.choice([None, None, ["test.noop"]])
 
 
-@pytest.mark.parametrize("seed", range(80))
+@pytest.mark.parametrize("seed", range(400))
 def test_the_function_claims_what_the_portable_claim_claims(seed):
     q, need, kinds = build(random.Random(seed))
     portable = outcome(q, need, kinds, on_server=False)
@@ -128,7 +128,7 @@ def test_the_cases_reach_every_decision():
     """The random cases above are worth comparing: among them some claims admit jobs,
     some are held back by a ceiling, by a rate class, and by the rotation's credit."""
     seen = set()
-    for seed in range(80):
+    for seed in range(400):
         with transaction.atomic():
             q, need, kinds = build(random.Random(seed))
             got = outcome(q, need, kinds, on_server=True)
