@@ -28,8 +28,8 @@ server, in one round trip:
    position -1: while a queue is dry this saves the separate update, and its commit, that
    each claim would otherwise make after it.
 
-Rows come back as ``(pos, job)``, ``pos`` the order admitted (the order a worker starts
-them in). The Python code is the reference for every rule: ``kernel.admission.refill`` and
+Rows come back as ``pos`` (the order admitted, which a worker starts them in) and the
+columns of ``store.claim.COLUMNS``. The Python code is the reference for every rule: ``kernel.admission.refill`` and
 ``spend_needed`` for the buckets (``headgate_refill`` and the spend test below repeat them),
 ``kernel.fairness.Walk`` for the round-robin, and ``tests/conformance/
 test_governed_claim_function.py`` claims the same jobs both ways and compares what each
@@ -207,6 +207,30 @@ _AT_ONCE = f"""
                         END IF;
                     END IF;"""
 
+# The columns a claim hands the worker (``store.claim.COLUMNS``), returned as columns, not
+# as the table's row type: reading the fields of a row value costs the caller's query more
+# than the claim itself for a large claim.
+_RETURNED = [
+    ("id", "varchar"),
+    ("kind", "varchar"),
+    ("queue", "varchar"),
+    ("payload", "bytea"),
+    ("schema_version", "integer"),
+    ("attempt", "integer"),
+    ("crash_attempt", "integer"),
+    ("max_attempts", "integer"),
+    ("fence", "bigint"),
+    ("timeout", "interval"),
+    ("retention", "interval"),
+    ("checkpoint", "jsonb"),
+    ("cp_cursor", "bytea"),
+    ("workflow_id", "varchar"),
+    ("rate_class", "varchar"),
+    ("weight", "integer"),
+    ("deadline", "timestamptz"),
+]
+_COLUMNS_OUT = ", ".join(f"{c} {t}" for c, t in _RETURNED)
+
 REFILL = """
 CREATE OR REPLACE FUNCTION headgate_refill(
     p_tokens double precision, p_burst integer, p_limit integer, p_window_ms bigint,
@@ -228,7 +252,7 @@ CREATE OR REPLACE FUNCTION headgate_claim_governed(
     p_queue varchar, p_limit integer, p_kinds varchar[],
     p_lease_id varchar, p_worker varchar, p_ttl_ms bigint, p_weighted boolean,
     p_level_names varchar[], p_level_values bigint[]
-) RETURNS TABLE (pos integer, job headgate_job)
+) RETURNS TABLE (pos integer, {_COLUMNS_OUT})
 LANGUAGE plpgsql VOLATILE
 SET enable_indexscan = on
 SET enable_bitmapscan = off
@@ -237,6 +261,7 @@ SET enable_sort = off
 SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$
+#variable_conflict use_column
 DECLARE
     v_admission boolean; v_paused boolean; v_max integer; v_strategy varchar;
     f_keys varchar[] := '{{}}'; f_free integer[] := '{{}}'; v_full varchar[] := '{{}}';
@@ -254,7 +279,7 @@ DECLARE
     v_key varchar; v_incl boolean; v_resume boolean; v_first boolean := true;
     v_p varchar; v_cur integer; v_got integer; v_total integer := 0; v_ended boolean;
     v_passed boolean; v_fruitless varchar; v_carry integer; v_cost integer;
-    v_held jsonb := '{{}}'; h_id varchar[]; h_tid tid[]; h_cls varchar[]; h_w integer[];
+    v_held jsonb := '{{}}'; v_pseen jsonb := '{{}}'; h_id varchar[]; h_tid tid[]; h_cls varchar[]; h_w integer[];
     h_i integer; v_n integer;
     v_fast boolean; v_known boolean := false; v_k integer; v_s integer; v_cmin varchar;
     v_cmax varchar; v_cw bigint; v_tokens double precision[]; v_spent boolean[];
@@ -352,6 +377,13 @@ BEGIN
                 END IF;
                 h_i := 1;
                 v_want := p_limit - v_total;
+                -- What this partition handed out earlier in the claim (only its own: the
+                -- reads below test each row against it).
+                IF v_pseen ? v_p THEN
+                    v_seen := ARRAY(SELECT jsonb_array_elements_text(v_pseen -> v_p));
+                ELSE
+                    v_seen := '{{}}';
+                END IF;
                 WHILE v_got < v_want AND v_cur > 0 LOOP
                     IF h_i > cardinality(h_id) THEN{_CLOSED}
                         -- In claim order: the aggregates read the ordered subquery as is.
@@ -403,6 +435,9 @@ BEGIN
                         v_ended := false;
                     END IF;
                 END IF;
+                IF cardinality(v_seen) > 0 THEN
+                    v_pseen := v_pseen || jsonb_build_object(v_p, to_jsonb(v_seen));
+                END IF;
                 IF h_i <= cardinality(h_id) THEN
                     v_held := v_held || jsonb_build_object(v_p, jsonb_build_array(
                         to_jsonb(h_id[h_i:]), to_jsonb(h_tid[h_i:]::text[]),
@@ -443,13 +478,19 @@ BEGIN
     IF cardinality(v_admitted) = 0 THEN
         RETURN;
     END IF;
+    -- Each leased row with its place in the order admitted (a join: looking each one up
+    -- in the list would cost a claim of n jobs n² comparisons).
     RETURN QUERY
-        UPDATE headgate_job AS j SET
-            state = 'running', lease_id = p_lease_id, fence = j.fence + 1,
-            claimed_by = p_worker, claimed_at = clock_timestamp(),
-            lease_expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
-        WHERE j.ctid = ANY(v_tids)
-        RETURNING array_position(v_admitted, j.id), j;
+        WITH leased AS (
+            UPDATE headgate_job AS j SET
+                state = 'running', lease_id = p_lease_id, fence = j.fence + 1,
+                claimed_by = p_worker, claimed_at = clock_timestamp(),
+                lease_expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+            WHERE j.ctid = ANY(v_tids)
+            RETURNING {", ".join("j." + c for c, _ in _RETURNED)})
+        SELECT a.n::integer, {", ".join("l." + c for c, _ in _RETURNED)}
+          FROM leased l JOIN unnest(v_admitted) WITH ORDINALITY AS a (id, n)
+            ON a.id COLLATE "C" = l.id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF p_weighted AND v_n > 0 THEN
         UPDATE headgate_queue_state SET dispatched = dispatched + v_n WHERE name = p_queue;
@@ -465,7 +506,6 @@ BEGIN
           FROM unnest(p_level_names, p_level_values) AS l (n, v)
          WHERE q.name = l.n AND q.dispatched < l.v;
         pos := -1;
-        job := NULL;
         RETURN NEXT;
     END IF;
 END

@@ -54,10 +54,10 @@ def claim_queue_on_server(
 
     with server_bound_cursor(conn) as cursor:  # its text never changes
         cursor.execute(
-            f"SELECT g.pos, {PG_READ_BACK} FROM (SELECT f.pos, (f.job).* FROM {FUNCTION}("
+            f"SELECT pos, {PG_READ_BACK} FROM {FUNCTION}("
             f"%s::varchar, %s::integer, {PG_NAMES}, %s::varchar, %s::varchar, %s::bigint, "
-            f"%s::boolean, {PG_NAMES}, string_to_array(%s::text, ',')::bigint[]) f) g "
-            "ORDER BY g.pos",
+            f"%s::boolean, {PG_NAMES}, string_to_array(%s::text, ',')::bigint[]) "
+            "ORDER BY pos",
             [
                 queue,
                 need,
