@@ -25,12 +25,9 @@ from headgate_django.models import (
     RateBucket,
 )
 from headgate_django.store import vendor as v
-from headgate_django.store.admitted import (
-    forget_policy,
-    running_by_partition,
-    store_clock_ms,
-)
+from headgate_django.store.admitted import forget_policy, running_by_partition
 from headgate_django.store.backpressure import unfinished
+from headgate_django.store.buckets import store_clock_ms
 from headgate_django.store.fairness import partitions_waiting, turn_ahead, waiting_jobs
 
 

@@ -18,6 +18,9 @@ after it is written. Its jobs are claimed here, one queue per transaction:
 
 The count and the lease happen under the lock and in one transaction, and no other path
 moves a job of the queue into running, so the ceiling holds under any number of workers.
+On PostgreSQL the same steps run on the server, in one call (``store.governed_claim``);
+these are the reference for what that call decides, and they still claim the queues whose
+ceiling disposes of jobs there, and every governed queue on MySQL/MariaDB and SQLite.
 The worker's process learns which queues are governed from a cache that a policy change
 in the same process clears and that is otherwise at most :data:`_GOVERNED_TTL` old; until a
 worker learns of a new policy it does not serve that queue (the plain claim skips it), so
@@ -34,11 +37,12 @@ from typing import Any, NamedTuple
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from headgate_django.kernel import admission as rates
 from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
+from headgate_django.store.buckets import Buckets
 from headgate_django.store.fairness import claim_fair
 from headgate_django.store.fenced import after_finish
+from headgate_django.store.governed_claim import claim_queue_on_server, claims_on_server
 from headgate_django.store.weights import claim_weighted, forget_books, ledger_add
 
 #: Seconds a worker process trusts its view of the policies (:func:`current_policy`).
@@ -68,6 +72,7 @@ class Policy(NamedTuple):
     backpressure: frozenset[str]  # queues with a limit of unfinished jobs
     fair: frozenset[str] = frozenset()  # queues with tenant fairness
     weighted: frozenset[str] = frozenset()  # queues with a weight
+    disposing: frozenset[str] = frozenset()  # queues whose ceiling disposes of jobs
 
 
 NO_POLICY = Policy(frozenset(), frozenset(), frozenset())
@@ -94,15 +99,16 @@ def current_policy(conn: BaseDatabaseWrapper, using: str) -> Policy:
             "UNION ALL SELECT name, 'r' FROM headgate_rate_bucket "
             "UNION ALL SELECT queue, 'b' FROM headgate_backpressure "
             "UNION ALL SELECT queue, 'f' FROM headgate_fairness "
-            "UNION ALL SELECT name, 'w' FROM headgate_queue_state WHERE weight IS NOT NULL",
-            [True],
+            "UNION ALL SELECT name, 'w' FROM headgate_queue_state WHERE weight IS NOT NULL "
+            "UNION ALL SELECT queue, 'd' FROM headgate_concurrency_limit WHERE on_saturated <> %s",
+            [True, "queue"],
         )
         rows = cursor.fetchall()
 
     def named(what: str) -> frozenset[str]:
         return frozenset(name for name, kind in rows if kind == what)
 
-    policy = Policy(named("q"), named("r"), named("b"), named("f"), named("w"))
+    policy = Policy(named("q"), named("r"), named("b"), named("f"), named("w"), named("d"))
     with _policies_lock:
         _policies[using] = (now, policy)
     return policy
@@ -143,11 +149,8 @@ def claim_admitted(
     served = sorted(policy.governed.intersection(queues) if queues else policy.governed)
     if served and policy.weighted.intersection(served):
 
-        def claim_one(queue: str, n: int) -> list[Any]:
-            with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
-                got = _claim_queue(cursor, conn, queue, n, policy, claimer)
-                ledger_add(cursor, queue, len(got))
-                return got
+        def claim_one(queue: str, n: int, levels: dict[str, int]) -> tuple[list[Any], bool]:
+            return _claim_one(conn, queue, n, policy, claimer, weighted=True, levels=levels)
 
         rows += claim_weighted(conn, served, limit, claim_one)
     elif served:
@@ -156,8 +159,7 @@ def claim_admitted(
             need = limit - len(rows)
             if need <= 0:
                 return rows
-            with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
-                rows += _claim_queue(cursor, conn, queue, need, policy, claimer)
+            rows += _claim_one(conn, queue, need, policy, claimer, weighted=False)[0]
     need = limit - len(rows)
     if policy.classes and need > 0:
         with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
@@ -179,66 +181,6 @@ class _Turn:
 
 
 _turn = _Turn()
-
-
-class Buckets:
-    """The rate buckets, locked for the claim's transaction and refilled to the store
-    clock's now; spent in memory, written back once (:meth:`save`)."""
-
-    def __init__(self, cursor: Any, conn: BaseDatabaseWrapper) -> None:
-        cursor.execute(  # the store clock's now in the same round trip
-            "SELECT name, limit_per_window, window_ms, burst, paused, tokens, refilled_at_ms, "
-            f"{v.now(conn)} FROM headgate_rate_bucket ORDER BY name{v.for_update(conn)}",
-            [],
-        )
-        found = cursor.fetchall()
-        rows = [row[:7] for row in found]
-        self.now_ms = int(v.parse_instant(conn, found[0][7]).timestamp() * 1000) if found else 0
-        #: name → [limit, window_ms, burst, paused, tokens now]
-        self.state: dict[str, list[Any]] = {
-            name: [
-                limit,
-                window_ms,
-                burst,
-                bool(paused),
-                rates.refill(tokens, burst, limit, window_ms, self.now_ms - refilled_at),
-            ]
-            for name, limit, window_ms, burst, paused, tokens, refilled_at in rows
-        }
-        self._spent: set[str] = set()
-
-    def allows(self, rate_class: str | None, weight: int) -> bool:
-        """Whether a job of the class and weight may be admitted (an unknown class may)."""
-        bucket = self.state.get(rate_class) if rate_class is not None else None
-        if bucket is None:
-            return True
-        _, _, burst, paused, tokens = bucket
-        return not paused and tokens >= rates.spend_needed(weight, burst)
-
-    def spend(self, rate_class: str | None, weight: int) -> None:
-        if rate_class is not None and rate_class in self.state:
-            self.state[rate_class][4] -= weight
-            self._spent.add(rate_class)
-
-    def closed(self) -> list[str]:
-        """Classes that can admit nothing now: paused, or under one token."""
-        return sorted(n for n, b in self.state.items() if b[3] or b[4] < 1)
-
-    def open(self) -> list[str]:
-        return sorted(n for n, b in self.state.items() if not (b[3] or b[4] < 1))
-
-    def save(self, cursor: Any) -> None:
-        for name in sorted(self._spent):
-            cursor.execute(
-                "UPDATE headgate_rate_bucket SET tokens = %s, refilled_at_ms = %s WHERE name = %s",
-                [self.state[name][4], self.now_ms, name],
-            )
-
-
-def store_clock_ms(cursor: Any, conn: BaseDatabaseWrapper) -> int:
-    """The store clock's now, in epoch milliseconds."""
-    cursor.execute(f"SELECT {v.now(conn)}", [])
-    return int(v.parse_instant(conn, cursor.fetchone()[0]).timestamp() * 1000)
 
 
 class _Ceiling(NamedTuple):
@@ -377,6 +319,34 @@ def _base_where(kinds: Sequence[str] | None) -> tuple[list[str], list[Any]]:
         where.append(f"kind IN ({v.placeholders(len(kinds))})")
         params += kinds
     return where, params
+
+
+def _claim_one(
+    conn: BaseDatabaseWrapper,
+    queue: str,
+    need: int,
+    policy: Policy,
+    claimer: Claimer,
+    *,
+    weighted: bool,
+    levels: dict[str, int] | None = None,
+) -> tuple[list[Any], bool]:
+    """One governed queue's claim in its own transaction, adding what it leased to the
+    queue's ledger when ``weighted``: on PostgreSQL one call of the server's function
+    (``store.governed_claim``), unless the queue's ceiling disposes of jobs. The rows,
+    and whether it also wrote ``levels`` (``store.weights``), which only the function
+    does."""
+    if queue not in policy.disposing and claims_on_server(conn):
+        claimed = claim_queue_on_server(
+            conn, queue, need, claimer, weighted=weighted, levels=levels or {}
+        )
+        if claimed is not None:
+            return claimed
+    with transaction.atomic(using=claimer.using), conn.cursor() as cursor:
+        got = _claim_queue(cursor, conn, queue, need, policy, claimer)
+        if weighted:
+            ledger_add(cursor, queue, len(got))
+        return got, False
 
 
 def _claim_queue(

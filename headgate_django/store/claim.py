@@ -68,16 +68,16 @@ def _read_back(empty_checkpoint: str) -> str:
 
 # PostgreSQL compares the jsonb value; SQLite the stored text, which Django writes as
 # ``{}``. Elsewhere the columns are read as they are.
-_PG_OUTER = _read_back("'{}'::jsonb")
+PG_READ_BACK = _read_back("'{}'::jsonb")
 _SQLITE_OUTER = _read_back("'{}'")
 
 
 # Queue and kind lists go to the claim function as one string each (``vendor.pg_list``).
-_PG_NAMES = v.pg_list("varchar")
+PG_NAMES = v.pg_list("varchar")
 
 
-def _names_param(names: Sequence[str] | None) -> str | None:
-    """``names`` as :data:`_PG_NAMES` takes them. No stored queue or kind contains the
+def names_param(names: Sequence[str] | None) -> str | None:
+    """``names`` as :data:`PG_NAMES` takes them. No stored queue or kind contains the
     separator (``kernel.names``), so a name with it cannot match anything and is left out
     rather than split into names it is not."""
     if names is None:
@@ -185,7 +185,7 @@ def _claim_plain(
     using: str,
 ) -> list[ClaimedJob]:
     """The claim of every queue no admission policy governs (and no paused one)."""
-    if conn.vendor == "postgresql" and _has_claim_function(conn):
+    if conn.vendor == "postgresql" and v.has_pg_function(conn, "headgate_claim"):
         # One statement in autocommit, bound on the server (its text is the same for every
         # claim, so it can be prepared): the claim's only round trip, which matters most on
         # the latency path. The function (migration 0010) reads the claim index in order and
@@ -193,13 +193,13 @@ def _claim_plain(
         # no order, so they are sorted here.
         with server_bound_cursor(conn) as cursor:
             cursor.execute(
-                f"SELECT {_PG_OUTER} FROM headgate_claim(%s::integer, "
-                f"{_PG_NAMES}, {_PG_NAMES}, %s::varchar, %s::varchar, %s::bigint) "
+                f"SELECT {PG_READ_BACK} FROM headgate_claim(%s::integer, "
+                f"{PG_NAMES}, {PG_NAMES}, %s::varchar, %s::varchar, %s::bigint) "
                 f"ORDER BY {_ORDER}",
                 [
                     limit,
-                    _names_param(queues or None),
-                    _names_param(kinds),
+                    names_param(queues or None),
+                    names_param(kinds),
                     lease_id,
                     worker_id[:255],
                     ttl_ms,
@@ -262,7 +262,7 @@ def lease_rows(
     params = [State.RUNNING.value, lease_id, worker_id[:255], ttl_ms, *ids, State.AVAILABLE.value]
     if conn.vendor == "postgresql":  # one round trip: the update hands its rows to the read
         cursor.execute(
-            f"WITH leased AS ({update} RETURNING *) SELECT {_PG_OUTER} FROM leased "
+            f"WITH leased AS ({update} RETURNING *) SELECT {PG_READ_BACK} FROM leased "
             f"ORDER BY {_ORDER}",
             params,
         )
@@ -275,28 +275,6 @@ def lease_rows(
         [*ids, lease_id],
     )
     return list(cursor.fetchall())
-
-
-def _has_claim_function(conn: BaseDatabaseWrapper) -> bool:
-    """Whether the database has migration 0010's claim function, asked once per session.
-
-    A database built from the models without running migrations (a test run with
-    ``--nomigrations``) lacks it; its claims take the portable statements instead, which
-    work everywhere but let the planner's statistics choose their plan.
-    """
-
-    def ask() -> bool:
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT to_regproc('headgate_claim') IS NOT NULL")
-            found = bool(cursor.fetchone()[0])
-        if not found:
-            log.warning(
-                "PostgreSQL function headgate_claim() is missing (were migrations skipped?); "
-                "claims use portable SQL until `manage.py migrate` creates it"
-            )
-        return found
-
-    return v.per_session(conn, "claim function", ask)
 
 
 def _claimed(row: list[Any], lease_id: str) -> ClaimedJob:

@@ -14,7 +14,10 @@ reads and writes:
   carry (``headgate_partition_deficit``), written back only when they changed.
 
 The other rules (rate classes, the ceiling) decide each candidate as in any governed
-claim (``store.admitted._Admission``); fairness comes after them, as in Headgate.
+claim (``store.admitted._Admission``); fairness comes after them, as in Headgate. On
+PostgreSQL a fair queue's claim runs on the server (``store.governed_claim``), walking
+the same rotation step for step; this module is the reference for what it reads, and the
+console's and ``explain``'s reads of the rotation stay here on every database.
 """
 
 from __future__ import annotations
@@ -177,7 +180,14 @@ class FairSource:
     # -- candidates -------------------------------------------------------------------
 
     def candidates(self, partition: str, n: int) -> list[tuple[Any, int]]:
+        """The partition's next ``n`` jobs not handed out before, of classes still open
+        now: a job read ahead whose class closed since is dropped here as a fresh read
+        would leave it out (a class does not reopen within a claim), so what a visit sees
+        does not depend on when its jobs were read (PostgreSQL's function reads afresh)."""
         buffer = self._buffer.setdefault(partition, [])
+        buckets = self.admission.buckets
+        if buffer and buckets is not None and (closed := buckets.closed()):
+            buffer[:] = [c for c in buffer if c[0][1] not in closed]
         if len(buffer) < n and partition not in self._exhausted:
             if self._next.get((partition, False)) == partition:
                 # Alone in the rotation: its visits follow one another, so read for all
@@ -227,9 +237,12 @@ class FairSource:
         changes (lists as split text parameters), so it is bound and planned once."""
         seen = [job_id for ids in self._seen.values() for job_id in ids]
         names = v.pg_list("varchar")
+        # Not ``pg_list`` for the partitions: ``string_to_array`` reads "" as no items,
+        # and "" (no tenant) alone is a list of one partition here, never an empty list.
+        partitions = "regexp_split_to_array(%s::text, chr(31))::varchar[]"
         sql = (
             "SELECT w.i - 1, j.id, j.rate_class, j.weight, j.priority, j.scheduled_at "
-            f"FROM unnest({names}, string_to_array(%s::text, ',')::integer[]) "
+            f"FROM unnest({partitions}, string_to_array(%s::text, ',')::integer[]) "
             "WITH ORDINALITY AS w (p, n, i) CROSS JOIN LATERAL ("
             "SELECT id, rate_class, weight, priority, scheduled_at FROM headgate_job "
             f"WHERE state = '{State.AVAILABLE.value}' AND queue = %s AND partition_key = w.p "

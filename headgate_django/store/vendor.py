@@ -8,6 +8,7 @@ because every query here goes through Django's cursor with a parameter list.
 
 from __future__ import annotations
 
+import logging
 import threading
 from asyncio import _get_running_loop
 from collections.abc import Callable, Iterable, Sequence
@@ -169,6 +170,30 @@ def per_session(conn: BaseDatabaseWrapper, fact: str, ask: Callable[[], T]) -> T
         known[1][fact] = ask()
     answer: T = known[1][fact]
     return answer
+
+
+def has_pg_function(conn: BaseDatabaseWrapper, name: str) -> bool:
+    """Whether the PostgreSQL database has the function ``name``, asked once per session.
+
+    A migration creates each of the store's functions. A database built from the models
+    without running migrations (a test run with ``--nomigrations``) lacks them; its
+    claims take the portable statements instead, which work everywhere but let the
+    planner's statistics choose their plan.
+    """
+
+    def ask() -> bool:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT to_regproc(%s) IS NOT NULL", [name])
+            found = bool(cursor.fetchone()[0])
+        if not found:
+            logging.getLogger("headgate_django.store").warning(
+                "PostgreSQL function %s() is missing (were migrations skipped?); "
+                "claims use portable SQL until `manage.py migrate` creates it",
+                name,
+            )
+        return found
+
+    return per_session(conn, f"function {name}", ask)
 
 
 def has_returning(conn: BaseDatabaseWrapper) -> bool:

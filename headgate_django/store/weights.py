@@ -12,7 +12,10 @@ running at once may both read it before either writes, which skews the choice of
 claim, never the count. What a queue could not use (it ran dry, or its ceiling is full)
 goes to the next queue in the same claim (work-conserving), and a queue that ran dry is
 brought level with the others' virtual time, so it is not owed a burst when work returns.
-Priority still orders jobs only within a queue.
+The levels are computed here; ``claim_one`` may write them in the transaction of the queue
+that fills the claim (PostgreSQL's governed claim function does, saving a commit per claim
+while a queue is dry), and otherwise they are written after the claim, one conditional
+update each. Priority still orders jobs only within a queue.
 """
 
 from __future__ import annotations
@@ -27,29 +30,42 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from headgate_django.kernel.fairness import idle_floor, weighted_order
 from headgate_django.store import vendor as v
 
+#: ``claim_one(queue, n, levels)``: claim up to ``n`` jobs of ``queue`` (moving its
+#: ledger); if that fills them, it may also write ``levels`` (queue → ledger value, each
+#: only where the stored one is lower) in the same transaction. Returns the rows and
+#: whether it wrote the levels.
+ClaimOne = Callable[[str, int, dict[str, int]], tuple[list[Any], bool]]
+
 
 def claim_weighted(
-    conn: BaseDatabaseWrapper,
-    served: Sequence[str],
-    limit: int,
-    claim_one: Callable[[str, int], list[Any]],
+    conn: BaseDatabaseWrapper, served: Sequence[str], limit: int, claim_one: ClaimOne
 ) -> list[Any]:
-    """Claim up to ``limit`` jobs from ``served``, by ``claim_one(queue, n)`` (which also
-    moves the queue's ledger) in ledger order; the rows it returned."""
+    """Claim up to ``limit`` jobs from ``served``, by ``claim_one`` in ledger order; the
+    rows it returned."""
     book = _book(conn, served)
     rows: list[Any] = []
     dry: set[str] = set()
+    leveled: dict[str, int] | None = None
     for queue in weighted_order(book):
         need = limit - len(rows)
         if need <= 0:
             break
-        got = claim_one(queue, need)
+        levels: dict[str, int] = {}
+        if dry:  # what the dry queues are raised to if this queue fills the claim
+            ahead = dict(book)
+            ahead[queue] = (book[queue][0] + need, book[queue][1])
+            levels = _levels(ahead, dry)
+        got, wrote = claim_one(queue, need, levels)
         rows += got
         book[queue] = (book[queue][0] + len(got), book[queue][1])
         if len(got) < need:
             dry.add(queue)
-    if dry:
-        _level(conn, book, dry, [q for q in book if q not in dry])
+        elif wrote:
+            leveled = levels
+    if leveled is not None:
+        book.update((q, (level, book[q][1])) for q, level in leveled.items())
+    elif dry:
+        _level(conn, book, dry)
     return rows
 
 
@@ -90,22 +106,25 @@ def _book(conn: BaseDatabaseWrapper, served: Sequence[str]) -> dict[str, tuple[i
     return book
 
 
-def _level(
-    conn: BaseDatabaseWrapper, book: dict[str, tuple[int, int]], dry: set[str], busy: list[str]
-) -> None:
-    """Raise the ledger of queues that ran dry to the busy ones' virtual time (one
-    conditional update each, only when it is behind)."""
-    floor = idle_floor(book, busy)
+def _levels(book: dict[str, tuple[int, int]], dry: set[str]) -> dict[str, int]:
+    """The ledger values that bring the queues that ran dry level with the busy ones'
+    virtual time, for those behind it."""
+    floor = idle_floor(book, [q for q in book if q not in dry])
+    levels = {queue: floor(queue) for queue in sorted(dry)}
+    return {queue: level for queue, level in levels.items() if level > book[queue][0]}
+
+
+def _level(conn: BaseDatabaseWrapper, book: dict[str, tuple[int, int]], dry: set[str]) -> None:
+    """Raise the ledger of queues that ran dry (:func:`_levels`), one conditional update
+    each, after the claim."""
+    levels = _levels(book, dry)
     with conn.cursor() as cursor:
-        for queue in sorted(dry):
-            level = floor(queue)
-            if level > book[queue][0]:
-                book[queue] = (level, book[queue][1])
-                cursor.execute(
-                    "UPDATE headgate_queue_state SET dispatched = %s "
-                    "WHERE name = %s AND dispatched < %s",
-                    [level, queue, level],
-                )
+        for queue, level in levels.items():
+            book[queue] = (level, book[queue][1])
+            cursor.execute(
+                "UPDATE headgate_queue_state SET dispatched = %s WHERE name = %s AND dispatched < %s",
+                [level, queue, level],
+            )
 
 
 def ledger_add(cursor: Any, queue: str, n: int) -> None:

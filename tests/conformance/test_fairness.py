@@ -88,6 +88,17 @@ def test_it_is_work_conserving():
     assert tenants(claim(q, 20)) == ["late"] * 5 + ["only"] * 10
 
 
+def test_jobs_without_a_tenant_take_their_turns_too():
+    """``""`` is a partition like any other, alone in the queue or beside tenants."""
+    q = fresh_queue()
+    admission.set_fairness(q, quantum=2, credit_cap=0)
+    fill(q, "", 3)
+    assert tenants(claim(q, 10)) == [""] * 3
+    fill(q, "", 3)
+    fill(q, "b", 3)
+    assert tenants(claim(q, 4)) == ["", "", "b", "b"]
+
+
 def test_priority_orders_jobs_within_a_tenant():
     q = fresh_queue()
     admission.set_fairness(q, quantum=2)
