@@ -11,6 +11,7 @@ from headgate_django import store
 from headgate_django.kernel.states import State
 from headgate_django.models import DutyLease, Job
 from headgate_django.store.fenced import Completion
+from headgate_django.store.maintenance import BUSY_SHARE
 from headgate_django.worker.duties import DutyRunner, default_duties
 from tests.conformance.helpers import envelope, expire_lease, fresh_queue, job_in_state, state_of
 
@@ -78,3 +79,20 @@ def test_the_evict_duty_runs_again_on_the_next_tick_while_a_backlog_remains(sett
     runner.tick()
     assert store.job_eviction_backlog().n == 0
     assert DutyLease.objects.get(pk="evict").last_result["more"] is False
+
+
+def test_a_pass_yields_to_waiting_jobs_between_batches_and_not_when_none_waits():
+    completed_backlog(2 * BATCH + 1)
+    expire_lease()
+    alone = store.job_evict_pass(batch=BATCH, budget=60.0)
+    assert (alone.rows, alone.paused) == (2 * BATCH + 1, 0.0)
+
+    completed_backlog(2 * BATCH + 1)
+    waiting = job_in_state(State.AVAILABLE)[0]
+    expire_lease()
+    beside = store.job_evict_pass(batch=BATCH, budget=60.0)
+    assert beside.rows == 2 * BATCH + 1
+    # Two full batches, each followed by a pause of (1 - share) / share of its own time.
+    assert beside.paused > 0
+    assert beside.paused <= beside.seconds * (1 - BUSY_SHARE) + 0.05
+    assert state_of(waiting) == "available"
