@@ -1,19 +1,19 @@
 """``job_insert_many``: enqueue a batch all-or-nothing, inside the caller's transaction.
 
-Where the database allows, one statement inserts the jobs unless anything opposes them (a
-quarantined fingerprint, a caller id that already exists, a live unique key): PostgreSQL
-for any batch, SQLite and MySQL/MariaDB for a single job. Otherwise, and whenever that
-statement reports opposition, the batch is classified before anything is written, so a
-refused batch leaves no trace and the refusal is the precise error. A concurrent writer
-racing us to the same id or key is caught by the database's unique constraints and
-classified the same way.
+One statement inserts the jobs unless anything opposes them (a quarantined fingerprint, a
+caller id that already exists, a live unique key): on PostgreSQL it probes the
+quarantine itself, on SQLite and MySQL/MariaDB a batch's statement follows one probe
+(:mod:`.insert_values`). Whenever anything opposes, the batch is classified before
+anything is written, so a refused batch leaves no trace and the refusal is the precise
+error. A concurrent writer racing us to the same id or key is caught by the database's
+unique constraints and classified the same way. A batch larger than one statement should
+carry is written in chunks, in one transaction, so it too is all or nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
@@ -36,6 +36,7 @@ from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
 from headgate_django.store.admitted import current_policy
 from headgate_django.store.backpressure import check_backpressure
+from headgate_django.store.insert_values import delay_ms, insert_batch, limits, timing
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
 from headgate_django.store.unique_keys import live_holders
@@ -249,18 +250,6 @@ def _pg_one_statements(conn: BaseDatabaseWrapper, shape: tuple[Any, ...]) -> tup
     return statements
 
 
-def _timing(env: Envelope) -> str:
-    """When the job runs: ``now``, ``pending`` (on promotion), after a ``delay`` or ``at``
-    an instant (which may already be due). A zero delay is now."""
-    if env.pending:
-        return "pending"
-    if env.delay is not None and env.delay > timedelta(0):
-        return "delay"
-    if env.scheduled_at is not None:
-        return "at"
-    return "now"
-
-
 class _Row(NamedTuple):
     env: Envelope
     id: str
@@ -385,9 +374,50 @@ def insert_checked(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> l
     return _insert_rows(conn, rows, using)
 
 
+#: The most rows, and payload bytes, one statement of a batch carries. A batch past either
+#: is written in chunks, all in one transaction. Rows: a chunk's statement and the
+#: classifying path's ``IN`` lists stay below SQLite's limit on variables (32,766 in its
+#: default build; a SQLite job row binds three or more). Bytes: a chunk's statement stays
+#: below MySQL/MariaDB's ``max_allowed_packet`` (16 MiB by default; quoting may double a
+#: payload), and PostgreSQL's 1 GB limit on one array; a larger single job goes alone.
+CHUNK_ROWS = 1000
+CHUNK_BYTES = 4 * 1024 * 1024
+
+
 def _insert_rows(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> list[str]:
+    """Insert ``rows`` all or none: in one statement when nothing opposes them, else (and
+    for a large batch, chunk by chunk, all in one transaction) by the classifying path."""
+    if len(rows) > 1:
+        chunks = _chunks(rows)
+        if len(chunks) > 1:
+            # A refusal in any chunk rolls back the chunks before it too.
+            with transaction.atomic(using=using):
+                for chunk in chunks:
+                    _insert_chunk(conn, chunk, using)
+            return [row.id for row in rows]
+    _insert_chunk(conn, rows, using)
+    return [row.id for row in rows]
+
+
+def _chunks(rows: list[_Row]) -> list[list[_Row]]:
+    """``rows`` cut where a chunk would pass :data:`CHUNK_ROWS` or :data:`CHUNK_BYTES`."""
+    chunks: list[list[_Row]] = []
+    chunk: list[_Row] = []
+    size = 0
+    for row in rows:
+        length = len(row.env.payload)
+        if chunk and (len(chunk) == CHUNK_ROWS or size + length > CHUNK_BYTES):
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(row)
+        size += length
+    chunks.append(chunk)
+    return chunks
+
+
+def _insert_chunk(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> None:
     if _insert_unopposed(conn, rows, using):
-        return [row.id for row in rows]
+        return
     with transaction.atomic(using=using):
         to_insert = _classify(conn, rows)
         while to_insert:
@@ -406,21 +436,42 @@ def _insert_rows(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> lis
                         f"enqueue conflicted with a concurrent write: {exc}"
                     ) from exc
                 to_insert = again
-    return [row.id for row in rows]
 
 
 def _insert_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bool:
     """Insert the jobs in one statement unless anything opposes them; False if anything does.
 
-    PostgreSQL inserts any batch this way, SQLite and MySQL/MariaDB a single job (MySQL
-    only in autocommit); everything else, and whatever this refused, takes the classifying
-    path, which raises the precise error or skips an idempotent repeat.
+    PostgreSQL inserts any batch this way; SQLite and MySQL/MariaDB a single job (MySQL
+    only in autocommit) in one statement too, and a batch after one probe of the
+    quarantine. Whatever this refused takes the classifying path, which raises the precise
+    error or skips an idempotent repeat.
     """
     if conn.vendor == "postgresql":
         return _pg_unopposed(conn, rows, using)
-    if conn.vendor in ("sqlite", "mysql") and len(rows) == 1:
+    if len(rows) == 1:
         return _one_unopposed(conn, rows[0])
-    return False
+    return _batch_unopposed(conn, rows, using)
+
+
+def _batch_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bool:
+    """SQLite and MySQL/MariaDB: a batch in its own transaction or savepoint, unless a
+    fingerprint is quarantined; a taken id or live unique key fails it and rolls it back."""
+    fingerprints = sorted({r.fingerprint for r in rows})
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM headgate_quarantine "
+            f"WHERE fingerprint IN ({v.placeholders(len(fingerprints))})",
+            fingerprints,
+        )
+        if cursor.fetchone() is not None:
+            return False
+    try:
+        with transaction.atomic(using=using):
+            if insert_batch(conn, rows) != len(rows):
+                raise _Opposed
+    except (_Opposed, IntegrityError):
+        return False
+    return True
 
 
 def _one_unopposed(conn: BaseDatabaseWrapper, row: _Row) -> bool:
@@ -467,11 +518,11 @@ def _pg_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bo
     if len(rows) == 1:
         row = rows[0]
         env = row.env
-        timing = _timing(env)
+        when = timing(env)
         with server_bound_cursor(conn) as cursor:
             # The cursor has opened the connection, so its autocommit flag is current.
             alone = conn.autocommit and not conn.in_atomic_block
-            on_its_own, in_transaction = _pg_one_statements(conn, _pg_one_shape(env, timing))
+            on_its_own, in_transaction = _pg_one_statements(conn, _pg_one_shape(env, when))
             params: dict[str, Any] = {
                 "id": row.id,
                 "payload": bytes(env.payload),
@@ -481,9 +532,9 @@ def _pg_unopposed(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> bo
             }
             if env.partition_key:
                 params["partition_key"] = env.partition_key
-            if timing == "delay":
-                params["delay_ms"] = _delay_ms(env)
-            elif timing == "at":
+            if when == "delay":
+                params["delay_ms"] = delay_ms(env)
+            elif when == "at":
                 params["run_at"] = env.scheduled_at
             if not alone:
                 cursor.execute(in_transaction, params)
@@ -519,25 +570,16 @@ def _pg_own(r: _Row) -> tuple[Any, ...]:
     return (r.id, bytes(r.env.payload), r.fingerprint, r.env.unique_key, r.env.partition_key)
 
 
-def _limits(env: Envelope) -> tuple[int, timedelta]:
-    """The job's ``max_attempts`` and ``retention``, the settings' defaults filled in."""
-    s = headgate_settings
-    return (
-        env.max_attempts or s.MAX_ATTEMPTS,
-        env.retention if env.retention is not None else s.RETENTION,
-    )
-
-
 def _pg_shape(env: Envelope) -> tuple[Any, ...]:
     """The values of :data:`_PG_SHAPE`."""
-    max_attempts, retention = _limits(env)
+    max_attempts, retention = limits(env)
     return (
         env.kind,
         env.queue,
         env.priority,
         env.schema_version,
         env.pending,
-        _delay_ms(env),
+        delay_ms(env),
         None if env.pending else env.scheduled_at,
         max_attempts,
         env.timeout,
@@ -548,7 +590,7 @@ def _pg_shape(env: Envelope) -> tuple[Any, ...]:
     )
 
 
-def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
+def _pg_one_shape(env: Envelope, when: str) -> tuple[Any, ...]:
     """The values of :data:`_PG_ONE_SHAPE`, whether it names a partition, then the timing:
     a single job's statement key."""
     return (
@@ -556,20 +598,13 @@ def _pg_one_shape(env: Envelope, timing: str) -> tuple[Any, ...]:
         env.queue,
         env.priority,
         env.schema_version,
-        *_limits(env),
+        *limits(env),
         env.timeout,
         env.rate_class,
         env.weight,
         bool(env.partition_key),
-        timing,
+        when,
     )
-
-
-def _delay_ms(env: Envelope) -> int | None:
-    """A positive delay in whole milliseconds; ``None`` for none (a zero delay is none)."""
-    if env.delay is not None and env.delay > timedelta(0):
-        return int(env.delay.total_seconds() * 1000)
-    return None
 
 
 def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
@@ -631,12 +666,12 @@ def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], lis
     empty_dict = prep(conn, "checkpoint", {})
     for r in rows:
         env = r.env
-        timing = _timing(env)
-        if timing == "pending":
+        when = timing(env)
+        if when == "pending":
             state_sql, sched_sql, extra = "%s", now, [State.PENDING.value]
-        elif timing == "delay":
+        elif when == "delay":
             state_sql, sched_sql, extra = "%s", v.plus_ms(conn), [State.SCHEDULED.value]
-        elif timing == "at":
+        elif when == "at":
             state_sql = f"CASE WHEN %s > {now} THEN %s ELSE %s END"
             sched_sql = "%s"
             at = prep(conn, "scheduled_at", env.scheduled_at)
@@ -650,11 +685,11 @@ def _values(conn: BaseDatabaseWrapper, rows: list[_Row]) -> tuple[list[str], lis
         params += [r.id, env.kind, env.queue, env.priority, env.schema_version]
         params += [prep(conn, "payload", bytes(env.payload)), r.fingerprint]
         params += extra
-        max_attempts, retention = _limits(env)
+        max_attempts, retention = limits(env)
         params += [max_attempts, prep(conn, "timeout", env.timeout)]
-        if timing == "delay":
-            params.append(_delay_ms(env))
-        elif timing == "at":
+        if when == "delay":
+            params.append(delay_ms(env))
+        elif when == "at":
             params.append(at)
         params += [
             prep(conn, "retention", retention),
