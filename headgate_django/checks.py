@@ -60,6 +60,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         + _queue_weights()
         + _death_handler()
         + _listen_using(headgate_settings)
+        + _prepare_statements(headgate_settings)
         + _read_replica(headgate_settings)
         + _environment()
     )
@@ -275,6 +276,20 @@ def _listen_using(s: Any) -> list[Any]:
             hint="Name a DATABASES alias that reaches the same PostgreSQL database directly "
             "(not through a transaction-pooling proxy), or remove the key.",
             id="headgate.E011",
+        )
+    ]
+
+
+def _prepare_statements(s: Any) -> list[Any]:
+    """``PREPARE_STATEMENTS`` is ``None`` (decide by the alias) or a bool (headgate.E013)."""
+    if s.PREPARE_STATEMENTS is None or isinstance(s.PREPARE_STATEMENTS, bool):
+        return []
+    return [
+        Error(
+            f"HEADGATE['PREPARE_STATEMENTS'] is {s.PREPARE_STATEMENTS!r}; "
+            "it must be None, True or False",
+            hint="None lets the store decide from the DATABASES alias (see the settings reference).",
+            id="headgate.E013",
         )
     ]
 

@@ -48,6 +48,11 @@ DEFAULTS: dict[str, Any] = {
     # this long; with rows still left it runs again on the worker's next duty tick.
     "EVICT_BUDGET": timedelta(seconds=1),
     "LISTEN_NOTIFY": True,
+    # PostgreSQL: prepare the store's hot statements on the server (psycopg's prepared
+    # statements). None: yes, unless the alias says it sits behind a transaction pooler
+    # (DISABLE_SERVER_SIDE_CURSORS, or LISTEN_USING naming another alias) or sets
+    # OPTIONS["prepare_threshold"] or "server_side_binding" itself. True / False: always / never.
+    "PREPARE_STATEMENTS": None,
     # The DATABASES alias the LISTEN sessions connect through (None: the worker's own). Behind
     # a transaction-pooling proxy, an alias that reaches PostgreSQL directly keeps wake-ups.
     "LISTEN_USING": None,

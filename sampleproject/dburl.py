@@ -4,12 +4,10 @@ SQLite gets WAL, ``BEGIN IMMEDIATE`` transactions and a busy timeout so several 
 processes share one file without "database is locked" surprises. PostgreSQL and MariaDB get
 connect timeouts, and MariaDB read and write timeouts, so that a call on a connection the
 server will never answer (a server restarting under it) fails and is retried instead of
-blocking a worker thread for good. PostgreSQL also gets psycopg's prepared statements
-back (``prepare_threshold=5``, psycopg's own default), which Django turns off so that
-transaction-pooling proxies keep working: headgate's hot statements have constant texts,
-so PostgreSQL then stops parsing and planning them on every claim, ack and enqueue. Behind
-a pooler that cannot keep prepared statements, pass ``?prepare_threshold=none`` to turn
-them off again. Query parameters in the URL override each of these.
+blocking a worker thread for good. Query parameters in the URL override each of these and
+pass through as ``OPTIONS``: ``?prepare_threshold=5`` or ``=none`` sets psycopg's prepared
+statements for every query (headgate's store prepares its own hot statements without it),
+and ``?disable_server_side_cursors=true`` marks an alias behind a transaction pooler.
 """
 
 from __future__ import annotations
@@ -57,8 +55,9 @@ def database_from_url(url: str) -> dict[str, Any]:
             options[option] = int(options.get(option, seconds))
     else:
         options["connect_timeout"] = int(options.get("connect_timeout", 10))
-        threshold = str(options.get("prepare_threshold", "5"))
-        options["prepare_threshold"] = None if threshold.lower() == "none" else int(threshold)
+        if "prepare_threshold" in options:
+            threshold = str(options["prepare_threshold"])
+            options["prepare_threshold"] = None if threshold.lower() == "none" else int(threshold)
         if str(options.pop("disable_server_side_cursors", "")).lower() in ("1", "true", "yes"):
             extra["DISABLE_SERVER_SIDE_CURSORS"] = True  # a transaction-pooling proxy
     return {

@@ -53,9 +53,12 @@ def unprepared() -> Iterator[None]:
     """Turn psycopg's prepared statements off on the test's connection for its duration.
 
     Django logs a statement that psycopg ran prepared without its text (``sql`` is None),
-    so a test that reads captured SQL would miss it.
+    so a test that reads captured SQL would miss it. The store is told too, so that a
+    cursor it makes during the test does not turn them back on.
     """
+    from django.conf import settings
     from django.db import connection
+    from django.test import override_settings
 
     if connection.vendor != "postgresql":
         yield
@@ -63,7 +66,8 @@ def unprepared() -> Iterator[None]:
     connection.ensure_connection()
     threshold = connection.connection.prepare_threshold
     connection.connection.prepare_threshold = None
-    yield
+    with override_settings(HEADGATE={**settings.HEADGATE, "PREPARE_STATEMENTS": False}):
+        yield
     connection.connection.prepare_threshold = threshold
 
 

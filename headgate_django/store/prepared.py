@@ -3,10 +3,17 @@
 Django's psycopg cursors bind on the client: every ``execute`` scans the SQL text for
 placeholders and quotes each parameter into it in Python, which was most of the time of a
 1,000-job enqueue and a large part of each batched ack. A server-binding cursor sends the
-text and the parameters apart (arrays in binary). Where a project enables prepared
-statements (``OPTIONS["prepare_threshold"]``, off by default in Django so that
-transaction-pooling proxies keep working), psycopg also prepares a statement once it has
-run that many times on a connection, so PostgreSQL stops parsing and planning it.
+text and the parameters apart (arrays in binary), and psycopg prepares a statement once it
+has run :data:`PREPARE_AFTER` times on a connection, so PostgreSQL stops parsing and
+planning it.
+
+Django turns psycopg's prepared statements off (``prepare_threshold=None``) so that
+transaction-pooling proxies keep working, which would leave every project on the slow
+path unless it knew to set the option. So the store turns them on by itself, on each
+connection it makes such a cursor for, unless ``HEADGATE["PREPARE_STATEMENTS"]`` says no
+or the alias shows signs of a pooler (:func:`prepares_statements`). Only server-binding
+cursors ever prepare: Django's own client-binding cursors, which run every ORM query, are
+unaffected.
 
 It pays most for statements whose text never changes (array parameters instead of one
 placeholder per row), and only on PostgreSQL; every other vendor gets Django's cursor.
@@ -31,8 +38,12 @@ from django.apps import apps
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from headgate_django.conf import headgate_settings
+
 #: Where a connection wrapper (one per thread and alias) keeps its reusable cursor.
 _KEPT = "_headgate_server_cursor"
+#: Runs of a statement on one connection before psycopg prepares it (psycopg's own default).
+PREPARE_AFTER = 5
 
 
 class _KeptCursor(CursorWrapper):
@@ -117,9 +128,37 @@ def _is_psycopg3() -> bool:
     return bool(is_psycopg3)
 
 
+def prepares_statements(conn: BaseDatabaseWrapper) -> bool:
+    """Whether the store turns psycopg's prepared statements on for ``conn``'s connections.
+
+    ``HEADGATE["PREPARE_STATEMENTS"]`` decides when it is ``True`` or ``False``. Left at
+    ``None``, yes, except where the project has chosen for itself (``OPTIONS`` names
+    ``prepare_threshold`` or ``server_side_binding``) or where the alias says it sits
+    behind a transaction pooler, whose server sessions change between transactions and so
+    lose what was prepared on them (PgBouncer before 1.21): ``DISABLE_SERVER_SIDE_CURSORS``,
+    which Django's documentation asks for behind one, or ``LISTEN_USING`` naming another
+    alias for the wake-ups.
+    """
+    choice = headgate_settings.PREPARE_STATEMENTS
+    if choice is not None:
+        return bool(choice)
+    options = conn.settings_dict.get("OPTIONS") or {}
+    listen_using = headgate_settings.LISTEN_USING
+    return not (
+        "prepare_threshold" in options
+        or "server_side_binding" in options
+        or conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+        or (listen_using is not None and listen_using != conn.alias)
+    )
+
+
 def _new(conn: BaseDatabaseWrapper) -> Any:
-    """A fresh psycopg server-binding cursor on ``conn``'s connection."""
+    """A fresh psycopg server-binding cursor on ``conn``'s connection, whose prepared
+    statements are on where :func:`prepares_statements` says so."""
     from django.db.backends.postgresql import base
 
+    raw = conn.connection
+    if raw.prepare_threshold is None and prepares_statements(conn):
+        raw.prepare_threshold = PREPARE_AFTER
     with conn.wrap_database_errors:
-        return base.ServerBindingCursor(conn.connection)  # type: ignore[call-arg]
+        return base.ServerBindingCursor(raw)  # type: ignore[call-arg]

@@ -4,16 +4,23 @@ Each PostgreSQL connection hands out one psycopg cursor again and again for the 
 statements. These tests hold it to what a fresh Django cursor would do: errors arrive as
 ``django.db`` errors and leave it usable, ``execute_wrapper`` and the query log see every
 statement, a nested use gets a cursor of its own, and a new connection gets a new cursor.
+They also hold the store to preparing its statements by itself, and only its own.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+
 import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.transaction import TransactionManagementError
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from headgate_django.store.prepared import server_bound_cursor
+from headgate_django.store.prepared import PREPARE_AFTER, server_bound_cursor
 from tests.app import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -177,3 +184,76 @@ def test_a_due_health_check_replaces_a_dead_connection_and_its_cursor():
         connection.health_check_enabled = False
     assert fresh is not kept
     assert connection.connection.info.backend_pid != pid
+
+
+# Prepared statements: on by themselves for the store's statements, never for the ORM's, and
+# off wherever the project has chosen or the alias shows a transaction pooler.
+
+
+def _prepared_texts() -> list[str]:
+    """What this session has prepared (Django's client-binding cursor never prepares)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _enqueue_and_query(times: int) -> None:
+    for _ in range(times):
+        tasks.noop.enqueue()
+        User.objects.filter(username="nobody").exists()
+
+
+@pytest.fixture
+def fresh_connection() -> Iterator[dict]:
+    """A new session for the test, and the alias's settings put back afterwards."""
+    saved = copy.deepcopy(connection.settings_dict)
+    connection.close()
+    yield connection.settings_dict
+    connection.close()
+    connection.settings_dict.clear()
+    connection.settings_dict.update(saved)
+
+
+def test_a_plain_alias_gets_the_store_statements_prepared_and_no_orm_query(fresh_connection):
+    _enqueue_and_query(PREPARE_AFTER + 1)
+    texts = _prepared_texts()
+    assert any("headgate_job" in text for text in texts), texts
+    assert not any("auth_user" in text for text in texts), texts
+    assert connection.connection.prepare_threshold == PREPARE_AFTER
+
+
+@pytest.mark.parametrize(
+    ("alias", "headgate"),
+    [
+        ({"DISABLE_SERVER_SIDE_CURSORS": True}, {}),
+        ({"OPTIONS": {"prepare_threshold": None}}, {}),
+        ({"OPTIONS": {"server_side_binding": False}}, {}),
+        ({}, {"PREPARE_STATEMENTS": False}),
+        ({}, {"LISTEN_USING": "replica"}),
+    ],
+    ids=[
+        "pooler-cursors-off",
+        "threshold-chosen",
+        "binding-chosen",
+        "setting-off",
+        "listen-elsewhere",
+    ],
+)
+def test_nothing_is_prepared_where_the_project_chose_or_a_pooler_shows(
+    fresh_connection, alias, headgate
+):
+    for key, value in alias.items():
+        fresh_connection[key] = (
+            {**fresh_connection.get(key, {}), **value} if key == "OPTIONS" else value
+        )
+    with override_settings(HEADGATE={**settings.HEADGATE, **headgate}):
+        _enqueue_and_query(PREPARE_AFTER + 1)
+        assert _prepared_texts() == []
+        assert connection.connection.prepare_threshold is None
+
+
+def test_the_setting_turns_them_on_over_an_explicit_none(fresh_connection):
+    fresh_connection["OPTIONS"] = {**fresh_connection.get("OPTIONS", {}), "prepare_threshold": None}
+    with override_settings(HEADGATE={**settings.HEADGATE, "PREPARE_STATEMENTS": True}):
+        _enqueue_and_query(PREPARE_AFTER + 1)
+        assert any("headgate_job" in text for text in _prepared_texts())

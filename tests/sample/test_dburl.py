@@ -17,11 +17,11 @@ def test_postgres_gets_a_connect_timeout_and_keeps_url_options() -> None:
         "db.example",
         "5433",
     )
-    assert db["OPTIONS"] == {"sslmode": "require", "connect_timeout": 10, "prepare_threshold": 5}
+    assert db["OPTIONS"] == {"sslmode": "require", "connect_timeout": 10}
 
 
 def test_postgres_prepared_statements_can_be_tuned_or_turned_off() -> None:
-    """Django turns psycopg's prepared statements off; the sample turns them back on."""
+    """Left alone by default (the store prepares its own statements); set when asked."""
     opts = database_from_url("postgresql://u@h/app?prepare_threshold=0")["OPTIONS"]
     assert opts["prepare_threshold"] == 0
     opts = database_from_url("postgresql://u@h/app?prepare_threshold=None")["OPTIONS"]

@@ -17,7 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("module", ["benchmarks.settings", "benchmarks.durable_settings"])
+@pytest.mark.parametrize(
+    "module", ["benchmarks.settings", "benchmarks.durable_settings", "benchmarks.defaults_settings"]
+)
 def test_benchmark_settings_pass_checks(module: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(DJANGO_SETTINGS_MODULE=module, PYTHONPATH=str(ROOT))

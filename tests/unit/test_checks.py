@@ -36,6 +36,13 @@ def test_sqlite_wake_interval_is_a_positive_duration_or_none():
     assert ids(SQLITE_WAKE_INTERVAL=0.005) == ["headgate.E002"]
 
 
+def test_prepare_statements_is_none_or_a_bool():
+    for value in (None, True, False):
+        assert ids(PREPARE_STATEMENTS=value) == []
+    assert ids(PREPARE_STATEMENTS="auto") == ["headgate.E013"]
+    assert ids(PREPARE_STATEMENTS=1) == ["headgate.E013"]
+
+
 def test_renew_must_be_at_most_half_the_lease():
     assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=6)) == [
         "headgate.E003"
