@@ -126,3 +126,50 @@ def test_a_refusal_after_a_chunk_of_large_payloads_stores_nothing():
     with pytest.raises(DuplicateError):
         enqueue([big] * 8 + [dataclasses.replace(big, unique_key="nightly")])
     assert list(Job.objects.values_list("id", flat=True)) == [holder]
+
+
+def test_every_row_of_a_mixed_batch_keeps_its_own_values(monkeypatch):
+    """Rows of several shapes, with and without keys and partitions, with payloads of
+    every length (none too), across chunks: each stored exactly as its envelope says."""
+    monkeypatch.setattr(insert, "CHUNK_ROWS", 7)
+    batch = []
+    for i in range(40):
+        env = (
+            tasks.echo.envelope(value="x" * (i * 37 % 11))
+            if i % 3
+            else Envelope(kind="test.noop", payload=b"")
+        )
+        batch.append(
+            dataclasses.replace(
+                env,
+                queue=f"q{i % 4}",
+                priority=i % 5,
+                unique_key=f"key-{i}" if i % 4 == 1 else None,
+                partition_key=f"tenant-{i % 3}" if i % 5 == 2 else "",
+                pending=i % 7 == 3,
+            )
+        )
+    ids = enqueue(batch)
+    stored = {
+        job["id"]: job
+        for job in Job.objects.values(
+            "id",
+            "kind",
+            "queue",
+            "priority",
+            "payload",
+            "fingerprint",
+            "unique_key",
+            "partition_key",
+            "state",
+        )
+    }
+    assert len(stored) == len(batch)
+    for job_id, env in zip(ids, batch, strict=True):
+        job = stored[job_id]
+        assert (job["kind"], job["queue"], job["priority"]) == (env.kind, env.queue, env.priority)
+        assert bytes(job["payload"]) == env.payload
+        assert job["fingerprint"] == env.fingerprint
+        assert job["unique_key"] == env.unique_key
+        assert job["partition_key"] == env.partition_key
+        assert job["state"] == ("pending" if env.pending else "available")
