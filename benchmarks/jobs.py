@@ -31,11 +31,12 @@ MariaDB's ``UPDATE`` has no ``RETURNING``):
    fastest: ``executemany`` on PostgreSQL (psycopg pipelines it), one multi-row
    ``INSERT … VALUES`` on SQLite (``executemany`` ran at two thirds of its speed) and on
    MariaDB (mysqlclient's ``executemany`` rewrites the statement into one multi-row
-   ``INSERT``, which the server counts as one); workers claiming 100 at a time with
-   ``FOR UPDATE SKIP LOCKED`` and
-   completing them with one fenced UPDATE (on PostgreSQL with sequential scans
-   off for the session, see ``RAW_PIN_PLAN``); for latency a LISTEN/NOTIFY worker claiming one
-   at a time (SQLite: a 1 ms polling loop).
+   ``INSERT``, which the server counts as one), and the same insert into headgate's own
+   job table (:meth:`Headgate.bulk_table`: what the table costs, with no headgate code);
+   workers claiming 100 at a time with ``FOR UPDATE SKIP LOCKED`` and completing them
+   with one fenced UPDATE (on PostgreSQL with sequential scans off for the session, see
+   ``RAW_PIN_PLAN``); for latency a LISTEN/NOTIFY worker claiming one at a time (SQLite:
+   a 1 ms polling loop).
 
 Headgate's side runs with the sample project's settings (``benchmarks/settings.py``), or
 with ``--defaults`` with those of a project as ``startproject`` and the README's install
@@ -243,6 +244,30 @@ def raw_bulk_sql(vendor: str, n: int) -> str:
     rows = 1 if vendor != "sqlite" else n
     return "INSERT INTO bench_raw_job (id, kind, payload) VALUES " + ", ".join(
         [f"({ph}, {ph}, {ph})"] * rows
+    )
+
+
+def table_bulk_sql(vendor: str, n: int) -> str:
+    """:func:`raw_bulk_sql` for headgate's job table: a plain job's row of
+    ``(id, payload, fingerprint)``, everything else written in as headgate writes it. All
+    ``n`` rows but on PostgreSQL: mysqlclient rewrites ``executemany`` into one multi-row
+    statement only when the row holds nothing but placeholders."""
+    ph = _PH[vendor]
+    now = {
+        "postgresql": "clock_timestamp()",
+        "mysql": "UTC_TIMESTAMP(6)",
+        "sqlite": "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')",
+    }[vendor]
+    retention = "interval '7 days'" if vendor == "postgresql" else str(7 * 86_400 * 10**6)
+    row = (
+        f"({ph}, {ph}, {ph}, 'bench.noop', 'default', 0, 1, 'available', 0, 0, 25, {now}, "
+        f"0, '', {now}, {retention}, '[]', '{{}}', '', 1)"
+    )
+    return (
+        "INSERT INTO headgate_job (id, payload, fingerprint, kind, queue, priority, "
+        "schema_version, state, attempt, crash_attempt, max_attempts, scheduled_at, fence, "
+        "claimed_by, enqueued_at, retention, errors, checkpoint, partition_key, weight) VALUES "
+        + ", ".join([row] * (1 if vendor == "postgresql" else n))
     )
 
 
@@ -670,6 +695,42 @@ class Headgate:
             enqueue([noop.envelope() for _ in range(BULK)])
         return batches * BULK / (time.perf_counter() - start)
 
+    def bulk_table(self, batches: int) -> float:
+        """Jobs/s of raw's bulk insert (rows built in the timed region, sent the same way)
+        into headgate's own job table instead of raw's: what the table itself costs, with
+        no headgate code at all. Each row is a plain job's, its shape written in as
+        constants."""
+        from django.db import transaction
+
+        from headgate_django.envelope import fingerprint
+
+        self.reset()
+        ids = itertools.count(1)
+        sql = table_bulk_sql(self.vendor, BULK)
+        db = self.conn.connection  # the driver's own connection, under Django's
+        fp = fingerprint("bench.noop", PAYLOAD)
+
+        def cursor() -> Any:
+            if self.vendor == "postgresql":  # binding on the server, as raw's cursor does
+                import psycopg
+
+                return psycopg.Cursor(db)
+            return db.cursor()
+
+        def insert() -> None:
+            rows = [(f"{next(ids):026d}", PAYLOAD, fp) for _ in range(BULK)]
+            with transaction.atomic(), contextlib.closing(cursor()) as cur:
+                if self.vendor == "postgresql":
+                    cur.executemany(sql, rows)
+                else:
+                    cur.execute(sql, [value for row in rows for value in row])
+
+        insert()  # warm-up
+        start = time.perf_counter()
+        for _ in range(batches):
+            insert()
+        return batches * BULK / (time.perf_counter() - start)
+
     def seed(self, n: int) -> None:
         from headgate_django import enqueue
 
@@ -912,6 +973,7 @@ def enqueue_runs(hg: Headgate, raw: Raw, sizes: dict[str, int], record: Record, 
                     record("single_apart/raw", raw_rate)
         record("bulk/headgate", hg.bulk(sizes["bulk"]))
         record("bulk/raw", raw.bulk(sizes["bulk"]))
+        record("bulk_table/raw", hg.bulk_table(sizes["bulk"]))
 
 
 def drain_runs(hg: Headgate, raw: Raw, sizes: dict[str, int], record: Record, step: Step) -> None:
@@ -1089,6 +1151,13 @@ def table(results: dict[str, Any]) -> str:
         "single",
     )
     row("bulk enqueue ×1000, jobs/s", "bulk/headgate", "bulk/raw", "jobs/s", "bulk")
+    row(
+        "bulk enqueue ×1000, raw's insert into headgate's job table, jobs/s",
+        "bulk_table/raw",
+        "bulk/raw",
+        "jobs/s",
+        None,
+    )
     for procs in PROCESSES:
         for conc in CONCURRENCY:
             row(
