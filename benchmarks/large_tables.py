@@ -2,18 +2,24 @@
 """Headgate on a production-sized job table, against the same database empty, in one run.
 
     .venv/bin/python benchmarks/large_tables.py --database postgres|mysql|both
-        [--terminal N] [--scheduled N] [--backlog N] [--quick] [--json OUT]
+        [--terminal N] [--scheduled N] [--backlog N] [--reps N] [--quick] [--json OUT]
 
-For each database the script builds a fresh one (``hg_hg_tables_bench`` on PostgreSQL
-127.0.0.1:5432 or MariaDB 127.0.0.1:3306, dropped and recreated), migrates it, and then:
+For each database the script builds two fresh ones (``hg_hg_tables_bench`` and
+``hg_hg_tables_bench_empty`` on PostgreSQL 127.0.0.1:5432 or MariaDB 127.0.0.1:3306,
+dropped and recreated), migrates them, and then:
 
-1. on the empty table: single enqueue (autocommit, one job per call), bulk enqueue
-   (1,000 per call) and a drain of no-op jobs through ``runworkers --burst --no-duties``;
-   the time of every console page and API list (median of 3 requests, in process);
-2. fills the table in SQL (``benchmarks/fill.py``): ``--terminal`` finished jobs
-   (~200-byte payloads, ~1 KB errors on the archived 5%) and ``--scheduled`` future
-   jobs; ``ANALYZE`` and, on PostgreSQL, ``CHECKPOINT``;
-3. the same enqueue, drain and page measurements on the large table, with ratios;
+1. on the empty table: the time of every console page and API list (median of 3
+   requests, in process);
+2. fills the first database's table in SQL (``benchmarks/fill.py``): ``--terminal``
+   finished jobs (~200-byte payloads, ~1 KB errors on the archived 5%) and
+   ``--scheduled`` future jobs; ``ANALYZE``, then lets the server settle, as it would
+   have long before a production table reached that size (:func:`settle`);
+3. the enqueue and drain rates, ``--reps`` times on each database in turn (empty, large,
+   empty, large, …, each a process of its own), so that the machine's noise hits both
+   alike: single enqueue (autocommit, one job per call), bulk enqueue (1,000 per call)
+   and a drain of no-op jobs through ``runworkers --burst --no-duties``; the empty
+   database's table is emptied before each of its repetitions; then the pages again on
+   the large table, with ratios;
 4. eviction: ``--backlog`` finished jobs already past retention, deleted by repeated
    ``job_evict_pass`` calls (the ``evict`` duty's work, default batch and budget) until
    none is left: rows/s and the clearing time; then a smaller backlog evicted while a
@@ -33,6 +39,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -40,10 +47,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DB = "hg_hg_tables_bench"
+EMPTY_DB = f"{DB}_empty"
 SERVERS = {
-    "postgres": f"postgresql://postgres@127.0.0.1:5432/{DB}",
-    "mysql": f"mysql://root@127.0.0.1:3306/{DB}",
+    "postgres": "postgresql://postgres@127.0.0.1:5432/{}",
+    "mysql": "mysql://root@127.0.0.1:3306/{}",
 }
+#: How long :func:`settle` waits at most for InnoDB's purge after the fill.
+PURGE_WAIT_S = 600
 PAGES = [
     ("console job list", "/admin/headgate_django/job/"),
     ("console job list, archived", "/admin/headgate_django/job/?state__exact=archived"),
@@ -76,22 +86,22 @@ def env_for(url: str) -> dict[str, str]:
     return env
 
 
-def prepare(database: str) -> str:
+def prepare(database: str, name: str) -> str:
     """A fresh, migrated database; returns its DATABASE_URL."""
     if database == "postgres":
         import psycopg
 
         with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as c:
-            c.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-            c.execute(f"CREATE DATABASE {DB}")
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            c.execute(f"CREATE DATABASE {name}")
     else:
         import MySQLdb
 
         conn = MySQLdb.connect(host="127.0.0.1", user="root")
-        conn.cursor().execute(f"DROP DATABASE IF EXISTS {DB}")
-        conn.cursor().execute(f"CREATE DATABASE {DB}")
+        conn.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.cursor().execute(f"CREATE DATABASE {name}")
         conn.close()
-    url = SERVERS[database]
+    url = SERVERS[database].format(name)
     subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "migrate", "--no-input", "-v", "0"],
         env=env_for(url),
@@ -148,6 +158,50 @@ def throughput(url: str, n_single: int, n_drain: int) -> dict[str, float]:
     return rates
 
 
+def measure_apart(url: str, args: argparse.Namespace, *, fresh: bool) -> dict[str, float]:
+    """:func:`throughput` in a process of its own on ``url`` (emptied first if ``fresh``)."""
+    out = Path(tempfile.mkstemp(suffix=".json")[1])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--throughput",
+        url,
+        str(out),
+        "--single",
+        str(args.single),
+        "--drain",
+        str(args.drain),
+        *(["--fresh"] if fresh else []),
+    ]
+    subprocess.run(cmd, env=env_for(url), cwd=ROOT, check=True)
+    rates: dict[str, float] = json.loads(out.read_text())
+    out.unlink()
+    return rates
+
+
+def run_throughput(url: str, args: argparse.Namespace, out: Path) -> None:
+    """The ``--throughput`` child: one repetition of the rates on ``url``."""
+    import django
+
+    os.environ.update(env_for(url))
+    django.setup()
+    from django.db import connection
+
+    if args.fresh:
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM headgate_job")
+    out.write_text(json.dumps(throughput(url, args.single, args.drain)))
+
+
+def interleaved(empty_url: str, large_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--reps`` repetitions of the rates on each database, alternating."""
+    runs: dict[str, list[dict[str, float]]] = {"empty": [], "large": []}
+    for _ in range(args.reps):
+        runs["empty"].append(measure_apart(empty_url, args, fresh=True))
+        runs["large"].append(measure_apart(large_url, args, fresh=False))
+    return runs
+
+
 def page_times() -> dict[str, float]:
     from django.contrib.auth.models import User
     from django.test import Client
@@ -178,9 +232,30 @@ def fill_table(vendor: str, terminal: int, scheduled: int, expired: int = 0) -> 
     with connection.cursor() as cursor:
         fill(cursor, vendor, terminal=terminal, scheduled=scheduled, expired=expired)
         analyze(cursor, vendor)
-        if vendor == "postgresql":
-            cursor.execute("CHECKPOINT")
+        settle(cursor, vendor)
     return time.perf_counter() - start
+
+
+def settle(cursor: Any, vendor: str) -> None:
+    """Write the fill's pages out and let the server finish its own work on them.
+
+    A fill writes gigabytes in minutes; a production table grew to that size over weeks,
+    and its server flushed and purged along the way. Measured at once, the large table's
+    rates would include that background work. PostgreSQL: a ``CHECKPOINT``. MariaDB:
+    ``FLUSH TABLES … FOR EXPORT`` writes the table's dirty pages, then the purge of the
+    fill's undo log is awaited (InnoDB's history list back under 1,000 entries).
+    """
+    if vendor == "postgresql":
+        cursor.execute("CHECKPOINT")
+        return
+    cursor.execute("FLUSH TABLES headgate_job FOR EXPORT")
+    cursor.execute("UNLOCK TABLES")
+    deadline = time.monotonic() + PURGE_WAIT_S
+    while time.monotonic() < deadline:
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'")
+        if int(cursor.fetchone()[1]) < 1000:
+            return
+        time.sleep(1)
 
 
 def table_sizes(vendor: str) -> dict[str, float]:
@@ -237,7 +312,7 @@ def concurrent_drain(url: str, vendor: str, n_drain: int, backlog: int) -> dict[
     return {"drain with eviction": rate, "evicted meanwhile": done[0][0]}
 
 
-def run_child(url: str, args: argparse.Namespace, out: Path) -> None:
+def run_child(url: str, empty_url: str, args: argparse.Namespace, out: Path) -> None:
     import django
 
     os.environ.update(env_for(url))
@@ -245,13 +320,17 @@ def run_child(url: str, args: argparse.Namespace, out: Path) -> None:
     from django.db import connection
 
     vendor = connection.vendor
-    sizes = {k: getattr(args, k) for k in ("terminal", "scheduled", "backlog", "single", "drain")}
+    sizes = {
+        k: getattr(args, k) for k in ("terminal", "scheduled", "backlog", "single", "drain", "reps")
+    }
     result: dict[str, Any] = {"vendor": vendor, "sizes": sizes}
-    result["empty"] = throughput(url, args.single, args.drain)
     result["empty pages ms"] = page_times()
     result["fill s"] = fill_table(vendor, args.terminal, args.scheduled)
     result["table"] = table_sizes(vendor)
-    result["large"] = throughput(url, args.single, args.drain)
+    connection.close()
+    result["runs"] = interleaved(empty_url, url, args)
+    result["empty"] = _medians(result["runs"]["empty"])
+    result["large"] = _medians(result["runs"]["large"])
     result["large pages ms"] = page_times()
     fill_table(vendor, 0, 0, expired=args.backlog)
     rows, seconds = evict_all()
@@ -261,6 +340,15 @@ def run_child(url: str, args: argparse.Namespace, out: Path) -> None:
 
 
 # -- report ------------------------------------------------------------------------------
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def _range(runs: list[dict[str, float]], key: str) -> str:
+    values = [run[key] for run in runs]
+    return f"{min(values):,.0f}–{max(values):,.0f}"
 
 
 def verdict(ok: bool) -> str:
@@ -274,12 +362,19 @@ def report(r: dict[str, Any]) -> str:
         f"data {r['table']['data MB']:.0f} MB, indexes {r['table']['index MB']:.0f} MB, "
         f"index/data {r['table']['index MB'] / r['table']['data MB']:.2f})",
         "",
+        f"Rates: medians (min–max) of {r['sizes']['reps']} repetitions on each database, "
+        "taken in turn.",
+        "",
         "| jobs/s | empty | large | large/empty | target ≥ 0.90 |",
         "|---|---:|---:|---:|---|",
     ]
     for key in ("single enqueue", "bulk enqueue", "drain"):
         e, g = r["empty"][key], r["large"][key]
-        lines.append(f"| {key} | {e:,.0f} | {g:,.0f} | {g / e:.2f} | {verdict(g / e >= 0.9)} |")
+        lines.append(
+            f"| {key} | {e:,.0f} ({_range(r['runs']['empty'], key)}) | "
+            f"{g:,.0f} ({_range(r['runs']['large'], key)}) | {g / e:.2f} | "
+            f"{verdict(g / e >= 0.9)} |"
+        )
     lines += ["", "| page / list (ms) | empty | large | target < 200 ms |", "|---|---:|---:|---|"]
     for name, _ in PAGES:
         e, g = r["empty pages ms"][name], r["large pages ms"][name]
@@ -307,25 +402,32 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=1_000_000)
     parser.add_argument("--single", type=int, default=2_000)
     parser.add_argument("--drain", type=int, default=20_000)
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of the rates on each")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--child", nargs=2, metavar=("URL", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, metavar=("URL", "EMPTY", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--throughput", nargs=2, metavar=("URL", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.terminal, args.scheduled, args.backlog = 50_000, 5_000, 20_000
         args.single, args.drain = 300, 3_000
+    if args.throughput:
+        run_throughput(args.throughput[0], args, Path(args.throughput[1]))
+        return
     if args.child:
-        run_child(args.child[0], args, Path(args.child[1]))
+        run_child(args.child[0], args.child[1], args, Path(args.child[2]))
         return
     results = []
     for database in ("postgres", "mysql") if args.database == "both" else (args.database,):
-        url = prepare(database)
+        url = prepare(database, DB)
+        empty_url = prepare(database, EMPTY_DB)
         out = (
             Path(f"/tmp/{DB}-{database}.json")
             if args.json is None
             else args.json.with_suffix(f".{database}.json")
         )
-        child = [sys.executable, __file__, *sys.argv[1:], "--child", url, str(out)]
+        child = [sys.executable, __file__, *sys.argv[1:], "--child", url, empty_url, str(out)]
         subprocess.run(child, env=env_for(url), cwd=ROOT, check=True)
         results.append(json.loads(out.read_text()))
         print(report(results[-1]), flush=True)
