@@ -396,16 +396,18 @@ CHUNK_BYTES = 4 * 1024 * 1024
 def _insert_rows(conn: BaseDatabaseWrapper, rows: list[_Row], using: str) -> list[str]:
     """Insert ``rows`` all or none: in one statement when nothing opposes them, else (and
     for a large batch, chunk by chunk, all in one transaction) by the classifying path."""
-    if len(rows) > 1:
-        chunks = _chunks(rows)
-        if len(chunks) > 1:
-            # A refusal in any chunk rolls back the chunks before it too.
-            with transaction.atomic(using=using):
-                for chunk in chunks:
-                    _insert_chunk(conn, chunk, using)
-            return [row.id for row in rows]
-    _insert_chunk(conn, rows, using)
+    if len(rows) > CHUNK_ROWS or sum(map(len, map(_PAYLOAD, rows))) > CHUNK_BYTES:
+        # A refusal in any chunk rolls back the chunks before it too.
+        with transaction.atomic(using=using):
+            for chunk in _chunks(rows):
+                _insert_chunk(conn, chunk, using)
+    else:
+        _insert_chunk(conn, rows, using)
     return [row.id for row in rows]
+
+
+#: A row's payload, read in C: the size check above is one pass of C calls over the batch.
+_PAYLOAD = attrgetter("env.payload")
 
 
 def _chunks(rows: list[_Row]) -> list[list[_Row]]:
