@@ -64,12 +64,13 @@ TEMPLATES = [
 
 
 def _database(url: str) -> dict[str, str]:
-    """The five keys a user types, read off ``DATABASE_URL`` (PostgreSQL or SQLite)."""
+    """The five keys a user types, read off ``DATABASE_URL`` (PostgreSQL, MariaDB or SQLite)."""
     parts = urlsplit(url)
     if parts.scheme.startswith("sqlite"):
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parts.path[1:])}
+    mysql = parts.scheme.startswith(("mysql", "mariadb"))
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "django.db.backends.mysql" if mysql else "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")),
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
