@@ -52,3 +52,9 @@ def test_fp_waiting_is_the_fingerprint_only_while_the_job_waits() -> None:
 
 def test_jobs_by_kind_come_off_an_index() -> None:
     assert _indexes()["headgate_job_kind"][0] == "kind"
+
+
+def test_fair_claims_have_one_index_which_holds_only_waiting_jobs() -> None:
+    indexes = _indexes()
+    assert indexes["headgate_job_fair_my"][0] == "fair_queue"
+    assert not [name for name, cols in indexes.items() if cols[:2] == ["queue", "partition_key"]]
