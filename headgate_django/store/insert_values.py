@@ -41,12 +41,17 @@ def timing(env: Envelope) -> str:
     return "now"
 
 
-def limits(env: Envelope) -> tuple[int, timedelta]:
-    """The job's ``max_attempts`` and ``retention``, the settings' defaults filled in."""
-    s = headgate_settings
+def default_limits() -> tuple[int, timedelta]:
+    """The settings' ``MAX_ATTEMPTS`` and ``RETENTION``: read once for a whole batch."""
+    return headgate_settings.MAX_ATTEMPTS, headgate_settings.RETENTION
+
+
+def limits(env: Envelope, defaults: tuple[int, timedelta] | None = None) -> tuple[int, timedelta]:
+    """The job's ``max_attempts`` and ``retention``, ``defaults`` (the settings') filled in."""
+    attempts, retention = defaults or default_limits()
     return (
-        env.max_attempts or s.MAX_ATTEMPTS,
-        env.retention if env.retention is not None else s.RETENTION,
+        env.max_attempts or attempts,
+        env.retention if env.retention is not None else retention,
     )
 
 
@@ -99,7 +104,7 @@ def insert_batch(conn: BaseDatabaseWrapper, rows: Sequence[_Row]) -> int:
     A taken id or live unique key raises ``IntegrityError``; the caller runs this in a
     transaction or savepoint of its own and takes the classifying path instead.
     """
-    attempts, retention = headgate_settings.MAX_ATTEMPTS, headgate_settings.RETENTION
+    defaults = default_limits()
     alias = conn.alias
     texts: list[str] = []
     params: list[Any] = []
@@ -112,8 +117,7 @@ def insert_batch(conn: BaseDatabaseWrapper, rows: Sequence[_Row]) -> int:
             env.queue,
             env.priority,
             env.schema_version,
-            env.max_attempts or attempts,
-            env.retention if env.retention is not None else retention,
+            *limits(env, defaults),
             env.timeout,
             env.rate_class,
             env.weight,
