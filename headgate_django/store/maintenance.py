@@ -155,18 +155,26 @@ def _evictable_where(conn: Any) -> tuple[str, list[str]]:
 def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str, int]:
     """Delete terminal rows whose retention has lapsed; return the count per state.
 
-    One transaction of at most ``limit`` rows, read through the eviction index and locked
-    with ``SKIP LOCKED``: it never waits for a row a worker or an operator holds, and it
-    holds its own locks only for one small delete.
+    At most ``limit`` rows, read through the eviction index and locked with
+    ``SKIP LOCKED``: it never waits for a row a worker or an operator holds, and it holds
+    its own locks only for one small delete. Where ``DELETE … RETURNING`` exists that is
+    one statement; MySQL/MariaDB select the rows, then delete them, in one transaction.
     """
     conn = v.connection_for(using)
     where, params = _evictable_where(conn)
+    rows_due = f"FROM headgate_job WHERE {where} LIMIT %s{v.skip_locked(conn)}"
     counts: dict[str, int] = {}
+    if v.has_returning(conn):
+        with transaction.atomic(using=using), conn.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM headgate_job WHERE id IN (SELECT id {rows_due}) RETURNING state",
+                [*params, limit],
+            )
+            for (state,) in cursor.fetchall():
+                counts[state] = counts.get(state, 0) + 1
+        return counts
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id, state FROM headgate_job WHERE {where} LIMIT %s{v.skip_locked(conn)}",
-            [*params, limit],
-        )
+        cursor.execute(f"SELECT id, state {rows_due}", [*params, limit])
         rows = cursor.fetchall()
         if not rows:
             return counts

@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKERS = int(os.environ.get("TEST_WORKERS", "3"))
+WORKERS = int(os.environ.get("TEST_WORKERS", "5"))
 
 
 def free_port() -> int:
