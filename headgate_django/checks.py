@@ -61,6 +61,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         + _death_handler()
         + _listen_using(headgate_settings)
         + _prepare_statements(headgate_settings)
+        + _evict_busy_share(headgate_settings)
         + _read_replica(headgate_settings)
         + _environment()
     )
@@ -290,6 +291,21 @@ def _prepare_statements(s: Any) -> list[Any]:
             "it must be None, True or False",
             hint="None lets the store decide from the DATABASES alias (see the settings reference).",
             id="headgate.E013",
+        )
+    ]
+
+
+def _evict_busy_share(s: Any) -> list[Any]:
+    """``EVICT_BUSY_SHARE`` is a number in (0, 1] (headgate.E014)."""
+    share = s.EVICT_BUSY_SHARE
+    if isinstance(share, (int, float)) and not isinstance(share, bool) and 0 < share <= 1:
+        return []
+    return [
+        Error(
+            f"HEADGATE['EVICT_BUSY_SHARE'] is {share!r}; it must be a number above 0 and at most 1",
+            hint="0.1 (the default) lets eviction take a tenth of its time while jobs wait; "
+            "1 never pauses.",
+            id="headgate.E014",
         )
     ]
 

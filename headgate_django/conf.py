@@ -47,6 +47,9 @@ DEFAULTS: dict[str, Any] = {
     # One eviction pass deletes batch after batch while they come back full, for at most
     # this long; with rows still left it runs again on the worker's next duty tick.
     "EVICT_BUDGET": timedelta(seconds=1),
+    # While jobs wait to be claimed, an eviction pass keeps to this share of its time and
+    # pauses for the rest after each batch (1: never pause). See store.job_evict_pass.
+    "EVICT_BUSY_SHARE": 0.1,
     "LISTEN_NOTIFY": True,
     # PostgreSQL: prepare the store's hot statements on the server (psycopg's prepared
     # statements). None: yes, unless the alias says it sits behind a transaction pooler

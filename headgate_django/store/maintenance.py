@@ -187,14 +187,6 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
     return counts
 
 
-#: While jobs wait to be claimed, an eviction pass keeps to this share of its time: after
-#: each batch it pauses for the rest. Deleting a row costs the database about what
-#: finishing a job does, so a backlog evicted flat out beside a drain took 40-46% of the
-#: drain's rate on two cores; paced, it still clears a million rows in minutes. With no
-#: job waiting there is no one to yield to, and batches follow each other at once.
-BUSY_SHARE = 0.2
-
-
 @dataclass
 class EvictionPass:
     """What one eviction pass did: rows per state, batches, time (``paused`` of it spent
@@ -217,17 +209,28 @@ class EvictionPass:
 
 
 def job_evict_pass(
-    *, batch: int = 1000, budget: float = 1.0, using: str = "default"
+    *,
+    batch: int = 1000,
+    budget: float = 1.0,
+    busy_share: float | None = None,
+    using: str = "default",
 ) -> EvictionPass:
     """Evict batch after batch while they come back full, for at most ``budget`` seconds.
 
     A backlog (a retention just shortened, a duty that was down) clears at the database's
     delete rate instead of one batch per duty interval. Each batch commits on its own, so
-    the claim path never waits behind more than one small delete, and while jobs are
-    waiting the pass yields to them (:data:`BUSY_SHARE`).
+    the claim path never waits behind more than one small delete.
+
+    While jobs are waiting the pass yields to them: after each full batch it pauses so that
+    deleting takes only ``busy_share`` of its time (``HEADGATE["EVICT_BUSY_SHARE"]``, a
+    tenth, by default). Deleting a row costs the database about what finishing a job does,
+    and a pass deletes faster than workers finish jobs: flat out beside a drain it took
+    40-46% of the drain's rate on two cores, and paced at a fifth of its time up to a fifth
+    of it. With no job waiting there is no one to yield to.
     """
     from headgate_django.store.claim import job_available
 
+    share = headgate_settings.EVICT_BUSY_SHARE if busy_share is None else busy_share
     report = EvictionPass()
     started = time.monotonic()
     while True:
@@ -243,8 +246,8 @@ def job_evict_pass(
         if report.seconds >= budget:
             report.more = True
             return report
-        if job_available(using=using):
-            pause = min(took * (1 - BUSY_SHARE) / BUSY_SHARE, budget - report.seconds)
+        if share < 1 and job_available(using=using):
+            pause = min(took * (1 - share) / share, budget - report.seconds)
             report.paused += pause
             time.sleep(pause)
 

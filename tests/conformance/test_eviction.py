@@ -11,7 +11,6 @@ from headgate_django import store
 from headgate_django.kernel.states import State
 from headgate_django.models import DutyLease, Job
 from headgate_django.store.fenced import Completion
-from headgate_django.store.maintenance import BUSY_SHARE
 from headgate_django.worker.duties import DutyRunner, default_duties
 from tests.conformance.helpers import envelope, expire_lease, fresh_queue, job_in_state, state_of
 
@@ -94,5 +93,18 @@ def test_a_pass_yields_to_waiting_jobs_between_batches_and_not_when_none_waits()
     assert beside.rows == 2 * BATCH + 1
     # Two full batches, each followed by a pause of (1 - share) / share of its own time.
     assert beside.paused > 0
-    assert beside.paused <= beside.seconds * (1 - BUSY_SHARE) + 0.05
+    assert beside.paused <= beside.seconds * (1 - 0.1) + 0.05
     assert state_of(waiting) == "available"
+
+
+def test_a_busy_share_of_one_never_pauses_and_the_setting_is_the_default(settings):
+    completed_backlog(2 * BATCH + 1)
+    job_in_state(State.AVAILABLE)
+    expire_lease()
+    flat_out = store.job_evict_pass(batch=BATCH, budget=60.0, busy_share=1)
+    assert (flat_out.rows, flat_out.paused) == (2 * BATCH + 1, 0.0)
+
+    settings.HEADGATE = {"EVICT_BUSY_SHARE": 1}
+    completed_backlog(2 * BATCH + 1)
+    expire_lease()
+    assert store.job_evict_pass(batch=BATCH, budget=60.0).paused == 0.0

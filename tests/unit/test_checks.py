@@ -43,6 +43,13 @@ def test_prepare_statements_is_none_or_a_bool():
     assert ids(PREPARE_STATEMENTS=1) == ["headgate.E013"]
 
 
+def test_evict_busy_share_is_a_number_above_zero_and_at_most_one():
+    for value in (0.05, 0.1, 1, 1.0):
+        assert ids(EVICT_BUSY_SHARE=value) == []
+    for value in (0, 0.0, -0.1, 1.5, "0.1", None, True):
+        assert ids(EVICT_BUSY_SHARE=value) == ["headgate.E014"], value
+
+
 def test_renew_must_be_at_most_half_the_lease():
     assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=6)) == [
         "headgate.E003"
