@@ -155,14 +155,20 @@ def _evictable_where(conn: Any) -> tuple[str, list[str]]:
 def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str, int]:
     """Delete terminal rows whose retention has lapsed; return the count per state.
 
-    At most ``limit`` rows, read through the eviction index and locked with
-    ``SKIP LOCKED``: it never waits for a row a worker or an operator holds, and it holds
-    its own locks only for one small delete. Where ``DELETE … RETURNING`` exists that is
+    At most ``limit`` rows, the first to expire of each state, read through the eviction
+    index in its order and locked with ``SKIP LOCKED``: it never waits for a row a worker
+    or an operator holds, and it holds its own locks only for one small delete. Where ``DELETE … RETURNING`` exists that is
     one statement; MySQL/MariaDB select the rows, then delete them, in one transaction.
     """
     conn = v.connection_for(using)
     where, params = _evictable_where(conn)
-    rows_due = f"FROM headgate_job WHERE {where} LIMIT %s{v.skip_locked(conn)}"
+    # The order is the eviction index's: without it, statistics taken while a backlog was
+    # expired make a sequential scan look cheaper than the index for "any N expired rows",
+    # and once the rows it meets first are gone every batch reads the table from its start
+    # (on PostgreSQL 5.5M rows, 1M expired, that made a drain beside eviction 25% slower).
+    rows_due = (
+        f"FROM headgate_job WHERE {where} ORDER BY state, expires_at LIMIT %s{v.skip_locked(conn)}"
+    )
     counts: dict[str, int] = {}
     if v.has_returning(conn):
         with transaction.atomic(using=using), conn.cursor() as cursor:

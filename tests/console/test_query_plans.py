@@ -44,6 +44,8 @@ MAX_READ = 20_000
 #: table order is the better plan while at least 1 row in this many matches, so it may
 #: read up to this many times its cap; a rarer filter must come through an index.
 CAPPED_COUNT_SCAN = 20
+#: Finished jobs kept and finished jobs past retention for the eviction's plan.
+EVICT_RETAINED, EVICT_EXPIRED = 100_000, 50_000
 #: A kind few jobs have: its lists must not walk the table to find them.
 RARE_KIND = "bench.rare"
 
@@ -280,3 +282,34 @@ def test_the_registry_and_the_minute_counts_are_read_through_their_indexes(
     for query in captured.captured_queries:
         bad.setdefault("worker_prune", []).extend(small_table_problems(query["sql"]))
     assert not any(bad.values()), json.dumps(bad, indent=2)
+
+
+def test_eviction_reads_expired_jobs_through_its_index_whatever_the_statistics_say(
+    django_db_blocker: Any, unprepared: None
+) -> None:
+    """Statistics taken while a backlog was expired (here a third of the rows) make a
+    sequential scan look cheap for "any 1,000 expired rows". Once the rows it meets first
+    are gone, every batch reads the table from its first page to find the next ones (on
+    5.5M rows, a third of the heap per batch); only the eviction index finds them at once."""
+    with connection.cursor() as cursor:
+        fill(cursor, "postgresql", terminal=EVICT_RETAINED, expired=EVICT_EXPIRED)
+        analyze(cursor, "postgresql")
+    with CaptureQueriesContext(connection) as captured:
+        evicted = store.job_evict_retained(limit=1000)
+    assert sum(evicted.values()) == 1000
+    statements = [q["sql"] for q in captured.captured_queries if "FROM headgate_job" in q["sql"]]
+    assert statements
+    scans = {}
+    for sql in statements:
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+            raw = cursor.fetchone()[0]
+        plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+        reads = [
+            f"{n['Node Type']} {n.get('Index Name', '')}".strip()
+            for n, _ in _nodes(plan)
+            if n.get("Relation Name") == "headgate_job"
+        ]
+        if any(r.startswith("Seq Scan") for r in reads):
+            scans[sql[:300]] = reads
+    assert not scans, json.dumps(scans, indent=2)
