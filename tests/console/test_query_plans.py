@@ -44,8 +44,8 @@ MAX_READ = 20_000
 #: table order is the better plan while at least 1 row in this many matches, so it may
 #: read up to this many times its cap; a rarer filter must come through an index.
 CAPPED_COUNT_SCAN = 20
-#: Finished jobs kept and finished jobs past retention for the eviction's plan.
-EVICT_RETAINED, EVICT_EXPIRED = 100_000, 50_000
+#: Finished jobs kept, and jobs due for a duty, for the duties' plans.
+DUTY_RETAINED, DUTY_DUE = 100_000, 50_000
 #: A kind few jobs have: its lists must not walk the table to find them.
 RARE_KIND = "bench.rare"
 
@@ -284,20 +284,50 @@ def test_the_registry_and_the_minute_counts_are_read_through_their_indexes(
     assert not any(bad.values()), json.dumps(bad, indent=2)
 
 
-def test_eviction_reads_expired_jobs_through_its_index_whatever_the_statistics_say(
-    django_db_blocker: Any, unprepared: None
+def _stale_statistics(cursor: Any, kind: str) -> None:
+    """Rows whose statistics say a third of the table is due for ``kind``'s duty."""
+    if kind == "evict":
+        fill(cursor, "postgresql", terminal=DUTY_RETAINED, expired=DUTY_DUE)
+    else:
+        fill(cursor, "postgresql", terminal=DUTY_RETAINED, scheduled=DUTY_DUE)
+        if kind == "reclaim":
+            cursor.execute(
+                "UPDATE headgate_job SET state = 'running', lease_id = 'l', claimed_by = 'w', "
+                "lease_expires_at = now() - interval '1 minute' WHERE state = 'scheduled'"
+            )
+        else:
+            cursor.execute(
+                "UPDATE headgate_job SET scheduled_at = now() - interval '1 minute' "
+                "WHERE state = 'scheduled'"
+            )
+    analyze(cursor, "postgresql")
+
+
+DUTIES = {
+    "evict": lambda: store.job_evict_retained(limit=100),
+    "promote": lambda: store.job_promote_due(limit=100),
+    "reclaim": lambda: store.job_reclaim_expired(limit=100),
+}
+
+
+@pytest.mark.parametrize("duty", sorted(DUTIES))
+def test_the_duties_read_their_rows_through_their_index_whatever_the_statistics_say(
+    duty: str, unprepared: None
 ) -> None:
-    """Statistics taken while a backlog was expired (here a third of the rows) make a
-    sequential scan look cheap for "any 1,000 expired rows". Once the rows it meets first
-    are gone, every batch reads the table from its first page to find the next ones (on
-    5.5M rows, a third of the heap per batch); only the eviction index finds them at once."""
+    """Statistics taken while a third of the table was due for a duty (a backlog expired,
+    a retry storm, a host of crashed workers) make a sequential scan look cheap for "any
+    N due rows". Once the rows it meets first are gone, every pass reads the table from
+    its first page to find the next ones (eviction beside a drain on 5.5M rows, 1M of them
+    expired: a third of the heap per batch); only the duty's index finds them at once."""
     with connection.cursor() as cursor:
-        fill(cursor, "postgresql", terminal=EVICT_RETAINED, expired=EVICT_EXPIRED)
-        analyze(cursor, "postgresql")
+        _stale_statistics(cursor, duty)
     with CaptureQueriesContext(connection) as captured:
-        evicted = store.job_evict_retained(limit=1000)
-    assert sum(evicted.values()) == 1000
-    statements = [q["sql"] for q in captured.captured_queries if "FROM headgate_job" in q["sql"]]
+        DUTIES[duty]()
+    statements = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "FROM headgate_job" in q["sql"] and "LIMIT" in q["sql"]
+    ]
     assert statements
     scans = {}
     for sql in statements:
@@ -305,11 +335,11 @@ def test_eviction_reads_expired_jobs_through_its_index_whatever_the_statistics_s
             cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
             raw = cursor.fetchone()[0]
         plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-        reads = [
+        steps = [
             f"{n['Node Type']} {n.get('Index Name', '')}".strip()
             for n, _ in _nodes(plan)
-            if n.get("Relation Name") == "headgate_job"
+            if n.get("Relation Name") == "headgate_job" or "Sort" in n["Node Type"]
         ]
-        if any(r.startswith("Seq Scan") for r in reads):
-            scans[sql[:300]] = reads
+        if any(step.startswith(("Seq Scan", "Sort", "Incremental Sort")) for step in steps):
+            scans[sql[:300]] = steps
     assert not scans, json.dumps(scans, indent=2)
