@@ -1,0 +1,300 @@
+"""PostgreSQL only: the governed claim reads the round-robin's partitions ahead, several per
+statement, as the portable claim does (``store.fairness.FairSource``).
+
+Migration 0028's ``headgate_claim_governed`` walked a fair queue one visit at a time: an
+index probe for the next partition and a statement for the partition's next jobs, each
+visit, so a claim of 500 over 25 tenants at quantum 10 sent about a hundred statements
+from the function. Now the first read of a partition in a claim also:
+
+- finds the partitions after it in key order, wrapping around, up to 64 each way, in one
+  recursive statement (``FairSource._discover``), and remembers each one's successor, so the
+  walk's later steps need no probe;
+- reads, in one statement, the next jobs of it and of the partitions after it that this
+  claim has not read yet, as many of each as its share for as many rounds of the rotation
+  as the claim likely needs (a LATERAL read of the fair index per partition).
+
+A visit takes its jobs from what was read ahead exactly as a fresh read would return them:
+the jobs of classes closed since are left out (a class does not reopen within a claim),
+and when what was read ahead is fewer than the visit asks for and the partition had more
+waiting, the visit reads afresh as before (leaving out what the partition handed out), so
+no decision depends on when a partition's jobs were read. The classes that can admit
+nothing are recomputed only after a bucket fell below one token, the only way within a
+claim that the set grows.
+
+``tests/conformance/test_governed_claim_function.py`` compares every decision with the
+portable claim's, with claims large enough to read ahead, revisit partitions and run out of
+what was read ahead; reversing this migration restores 0028's function.
+"""
+
+from importlib import import_module
+
+from django.db import migrations
+
+_0028 = import_module("headgate_django.migrations.0028_governed_claim_function")
+_BEFORE = _0028.CREATE
+#: Partitions one discovery finds at most each way (``store.fairness._DISCOVER``).
+_DISCOVER = 64
+
+_DECLARE = """
+    v_cdirty boolean := true; n_from varchar[] := '{}'; n_to varchar[] := '{}'; v_ni integer;
+    pf_keys varchar[] := '{}'; pf_start integer[] := '{}'; pf_pos integer[] := '{}';
+    pf_end integer[] := '{}'; pf_exh boolean[] := '{}'; pf_live boolean[] := '{}';
+    q_id varchar[] := '{}'; q_tid tid[] := '{}'; q_cls varchar[] := '{}'; q_w integer[] := '{}';
+    x_id varchar[]; x_tid tid[]; x_cls varchar[]; x_w integer[]; x_cnt integer[];
+    d_fwd varchar[]; d_wrap varchar[]; d_order varchar[]; rd_keys varchar[]; rd_n integer[];
+    v_pf integer; v_ask integer; v_take integer; v_last integer; v_at integer; v_acc integer;
+    v_rounds integer; v_pk varchar; v_served boolean;"""
+
+# A step to the next partition that a discovery already answered needs no probe.
+_NEXT_PARTITION = f"""
+            v_ni := CASE WHEN v_incl THEN NULL ELSE array_position(n_from, v_key) END;
+            IF v_ni IS NOT NULL THEN
+                v_p := n_to[v_ni];
+            ELSE{_0028._NEXT_PARTITION.replace(chr(10), chr(10) + "    ")}
+            END IF;"""
+
+_PROBE = _0028._PROBE
+
+# The partitions after v_p and from the start, in key order; then the order the rotation
+# visits them in from v_p and each one's successor (``FairSource._learn``).
+_DISCOVERY = f"""
+                            SELECT coalesce(array_agg(d.k ORDER BY d.n) FILTER (WHERE d.g = 0), '{{}}'),
+                                   coalesce(array_agg(d.k ORDER BY d.n) FILTER (WHERE d.g = 1), '{{}}')
+                              INTO d_fwd, d_wrap
+                              FROM (WITH RECURSIVE
+                                      f (k, n) AS (SELECT {_PROBE.format(op=">", key="v_p")}, 1
+                                                   UNION ALL
+                                                   SELECT {_PROBE.format(op=">", key="f.k")}, f.n + 1
+                                                     FROM f WHERE f.k IS NOT NULL AND f.n < {_DISCOVER}),
+                                      w (k, n) AS (SELECT {_PROBE.format(op=">=", key="''")}, 1
+                                                   UNION ALL
+                                                   SELECT {_PROBE.format(op=">", key="w.k")}, w.n + 1
+                                                     FROM w WHERE w.k IS NOT NULL AND w.n < {_DISCOVER})
+                                    SELECT 0 AS g, f.n, f.k FROM f WHERE f.k IS NOT NULL
+                                    UNION ALL
+                                    SELECT 1, w.n, w.k FROM w WHERE w.k IS NOT NULL) d;
+                            d_order := d_fwd;
+                            IF cardinality(d_fwd) < {_DISCOVER} THEN
+                                d_order := d_fwd || coalesce((SELECT array_agg(t.k ORDER BY t.o)
+                                                                FROM unnest(d_wrap) WITH ORDINALITY AS t (k, o)
+                                                               WHERE NOT (t.k = ANY(d_fwd))), '{{}}');
+                            END IF;
+                            IF cardinality(d_order) > 0 THEN
+                                n_from := n_from || v_p || d_order[1:cardinality(d_order) - 1];
+                                n_to := n_to || d_order;
+                                IF cardinality(d_fwd) < {_DISCOVER} AND cardinality(d_wrap) < {_DISCOVER} THEN
+                                    n_from := n_from || d_order[cardinality(d_order)];
+                                    n_to := n_to || d_order[1];
+                                END IF;
+                            END IF;"""
+
+# What to read of each: v_p's visit and, for it and each partition after it not read yet
+# in this claim, its share for each round the claim will likely take (all of the rotation
+# is known: as many rounds as its shares fill the claim; otherwise one), until they add up
+# to what the claim still needs.
+_SIZES = f"""
+                            v_rounds := 1;
+                            IF cardinality(d_fwd) < {_DISCOVER} AND cardinality(d_wrap) < {_DISCOVER} THEN
+                                v_acc := 0;
+                                FOREACH v_pk IN ARRAY d_order LOOP
+                                    v_acc := v_acc + least(coalesce((v_def ->> v_pk)::integer, 0), v_cap) + v_quantum;
+                                END LOOP;
+                                v_rounds := greatest(1, ceil((v_want - v_got)::numeric / greatest(v_acc, 1))::integer);
+                            END IF;
+                            rd_keys := ARRAY[v_p];
+                            rd_n := ARRAY[least(v_want - v_got, v_ask + (v_rounds - 1)
+                                          * (least(coalesce((v_def ->> v_p)::integer, 0), v_cap) + v_quantum))];
+                            v_acc := rd_n[1];
+                            FOREACH v_pk IN ARRAY d_order LOOP
+                                EXIT WHEN v_acc >= v_want - v_got OR cardinality(rd_keys) >= {_DISCOVER};
+                                CONTINUE WHEN v_pk = v_p OR v_pk = ANY(v_full) OR v_pk = ANY(pf_keys)
+                                              OR v_pseen ? v_pk OR v_held ? v_pk;
+                                rd_keys := rd_keys || v_pk;
+                                rd_n := rd_n || least(v_want - v_got, v_rounds
+                                                * (least(coalesce((v_def ->> v_pk)::integer, 0), v_cap) + v_quantum));
+                                v_acc := v_acc + rd_n[cardinality(rd_n)];
+                            END LOOP;"""
+
+# Their jobs in one statement: each partition's first, in claim order, of the classes open
+# now (none of them has handed out any in this claim), laid end to end by partition.
+_ORDER = _0028._ORDER
+_READ = f"""
+                            WITH w AS MATERIALIZED (
+                                     SELECT t.p, t.n, t.i FROM unnest(rd_keys, rd_n) WITH ORDINALITY AS t (p, n, i)),
+                                 ra AS MATERIALIZED (
+                                     SELECT w.i, j.id, j.ctid, j.rate_class, j.weight, j.priority, j.scheduled_at
+                                       FROM w CROSS JOIN LATERAL (
+                                            SELECT j.id, j.ctid, j.rate_class, j.weight, j.priority, j.scheduled_at
+                                              FROM headgate_job j
+                                             WHERE j.state = 'available' AND j.queue = p_queue AND j.partition_key = w.p
+                                               AND (p_kinds IS NULL OR j.kind = ANY(p_kinds))
+                                               AND (j.rate_class IS NULL OR NOT (j.rate_class = ANY(v_closed)))
+                                             ORDER BY {_ORDER} LIMIT w.n) j)
+                            SELECT coalesce((SELECT array_agg(ra.id ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                               FROM ra), '{{}}'),
+                                   coalesce((SELECT array_agg(ra.ctid ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                               FROM ra), '{{}}'),
+                                   coalesce((SELECT array_agg(ra.rate_class ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                               FROM ra), '{{}}'),
+                                   coalesce((SELECT array_agg(ra.weight ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                               FROM ra), '{{}}'),
+                                   (SELECT array_agg(coalesce(g.n, 0) ORDER BY w.i)
+                                      FROM w LEFT JOIN (SELECT ra.i, count(*)::integer AS n FROM ra GROUP BY ra.i) g
+                                        ON g.i = w.i)
+                              INTO x_id, x_tid, x_cls, x_w, x_cnt;
+                            v_acc := cardinality(q_id);
+                            q_id := q_id || x_id; q_tid := q_tid || x_tid;
+                            q_cls := q_cls || x_cls; q_w := q_w || x_w;
+                            FOR v_i IN 1..cardinality(rd_keys) LOOP
+                                pf_keys := pf_keys || rd_keys[v_i];
+                                pf_start := pf_start || (v_acc + 1);
+                                pf_pos := pf_pos || (v_acc + 1);
+                                v_acc := v_acc + x_cnt[v_i];
+                                pf_end := pf_end || v_acc;
+                                pf_exh := pf_exh || (x_cnt[v_i] < rd_n[v_i]);
+                                pf_live := pf_live || true;
+                            END LOOP;"""
+
+# The visit's next v_ask jobs from what was read ahead, of the classes still open: what a
+# fresh read would return if there are v_ask of them, or if the partition had no more
+# waiting than were read ahead; otherwise nothing is taken and the visit reads afresh.
+_TAKE = """
+                            v_at := pf_pos[v_pf];
+                            IF cardinality(v_closed) = 0 THEN
+                                v_take := least(v_ask, pf_end[v_pf] - v_at + 1);
+                                v_last := v_take;
+                                h_id := q_id[v_at:v_at + v_take - 1]; h_tid := q_tid[v_at:v_at + v_take - 1];
+                                h_cls := q_cls[v_at:v_at + v_take - 1]; h_w := q_w[v_at:v_at + v_take - 1];
+                            ELSE
+                                SELECT coalesce(array_agg(q_id[v_at + t.o - 1] ORDER BY t.o), '{}'),
+                                       array_agg(q_tid[v_at + t.o - 1] ORDER BY t.o),
+                                       array_agg(q_cls[v_at + t.o - 1] ORDER BY t.o),
+                                       array_agg(q_w[v_at + t.o - 1] ORDER BY t.o),
+                                       count(*)::integer, coalesce(max(t.o), 0)::integer
+                                  INTO h_id, h_tid, h_cls, h_w, v_take, v_last
+                                  FROM (SELECT t.o FROM unnest(q_cls[v_at:pf_end[v_pf]]) WITH ORDINALITY AS t (c, o)
+                                         WHERE t.c IS NULL OR NOT (t.c = ANY(v_closed))
+                                         LIMIT v_ask) t;
+                            END IF;
+                            IF v_take = v_ask OR pf_exh[v_pf] THEN
+                                pf_pos[v_pf] := v_at + v_last;
+                                v_served := true;
+                            ELSE
+                                pf_live[v_pf] := false;
+                            END IF;"""
+
+# A partition's next jobs: from what was read ahead when that answers (reading ahead at its
+# first read in the claim), afresh otherwise, leaving out what it handed out before
+# (through what was read ahead and through fresh reads).
+_FRESH_READ_START = (
+    "                        -- In claim order: the aggregates read the ordered subquery as is.\n"
+)
+_FRESH_READ_END = "                        v_seen := v_seen || h_id;\n"
+_VISIT_READ_HEAD = f"""                        v_ask := least(v_cur, v_want - v_got);
+                        v_pf := array_position(pf_keys, v_p);
+                        IF v_pf IS NULL AND NOT (v_pseen ? v_p) THEN{_DISCOVERY}{_SIZES}{_READ}
+                            v_pf := array_position(pf_keys, v_p);
+                        END IF;
+                        v_served := false;
+                        IF v_pf IS NOT NULL AND pf_live[v_pf] THEN{_TAKE}
+                        END IF;
+                        IF v_served THEN
+                            h_i := 1;
+                            v_known := false;
+                        ELSE
+                            v_seen := CASE WHEN v_pf IS NULL THEN '{{}}'
+                                           ELSE q_id[pf_start[v_pf]:pf_pos[v_pf] - 1] END
+                                      || CASE WHEN v_pseen ? v_p
+                                              THEN ARRAY(SELECT jsonb_array_elements_text(v_pseen -> v_p))
+                                              ELSE '{{}}' END;
+"""
+_VISIT_READ_TAIL = """                            v_pseen := v_pseen || jsonb_build_object(
+                                v_p, coalesce(v_pseen -> v_p, '[]') || to_jsonb(h_id));
+                        END IF;
+"""
+
+_CLOSED_BEFORE = """
+                IF cardinality(b_names) > 0 THEN
+                    v_closed := ARRAY(SELECT b_names[i] FROM generate_subscripts(b_names, 1) i
+                                      WHERE b_paused[i] OR b_tokens[i] < 1);
+                END IF;"""
+_CLOSED_AFTER = """
+                IF v_cdirty AND cardinality(b_names) > 0 THEN
+                    v_closed := ARRAY(SELECT b_names[i] FROM generate_subscripts(b_names, 1) i
+                                      WHERE b_paused[i] OR b_tokens[i] < 1);
+                END IF;
+                v_cdirty := false;"""
+
+_SEEN_AT_VISIT_START = """                -- What this partition handed out earlier in the claim (only its own: the
+                -- reads below test each row against it).
+                IF v_pseen ? v_p THEN
+                    v_seen := ARRAY(SELECT jsonb_array_elements_text(v_pseen -> v_p));
+                ELSE
+                    v_seen := '{}';
+                END IF;
+"""
+_SEEN_AT_VISIT_END = """                IF cardinality(v_seen) > 0 THEN
+                    v_pseen := v_pseen || jsonb_build_object(v_p, to_jsonb(v_seen));
+                END IF;
+"""
+
+
+def _read_block(before: str) -> str:
+    """The visit's fresh read, now the fallback of what was read ahead."""
+    start = before.index(_FRESH_READ_START)
+    end = before.index(_FRESH_READ_END, start) + len(_FRESH_READ_END)
+    fresh = before[start:end]
+    assert fresh.count("v_known := true;") == 1 and fresh.count("h_i := 1;") == 1
+    fresh = fresh.replace(_FRESH_READ_END, "")
+    indented = "".join("    " + line if line.strip() else line for line in fresh.splitlines(True))
+    return before[:start] + _VISIT_READ_HEAD + indented + _VISIT_READ_TAIL + before[end:]
+
+
+_EDITS = [  # (text of the function before, after, how many times it occurs)
+    (
+        "v_cmax varchar; v_cw bigint; v_tokens double precision[]; v_spent boolean[];",
+        "v_cmax varchar; v_cw bigint; v_tokens double precision[]; v_spent boolean[];" + _DECLARE,
+        1,
+    ),
+    (_0028._NEXT_PARTITION, _NEXT_PARTITION, 1),
+    (_CLOSED_BEFORE, _CLOSED_AFTER, 2),
+    (
+        "b_tokens[v_bi] := b_tokens[v_bi] - c_w;",
+        "b_tokens[v_bi] := b_tokens[v_bi] - c_w;\n"
+        "                            v_cdirty := v_cdirty OR b_tokens[v_bi] < 1;",
+        2,
+    ),
+    (
+        "b_tokens[v_bi] := b_tokens[v_bi] - v_cw;",
+        "b_tokens[v_bi] := b_tokens[v_bi] - v_cw;\n"
+        "                                v_cdirty := v_cdirty OR b_tokens[v_bi] < 1;",
+        1,
+    ),
+    (
+        "b_tokens := v_tokens;",
+        "b_tokens := v_tokens;\n                                v_cdirty := true;",
+        1,
+    ),
+    (_SEEN_AT_VISIT_START, "", 1),
+    (_SEEN_AT_VISIT_END, "", 1),
+]
+CREATE = _BEFORE
+for _old, _new, _count in _EDITS:
+    assert CREATE.count(_old) == _count, _old
+    CREATE = CREATE.replace(_old, _new)
+CREATE = _read_block(CREATE)
+
+
+def forward(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(CREATE)
+
+
+def backward(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(_BEFORE)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("headgate_django", "0029_mysql_fair_twin")]
+    operations = [migrations.RunPython(forward, backward)]
