@@ -43,7 +43,8 @@ _DECLARE = """
     x_id varchar[]; x_tid tid[]; x_cls varchar[]; x_w integer[]; x_cnt integer[];
     d_fwd varchar[]; d_wrap varchar[]; d_order varchar[]; rd_keys varchar[]; rd_n integer[];
     v_pf integer; v_ask integer; v_take integer; v_last integer; v_at integer; v_acc integer;
-    v_rounds integer; v_pk varchar; v_served boolean;"""
+    v_rounds integer; v_pk varchar; v_served boolean;
+    pf_uni boolean[] := '{}'; pf_ucls varchar[] := '{}'; x_uni boolean[]; x_ucls varchar[];"""
 
 # A step to the next partition that a discovery already answered needs no probe.
 _NEXT_PARTITION = f"""
@@ -122,26 +123,32 @@ _READ = f"""
                             WITH w AS MATERIALIZED (
                                      SELECT t.p, t.n, t.i FROM unnest(rd_keys, rd_n) WITH ORDINALITY AS t (p, n, i)),
                                  ra AS MATERIALIZED (
-                                     SELECT w.i, j.id, j.ctid, j.rate_class, j.weight, j.priority, j.scheduled_at
+                                     SELECT w.i, j.o, j.id, j.ctid, j.rate_class, j.weight
                                        FROM w CROSS JOIN LATERAL (
-                                            SELECT j.id, j.ctid, j.rate_class, j.weight, j.priority, j.scheduled_at
+                                            SELECT j.*, row_number() OVER () AS o FROM (
+                                            SELECT j.id, j.ctid, j.rate_class, j.weight
                                               FROM headgate_job j
                                              WHERE j.state = 'available' AND j.queue = p_queue AND j.partition_key = w.p
                                                AND (p_kinds IS NULL OR j.kind = ANY(p_kinds))
                                                AND (j.rate_class IS NULL OR NOT (j.rate_class = ANY(v_closed)))
-                                             ORDER BY {_ORDER} LIMIT w.n) j)
-                            SELECT coalesce((SELECT array_agg(ra.id ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                             ORDER BY {_ORDER} LIMIT w.n) j) j)
+                            SELECT coalesce((SELECT array_agg(ra.id ORDER BY ra.i, ra.o)
                                                FROM ra), '{{}}'),
-                                   coalesce((SELECT array_agg(ra.ctid ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                   coalesce((SELECT array_agg(ra.ctid ORDER BY ra.i, ra.o)
                                                FROM ra), '{{}}'),
-                                   coalesce((SELECT array_agg(ra.rate_class ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                   coalesce((SELECT array_agg(ra.rate_class ORDER BY ra.i, ra.o)
                                                FROM ra), '{{}}'),
-                                   coalesce((SELECT array_agg(ra.weight ORDER BY ra.i, ra.priority DESC, ra.scheduled_at, ra.id)
+                                   coalesce((SELECT array_agg(ra.weight ORDER BY ra.i, ra.o)
                                                FROM ra), '{{}}'),
-                                   (SELECT array_agg(coalesce(g.n, 0) ORDER BY w.i)
-                                      FROM w LEFT JOIN (SELECT ra.i, count(*)::integer AS n FROM ra GROUP BY ra.i) g
-                                        ON g.i = w.i)
-                              INTO x_id, x_tid, x_cls, x_w, x_cnt;
+                                   array_agg(coalesce(g.n, 0) ORDER BY w.i),
+                                   array_agg(coalesce(g.uni, true) ORDER BY w.i), array_agg(g.c ORDER BY w.i)
+                              INTO x_id, x_tid, x_cls, x_w, x_cnt, x_uni, x_ucls
+                              FROM w LEFT JOIN (
+                                   SELECT ra.i, count(*)::integer AS n, min(ra.rate_class) AS c,
+                                          bool_and(ra.weight = 1)
+                                          AND (count(ra.rate_class) = 0 OR count(ra.rate_class) = count(*)
+                                               AND min(ra.rate_class) = max(ra.rate_class)) AS uni
+                                     FROM ra GROUP BY ra.i) g ON g.i = w.i;
                             v_acc := cardinality(q_id);
                             q_id := q_id || x_id; q_tid := q_tid || x_tid;
                             q_cls := q_cls || x_cls; q_w := q_w || x_w;
@@ -153,6 +160,8 @@ _READ = f"""
                                 pf_end := pf_end || v_acc;
                                 pf_exh := pf_exh || (x_cnt[v_i] < rd_n[v_i]);
                                 pf_live := pf_live || true;
+                                pf_uni := pf_uni || x_uni[v_i];
+                                pf_ucls := pf_ucls || x_ucls[v_i];
                             END LOOP;"""
 
 # The visit's next v_ask jobs from what was read ahead, of the classes still open: what a
@@ -200,7 +209,14 @@ _VISIT_READ_HEAD = f"""                        v_ask := least(v_cur, v_want - v_
                         END IF;
                         IF v_served THEN
                             h_i := 1;
-                            v_known := false;
+                            -- Jobs of weight 1 in one class (or none) read in order: the
+                            -- figures of the visit's step at once need no statement.
+                            v_known := cardinality(v_closed) = 0 AND pf_uni[v_pf];
+                            IF v_known THEN
+                                v_k := v_take; v_s := v_take;
+                                v_cmin := CASE WHEN v_take > 0 THEN pf_ucls[v_pf] END; v_cmax := v_cmin;
+                                v_cw := CASE WHEN v_cmin IS NOT NULL THEN v_take ELSE 0 END;
+                            END IF;
                         ELSE
                             v_seen := CASE WHEN v_pf IS NULL THEN '{{}}'
                                            ELSE q_id[pf_start[v_pf]:pf_pos[v_pf] - 1] END
