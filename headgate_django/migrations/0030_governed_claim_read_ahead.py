@@ -59,21 +59,26 @@ _PROBE = _0028._PROBE
 # The partitions after v_p and from the start, in key order; then the order the rotation
 # visits them in from v_p and each one's successor (``FairSource._learn``).
 _DISCOVERY = f"""
-                            SELECT coalesce(array_agg(d.k ORDER BY d.n) FILTER (WHERE d.g = 0), '{{}}'),
-                                   coalesce(array_agg(d.k ORDER BY d.n) FILTER (WHERE d.g = 1), '{{}}')
-                              INTO d_fwd, d_wrap
+                            SELECT coalesce(array_agg(w.k ORDER BY w.n), '{{}}') INTO d_wrap
                               FROM (WITH RECURSIVE
-                                      f (k, n) AS (SELECT {_PROBE.format(op=">", key="v_p")}, 1
-                                                   UNION ALL
-                                                   SELECT {_PROBE.format(op=">", key="f.k")}, f.n + 1
-                                                     FROM f WHERE f.k IS NOT NULL AND f.n < {_DISCOVER}),
                                       w (k, n) AS (SELECT {_PROBE.format(op=">=", key="''")}, 1
                                                    UNION ALL
                                                    SELECT {_PROBE.format(op=">", key="w.k")}, w.n + 1
                                                      FROM w WHERE w.k IS NOT NULL AND w.n < {_DISCOVER})
-                                    SELECT 0 AS g, f.n, f.k FROM f WHERE f.k IS NOT NULL
-                                    UNION ALL
-                                    SELECT 1, w.n, w.k FROM w WHERE w.k IS NOT NULL) d;
+                                    SELECT w.n, w.k FROM w WHERE w.k IS NOT NULL) w;
+                            IF cardinality(d_wrap) < {_DISCOVER} THEN
+                                d_fwd := coalesce((SELECT array_agg(t.k ORDER BY t.o)
+                                                     FROM unnest(d_wrap) WITH ORDINALITY AS t (k, o)
+                                                    WHERE t.k COLLATE "C" > v_p COLLATE "C"), '{{}}');
+                            ELSE
+                                SELECT coalesce(array_agg(f.k ORDER BY f.n), '{{}}') INTO d_fwd
+                                  FROM (WITH RECURSIVE
+                                          f (k, n) AS (SELECT {_PROBE.format(op=">", key="v_p")}, 1
+                                                       UNION ALL
+                                                       SELECT {_PROBE.format(op=">", key="f.k")}, f.n + 1
+                                                         FROM f WHERE f.k IS NOT NULL AND f.n < {_DISCOVER})
+                                        SELECT f.n, f.k FROM f WHERE f.k IS NOT NULL) f;
+                            END IF;
                             d_order := d_fwd;
                             IF cardinality(d_fwd) < {_DISCOVER} THEN
                                 d_order := d_fwd || coalesce((SELECT array_agg(t.k ORDER BY t.o)
@@ -131,24 +136,21 @@ _READ = f"""
                                              WHERE j.state = 'available' AND j.queue = p_queue AND j.partition_key = w.p
                                                AND (p_kinds IS NULL OR j.kind = ANY(p_kinds))
                                                AND (j.rate_class IS NULL OR NOT (j.rate_class = ANY(v_closed)))
-                                             ORDER BY {_ORDER} LIMIT w.n) j) j)
-                            SELECT coalesce((SELECT array_agg(ra.id ORDER BY ra.i, ra.o)
-                                               FROM ra), '{{}}'),
-                                   coalesce((SELECT array_agg(ra.ctid ORDER BY ra.i, ra.o)
-                                               FROM ra), '{{}}'),
-                                   coalesce((SELECT array_agg(ra.rate_class ORDER BY ra.i, ra.o)
-                                               FROM ra), '{{}}'),
-                                   coalesce((SELECT array_agg(ra.weight ORDER BY ra.i, ra.o)
-                                               FROM ra), '{{}}'),
-                                   array_agg(coalesce(g.n, 0) ORDER BY w.i),
-                                   array_agg(coalesce(g.uni, true) ORDER BY w.i), array_agg(g.c ORDER BY w.i)
+                                             ORDER BY {_ORDER} LIMIT w.n) j) j),
+                                 g AS MATERIALIZED (
+                                     SELECT w.i, count(ra.i)::integer AS n, min(ra.rate_class) AS c,
+                                            coalesce(bool_and(ra.weight = 1), true)
+                                            AND (count(ra.rate_class) = 0 OR count(ra.rate_class) = count(ra.i)
+                                                 AND min(ra.rate_class) = max(ra.rate_class)) AS uni
+                                       FROM w LEFT JOIN ra ON ra.i = w.i GROUP BY w.i)
+                            -- The aggregates read the ordered subquery as is (one sort).
+                            SELECT coalesce(array_agg(o.id), '{{}}'), coalesce(array_agg(o.ctid), '{{}}'),
+                                   coalesce(array_agg(o.rate_class), '{{}}'), coalesce(array_agg(o.weight), '{{}}'),
+                                   (SELECT array_agg(g.n ORDER BY g.i) FROM g),
+                                   (SELECT array_agg(g.uni ORDER BY g.i) FROM g),
+                                   (SELECT array_agg(g.c ORDER BY g.i) FROM g)
                               INTO x_id, x_tid, x_cls, x_w, x_cnt, x_uni, x_ucls
-                              FROM w LEFT JOIN (
-                                   SELECT ra.i, count(*)::integer AS n, min(ra.rate_class) AS c,
-                                          bool_and(ra.weight = 1)
-                                          AND (count(ra.rate_class) = 0 OR count(ra.rate_class) = count(*)
-                                               AND min(ra.rate_class) = max(ra.rate_class)) AS uni
-                                     FROM ra GROUP BY ra.i) g ON g.i = w.i;
+                              FROM (SELECT ra.* FROM ra ORDER BY ra.i, ra.o) o;
                             v_acc := cardinality(q_id);
                             q_id := q_id || x_id; q_tid := q_tid || x_tid;
                             q_cls := q_cls || x_cls; q_w := q_w || x_w;
