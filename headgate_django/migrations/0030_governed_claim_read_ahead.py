@@ -268,7 +268,30 @@ def _read_block(before: str) -> str:
     return before[:start] + _VISIT_READ_HEAD + indented + _VISIT_READ_TAIL + before[end:]
 
 
+# The lease: each admitted row's address joined with its place in the order admitted, so
+# the update hands back positions itself (a nested loop of TID scans, one per address);
+# no list of ids is kept for a join after it.
+_LEASE_BEFORE = _BEFORE[
+    _BEFORE.index("    -- Each leased row with its place") : _BEFORE.index(
+        'ON a.id COLLATE "C" = l.id;'
+    )
+    + len('ON a.id COLLATE "C" = l.id;')
+]
+_LEASE = f"""    RETURN QUERY
+        UPDATE headgate_job AS j SET
+            state = 'running', lease_id = p_lease_id, fence = j.fence + 1,
+            claimed_by = p_worker, claimed_at = clock_timestamp(),
+            lease_expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+          FROM unnest(v_tids) WITH ORDINALITY AS a (t, n)
+         WHERE j.ctid = a.t
+        RETURNING a.n::integer, {", ".join("j." + c for c, _ in _0028._RETURNED)};"""
+
 _EDITS = [  # (text of the function before, after, how many times it occurs)
+    (_LEASE_BEFORE, _LEASE, 1),
+    ("v_admitted varchar[] := '{}'; ", "", 1),
+    ("cardinality(v_admitted)", "cardinality(v_tids)", 3),
+    ("                        v_admitted := v_admitted || c_id;\n", "", 2),
+    ("                            v_admitted := v_admitted || h_id[h_i:h_i + v_k - 1];\n", "", 1),
     (
         "v_cmax varchar; v_cw bigint; v_tokens double precision[]; v_spent boolean[];",
         "v_cmax varchar; v_cw bigint; v_tokens double precision[]; v_spent boolean[];" + _DECLARE,
