@@ -174,8 +174,6 @@ _TAKE = """
                             IF cardinality(v_closed) = 0 THEN
                                 v_take := least(v_ask, pf_end[v_pf] - v_at + 1);
                                 v_last := v_take;
-                                h_id := q_id[v_at:v_at + v_take - 1]; h_tid := q_tid[v_at:v_at + v_take - 1];
-                                h_cls := q_cls[v_at:v_at + v_take - 1]; h_w := q_w[v_at:v_at + v_take - 1];
                             ELSE
                                 SELECT coalesce(array_agg(q_id[v_at + t.o - 1] ORDER BY t.o), '{}'),
                                        array_agg(q_tid[v_at + t.o - 1] ORDER BY t.o),
@@ -192,6 +190,39 @@ _TAKE = """
                                 v_served := true;
                             ELSE
                                 pf_live[v_pf] := false;
+                            END IF;"""
+
+# Such a step at once, when the partition's free slots and the class's bucket take them all
+# (the checks of the step at once below, for one class and weight 1): admitted straight from
+# what was read ahead, without copying them out first (a slice of a long list copies all of
+# it), and the visit goes on. Otherwise the step below decides, and refuses them the same way.
+_UNIFORM = """
+                            IF v_known AND v_fast AND v_take > 0 THEN
+                                v_cmin := pf_ucls[v_pf];
+                                v_f := CASE WHEN v_max IS NOT NULL THEN array_position(f_keys, v_p) END;
+                                v_bi := CASE WHEN v_cmin IS NOT NULL THEN array_position(b_names, v_cmin) END;
+                                IF (v_max IS NULL OR coalesce(f_free[v_f], v_max) >= v_take)
+                                   AND (v_bi IS NULL OR (NOT b_paused[v_bi] AND b_tokens[v_bi] >= v_take)) THEN
+                                    IF v_bi IS NOT NULL THEN
+                                        b_tokens[v_bi] := b_tokens[v_bi] - v_take;
+                                        v_cdirty := v_cdirty OR b_tokens[v_bi] < 1;
+                                        b_spent[v_bi] := true;
+                                    END IF;
+                                    IF v_max IS NULL THEN
+                                        NULL;
+                                    ELSIF v_f IS NULL THEN
+                                        f_keys := f_keys || v_p;
+                                        f_free := f_free || (v_max - v_take);
+                                    ELSE
+                                        f_free[v_f] := f_free[v_f] - v_take;
+                                    END IF;
+                                    v_tids := v_tids || q_tid[v_at:v_at + v_take - 1];
+                                    v_cur := v_cur - v_take;
+                                    v_got := v_got + v_take;
+                                    h_id := '{}';
+                                    v_known := false;
+                                    CONTINUE;
+                                END IF;
                             END IF;"""
 
 # A partition's next jobs: from what was read ahead when that answers (reading ahead at its
@@ -213,7 +244,11 @@ _VISIT_READ_HEAD = f"""                        v_ask := least(v_cur, v_want - v_
                             h_i := 1;
                             -- Jobs of weight 1 in one class (or none) read in order: the
                             -- figures of the visit's step at once need no statement.
-                            v_known := cardinality(v_closed) = 0 AND pf_uni[v_pf];
+                            v_known := cardinality(v_closed) = 0 AND pf_uni[v_pf];{_UNIFORM}
+                            IF cardinality(v_closed) = 0 THEN
+                                h_id := q_id[v_at:v_at + v_take - 1]; h_tid := q_tid[v_at:v_at + v_take - 1];
+                                h_cls := q_cls[v_at:v_at + v_take - 1]; h_w := q_w[v_at:v_at + v_take - 1];
+                            END IF;
                             IF v_known THEN
                                 v_k := v_take; v_s := v_take;
                                 v_cmin := CASE WHEN v_take > 0 THEN pf_ucls[v_pf] END; v_cmax := v_cmin;
