@@ -6,9 +6,10 @@ index probe for the next partition and a statement for the partition's next jobs
 visit, so a claim of 500 over 25 tenants at quantum 10 sent about a hundred statements
 from the function. Now the first read of a partition in a claim also:
 
-- finds the partitions after it in key order, wrapping around, up to 64 each way, in one
-  recursive statement (``FairSource._discover``), and remembers each one's successor, so the
-  walk's later steps need no probe;
+- finds the queue's partitions in key order, up to 64, in one recursive statement (the
+  ones after it: those of the list after its key; past 64, a second walk from it, as
+  ``FairSource._discover``), and remembers each one's successor, so the walk's later steps
+  need no probe;
 - reads, in one statement, the next jobs of it and of the partitions after it that this
   claim has not read yet, as many of each as its share for as many rounds of the rotation
   as the claim likely needs (a LATERAL read of the fair index per partition).
@@ -20,6 +21,11 @@ waiting, the visit reads afresh as before (leaving out what the partition handed
 no decision depends on when a partition's jobs were read. The classes that can admit
 nothing are recomputed only after a bucket fell below one token, the only way within a
 claim that the set grows.
+
+Two more steps cost less without deciding differently: a visit's step at once over jobs of
+weight 1 in one class (or none) needs no statement and admits them straight from what was
+read ahead; and the lease update joins the admitted rows' addresses with their places in
+the order admitted, so it returns the positions itself and no list of admitted ids is kept.
 
 ``tests/conformance/test_governed_claim_function.py`` compares every decision with the
 portable claim's, with claims large enough to read ahead, revisit partitions and run out of
