@@ -277,3 +277,23 @@ def test_refill_is_the_kernels(tokens, burst, limit, window_ms, elapsed_ms):
         refilled, needed = cursor.fetchone()
     assert refilled == rates.refill(tokens, burst, limit, window_ms, elapsed_ms)
     assert needed == rates.spend_needed(3, burst)
+
+
+@pytest.mark.parametrize("turn", [None, "t040", "t069"])
+def test_a_rotation_longer_than_one_discovery_is_walked_as_the_portable_claim_walks_it(turn):
+    """Past 64 partitions one walk from the start does not find the whole rotation, so the
+    function walks again from the turn, and what it learns of each partition's successor
+    must still be the rotation's (here the claim goes round the 70 tenants more than twice,
+    with a ceiling that fills some of them and a credit carried by others)."""
+    q = fresh_queue()
+    store.job_insert_many(
+        [envelope(queue=q, partition_key=f"t{i:03d}") for i in range(70) for _ in range(3)]
+    )
+    admission.set_concurrency_limit(q, 2)
+    admission.set_fairness(q, quantum=1, credit_cap=2)
+    Fairness.objects.filter(queue=q).update(turn=turn, credit=1 if turn else 0)
+    for i in range(0, 70, 9):
+        PartitionDeficit.objects.create(queue=q, partition_key=f"t{i:03d}", deficit=2)
+    portable = outcome(q, 150, None, on_server=False)
+    assert len(portable["admitted"]) == 140
+    assert outcome(q, 150, None, on_server=True) == portable
