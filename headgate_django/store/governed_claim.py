@@ -2,10 +2,10 @@
 
 ``store.admitted`` claims a governed queue in one transaction of about a dozen statements
 (lock, ceiling, running count, buckets, rotation, partition probes, candidates, writes,
-lease). On PostgreSQL migration 0028's function runs those same steps on the server, so a
-governed claim costs one statement in autocommit, as the plain claim does (a claim of
-500 from fair, weighted, rated queues: about 13 ms instead of 43; the plain claim takes
-about 9, ``docs/benchmarks.md``). The Python steps stay the reference for what it decides:
+lease). On PostgreSQL the function of migrations 0028 and 0030 runs those same steps on the
+server, so a governed claim costs one statement in autocommit, as the plain claim does (a
+claim of 500 from fair, weighted, rated queues: about 11 ms instead of 43; the plain claim
+takes about 8, ``docs/benchmarks.md``). The Python steps stay the reference for what it decides:
 ``tests/conformance/test_governed_claim_function.py`` claims the same jobs both ways and
 compares what each admitted and wrote.
 

@@ -11,6 +11,7 @@ buckets and the queue's ledger. Elsewhere there is no function and these tests s
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -69,10 +70,50 @@ def outcome(queue: str, need: int, kinds: list[str] | None, *, on_server: bool) 
     return decided
 
 
-def build(rng: random.Random) -> tuple[str, int, list[str] | None]:
+@dataclass(frozen=True)
+class Shape:
+    """How large a random case is."""
+
+    tenants: int
+    jobs: int  # per tenant, at most
+    need: int
+    quantum: int
+    weights: tuple[int, ...]
+    ceiling: int
+    burst: int
+    full_buckets: int  # more chances that a bucket starts full
+
+
+#: Small cases, where every rule decides often.
+SMALL = Shape(
+    tenants=5,
+    jobs=12,
+    need=25,
+    quantum=5,
+    weights=(1, 1, 2, 3, 7),
+    ceiling=4,
+    burst=6,
+    full_buckets=0,
+)
+#: Claims that visit many partitions, some several times, and read partitions ahead
+#: (migration 0030): mostly jobs of weight 1, buckets that run dry part-way.
+LARGE = Shape(
+    tenants=12,
+    jobs=40,
+    need=150,
+    quantum=8,
+    weights=(1, 1, 1, 1, 2),
+    ceiling=30,
+    burst=90,
+    full_buckets=3,
+)
+_TENANTS = ["", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"]
+
+
+def build(rng: random.Random, shape: Shape = SMALL) -> tuple[str, int, list[str] | None]:
     """A governed queue in a random state; the claim's ``need`` and ``kinds``."""
     q = fresh_queue()
-    tenants = rng.sample(["", "a", "b", "c", "d", "e"], rng.randint(1, 5))
+    tenants = rng.sample(_TENANTS[: shape.tenants + 1], rng.randint(1, shape.tenants))
     # Jobs already running, claimed before any policy exists (they take ceiling slots).
     running = [
         envelope(queue=q, partition_key=t) for t in tenants for _ in range(rng.randint(0, 3))
@@ -85,19 +126,21 @@ def build(rng: random.Random) -> tuple[str, int, list[str] | None]:
             queue=q,
             partition_key=t,
             priority=rng.choice([0, 0, 1, 5]),
-            weight=rng.choice([1, 1, 2, 3, 7]),
+            weight=rng.choice(shape.weights),
             rate_class=rng.choice([None, None, *_CLASSES, "gc-unconfigured"]),
             kind=rng.choice(["test.noop", "test.noop", "test.other"]),
         )
         for t in tenants
-        for _ in range(rng.randint(0, 12))
+        for _ in range(rng.randint(0, shape.jobs))
     ]
     if waiting:
         store.job_insert_many(waiting)
     if rng.random() < 0.7:
-        admission.set_concurrency_limit(q, rng.randint(1, 4))
+        admission.set_concurrency_limit(q, rng.randint(1, shape.ceiling))
     if rng.random() < 0.7:
-        admission.set_fairness(q, quantum=rng.randint(1, 5), credit_cap=rng.randint(0, 6))
+        admission.set_fairness(
+            q, quantum=rng.randint(1, shape.quantum), credit_cap=rng.randint(0, 6)
+        )
         Fairness.objects.filter(queue=q).update(
             turn=rng.choice([None, "zz", *tenants]), credit=rng.randint(0, 4)
         )
@@ -106,20 +149,33 @@ def build(rng: random.Random) -> tuple[str, int, list[str] | None]:
     admission.set_queue_weight(q, rng.randint(1, 3))  # governed even with no other policy
     for name in _CLASSES:
         if rng.random() < 0.6:
-            burst = rng.randint(1, 6)
+            burst = rng.randint(1, shape.burst)
             admission.set_rate_class(
                 name, limit=burst, window=60, burst=burst, paused=rng.random() < 0.15
             )
             RateBucket.objects.filter(name=name).update(
-                tokens=rng.choice([-1.5, 0.0, 0.5, 1.0, 2.25, float(burst)]),
+                tokens=rng.choice(
+                    [-1.5, 0.0, 0.5, 1.0, 2.25] + [float(burst)] * (1 + shape.full_buckets)
+                ),
                 refilled_at_ms=_LATER_MS,
             )
-    return q, rng.randint(1, 25), rng.choice([None, None, ["test.noop"]])
+    return q, rng.randint(1, shape.need), rng.choice([None, None, ["test.noop"]])
 
 
 @pytest.mark.parametrize("seed", range(400))
 def test_the_function_claims_what_the_portable_claim_claims(seed):
     q, need, kinds = build(random.Random(seed))
+    portable = outcome(q, need, kinds, on_server=False)
+    assert outcome(q, need, kinds, on_server=True) == portable
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_large_claims_read_ahead_to_the_same_decisions(seed):
+    """Claims of up to 150 over up to 12 tenants: the function reads many partitions'
+    jobs ahead in one statement and takes each visit's from them, which must decide what
+    reading each visit afresh decides (the portable claim's reads), also when a class
+    closes part-way through and what was read ahead falls short."""
+    q, need, kinds = build(random.Random(seed), LARGE)
     portable = outcome(q, need, kinds, on_server=False)
     assert outcome(q, need, kinds, on_server=True) == portable
 
@@ -221,3 +277,23 @@ def test_refill_is_the_kernels(tokens, burst, limit, window_ms, elapsed_ms):
         refilled, needed = cursor.fetchone()
     assert refilled == rates.refill(tokens, burst, limit, window_ms, elapsed_ms)
     assert needed == rates.spend_needed(3, burst)
+
+
+@pytest.mark.parametrize("turn", [None, "t040", "t069"])
+def test_a_rotation_longer_than_one_discovery_is_walked_as_the_portable_claim_walks_it(turn):
+    """Past 64 partitions one walk from the start does not find the whole rotation, so the
+    function walks again from the turn, and what it learns of each partition's successor
+    must still be the rotation's (here the claim goes round the 70 tenants more than twice,
+    with a ceiling that fills some of them and a credit carried by others)."""
+    q = fresh_queue()
+    store.job_insert_many(
+        [envelope(queue=q, partition_key=f"t{i:03d}") for i in range(70) for _ in range(3)]
+    )
+    admission.set_concurrency_limit(q, 2)
+    admission.set_fairness(q, quantum=1, credit_cap=2)
+    Fairness.objects.filter(queue=q).update(turn=turn, credit=1 if turn else 0)
+    for i in range(0, 70, 9):
+        PartitionDeficit.objects.create(queue=q, partition_key=f"t{i:03d}", deficit=2)
+    portable = outcome(q, 150, None, on_server=False)
+    assert len(portable["admitted"]) == 140
+    assert outcome(q, 150, None, on_server=True) == portable
