@@ -62,28 +62,33 @@ _NEXT_PARTITION = f"""
 
 _PROBE = _0028._PROBE
 
+def _walk(into: str, name: str, op: str, start: str, indent: int) -> str:
+    """``SELECT … INTO into``: up to ``_DISCOVER`` partition keys in key order, from the
+    first ``op start``, one index probe each (a recursive walk named ``name``)."""
+    pad = " " * indent
+    return (
+        f"{pad}SELECT coalesce(array_agg({name}.k ORDER BY {name}.n), '{{}}') INTO {into}\n"
+        f"{pad}  FROM (WITH RECURSIVE\n"
+        f"{pad}          {name} (k, n) AS (SELECT {_PROBE.format(op=op, key=start)}, 1\n"
+        f"{pad}                       UNION ALL\n"
+        f"{pad}                       SELECT {_PROBE.format(op='>', key=name + '.k')}, "
+        f"{name}.n + 1\n"
+        f"{pad}                         FROM {name} WHERE {name}.k IS NOT NULL "
+        f"AND {name}.n < {_DISCOVER})\n"
+        f"{pad}        SELECT {name}.n, {name}.k FROM {name} WHERE {name}.k IS NOT NULL) {name};"
+    )
+
+
 # The partitions after v_p and from the start, in key order; then the order the rotation
 # visits them in from v_p and each one's successor (``FairSource._learn``).
 _DISCOVERY = f"""
-                            SELECT coalesce(array_agg(w.k ORDER BY w.n), '{{}}') INTO d_wrap
-                              FROM (WITH RECURSIVE
-                                      w (k, n) AS (SELECT {_PROBE.format(op=">=", key="''")}, 1
-                                                   UNION ALL
-                                                   SELECT {_PROBE.format(op=">", key="w.k")}, w.n + 1
-                                                     FROM w WHERE w.k IS NOT NULL AND w.n < {_DISCOVER})
-                                    SELECT w.n, w.k FROM w WHERE w.k IS NOT NULL) w;
+{_walk("d_wrap", "w", ">=", "''", 28)}
                             IF cardinality(d_wrap) < {_DISCOVER} THEN
                                 d_fwd := coalesce((SELECT array_agg(t.k ORDER BY t.o)
                                                      FROM unnest(d_wrap) WITH ORDINALITY AS t (k, o)
                                                     WHERE t.k COLLATE "C" > v_p COLLATE "C"), '{{}}');
                             ELSE
-                                SELECT coalesce(array_agg(f.k ORDER BY f.n), '{{}}') INTO d_fwd
-                                  FROM (WITH RECURSIVE
-                                          f (k, n) AS (SELECT {_PROBE.format(op=">", key="v_p")}, 1
-                                                       UNION ALL
-                                                       SELECT {_PROBE.format(op=">", key="f.k")}, f.n + 1
-                                                         FROM f WHERE f.k IS NOT NULL AND f.n < {_DISCOVER})
-                                        SELECT f.n, f.k FROM f WHERE f.k IS NOT NULL) f;
+{_walk("d_fwd", "f", ">", "v_p", 32)}
                             END IF;
                             d_order := d_fwd;
                             IF cardinality(d_fwd) < {_DISCOVER} THEN
