@@ -43,6 +43,54 @@ def test_worker_set_up_leaves_celpy_to_the_first_condition(worker_env, settings)
     assert imported(worker_env, settings, "celpy", "lark") == []
 
 
+#: The workflow API a worker's handlers do not need: loaded by its first use.
+WORKFLOW_API = tuple(
+    f"headgate_django.workflows.{name}"
+    for name in ("builder", "bundle", "cancel", "grafts", "inspect", "retry", "signals")
+)
+
+
+def test_worker_set_up_registers_the_workflow_handlers_without_the_workflow_api(worker_env):
+    # A project whose own modules use no workflow (the sample and test projects build some).
+    settings = "benchmarks.defaults_settings"
+    assert imported(worker_env, settings, *WORKFLOW_API) == []
+    code = (
+        "import django; django.setup()\n"
+        "from headgate_django.registry import registered_kinds\n"
+        "print(' '.join(sorted(registered_kinds())))\n"
+    )
+    kinds = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**worker_env, "DJANGO_SETTINGS_MODULE": settings},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert {"headgate:workflow", "headgate:signal", "headgate:graft"} <= set(kinds)
+
+
+def test_the_workflow_api_loads_on_first_use(worker_env):
+    code = (
+        "import django; django.setup()\n"
+        "import sys, headgate_django.workflows as w\n"
+        "assert 'headgate_django.workflows.builder' not in sys.modules\n"
+        "from headgate_django.workflows import Workflow\n"
+        "from headgate_django.workflows.builder import Workflow as defined\n"
+        "assert Workflow is defined and w.Workflow is defined\n"
+        "try:\n    w.Missing\nexcept AttributeError as exc:\n    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**worker_env, "DJANGO_SETTINGS_MODULE": "benchmarks.defaults_settings"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "has no attribute 'Missing'" in result.stdout
+
+
 def test_sample_project_worker_set_up_does_not_import_daphne(worker_env):
     assert imported(worker_env, "sampleproject.settings", "daphne", "twisted") == []
 
