@@ -43,17 +43,27 @@ def test_worker_set_up_leaves_celpy_to_the_first_condition(worker_env, settings)
     assert imported(worker_env, settings, "celpy", "lark") == []
 
 
+#: A new project's settings: startproject's apps, the admin included, plus the README's
+#: install; none of its own modules builds a workflow (the sample and test projects do).
+NEW_PROJECT = "benchmarks.defaults_settings"
 #: The workflow API a worker's handlers do not need: loaded by its first use.
 WORKFLOW_API = tuple(
     f"headgate_django.workflows.{name}"
     for name in ("builder", "bundle", "cancel", "grafts", "inspect", "retry", "signals")
 )
+#: What only the admin's pages read, loaded by the first page that does.
+ADMIN_READERS = tuple(
+    f"headgate_django.store.{name}" for name in ("console", "index_hints", "stats")
+)
+
+
+def test_worker_set_up_imports_the_admin_without_the_readers_of_its_pages(worker_env):
+    loaded = imported(worker_env, NEW_PROJECT, "headgate_django.admin", *ADMIN_READERS)
+    assert loaded == ["headgate_django.admin"]
 
 
 def test_worker_set_up_registers_the_workflow_handlers_without_the_workflow_api(worker_env):
-    # A project whose own modules use no workflow (the sample and test projects build some).
-    settings = "benchmarks.defaults_settings"
-    assert imported(worker_env, settings, *WORKFLOW_API) == []
+    assert imported(worker_env, NEW_PROJECT, *WORKFLOW_API) == []
     code = (
         "import django; django.setup()\n"
         "from headgate_django.registry import registered_kinds\n"
@@ -61,7 +71,7 @@ def test_worker_set_up_registers_the_workflow_handlers_without_the_workflow_api(
     )
     kinds = subprocess.run(
         [sys.executable, "-c", code],
-        env={**worker_env, "DJANGO_SETTINGS_MODULE": settings},
+        env={**worker_env, "DJANGO_SETTINGS_MODULE": NEW_PROJECT},
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -82,7 +92,7 @@ def test_the_workflow_api_loads_on_first_use(worker_env):
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
-        env={**worker_env, "DJANGO_SETTINGS_MODULE": "benchmarks.defaults_settings"},
+        env={**worker_env, "DJANGO_SETTINGS_MODULE": NEW_PROJECT},
         cwd=ROOT,
         capture_output=True,
         text=True,
