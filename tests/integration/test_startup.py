@@ -51,6 +51,16 @@ WORKFLOW_API = tuple(
     f"headgate_django.workflows.{name}"
     for name in ("builder", "bundle", "cancel", "grafts", "inspect", "retry", "signals")
 )
+#: The durable runtime, loaded by the first durable job or durable duty a worker runs.
+DURABLE_RUNTIME = (
+    "headgate_django.durable.registry",
+    "headgate_django.durable.workflow_task",
+    "headgate_django.durable.operations",
+    "headgate_django.kernel.replay",
+    "headgate_django.kernel.replay_events",
+    "headgate_django.store.durable",
+    "headgate_django.store.durable_jobs",
+)
 #: What only the admin's pages read, loaded by the first page that does.
 ADMIN_READERS = tuple(
     f"headgate_django.store.{name}" for name in ("console", "index_hints", "stats")
@@ -62,8 +72,8 @@ def test_worker_set_up_imports_the_admin_without_the_readers_of_its_pages(worker
     assert loaded == ["headgate_django.admin"]
 
 
-def test_worker_set_up_registers_the_workflow_handlers_without_the_workflow_api(worker_env):
-    assert imported(worker_env, NEW_PROJECT, *WORKFLOW_API) == []
+def test_worker_set_up_registers_the_internal_handlers_without_what_they_run(worker_env):
+    assert imported(worker_env, NEW_PROJECT, *WORKFLOW_API, *DURABLE_RUNTIME) == []
     code = (
         "import django; django.setup()\n"
         "from headgate_django.registry import registered_kinds\n"
@@ -78,17 +88,23 @@ def test_worker_set_up_registers_the_workflow_handlers_without_the_workflow_api(
         check=True,
     ).stdout.split()
     assert {"headgate:workflow", "headgate:signal", "headgate:graft"} <= set(kinds)
+    assert {"headgate:durable-task", "headgate:durable-op"} <= set(kinds)
 
 
-def test_the_workflow_api_loads_on_first_use(worker_env):
+def test_the_workflow_and_durable_apis_load_on_first_use(worker_env):
     code = (
         "import django; django.setup()\n"
         "import sys, headgate_django.workflows as w\n"
+        "from headgate_django import durable\n"
         "assert 'headgate_django.workflows.builder' not in sys.modules\n"
+        "assert 'headgate_django.durable.registry' not in sys.modules\n"
         "from headgate_django.workflows import Workflow\n"
         "from headgate_django.workflows.builder import Workflow as defined\n"
         "assert Workflow is defined and w.Workflow is defined\n"
-        "try:\n    w.Missing\nexcept AttributeError as exc:\n    print(exc)\n"
+        "from headgate_django.durable.registry import workflow\n"
+        "assert durable.workflow is workflow\n"
+        "for module in (w, durable):\n"
+        "    try:\n        module.Missing\n    except AttributeError as exc:\n        print(exc)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -98,7 +114,7 @@ def test_the_workflow_api_loads_on_first_use(worker_env):
         text=True,
         check=True,
     )
-    assert "has no attribute 'Missing'" in result.stdout
+    assert result.stdout.count("has no attribute 'Missing'") == 2
 
 
 def test_sample_project_worker_set_up_does_not_import_daphne(worker_env):
