@@ -3,9 +3,9 @@
 See ``docs/`` for the guide; the names here follow Headgate's workflow API.
 
 Each name loads its module on first use. Every worker imports this package at start-up,
-for the coordinator's and the node jobs' handlers (:mod:`.coordinator`, :mod:`.internal`),
-which need none of the building, inspection, cancel, retry and signal API below: loading
-it with them cost each worker process about 9 ms before its first claim.
+to register the coordinator's and the node jobs' handlers (:mod:`.handlers`,
+:mod:`.internal`), and none of the building, inspection, cancel, retry and signal API
+below: loading it with them cost each worker process about 9 ms before its first claim.
 """
 
 from __future__ import annotations

@@ -32,10 +32,8 @@ from headgate_django.kernel.workflow import (
     node_states,
 )
 from headgate_django.models import Job, WorkflowCheckpoint
-from headgate_django.registry import internal_task
 from headgate_django.store import db_now
 from headgate_django.store.workflows import (
-    COORDINATOR_KIND,
     checkpoint_from_row,
     coordinator_job_id,
     graft_receipt_id,
@@ -81,10 +79,10 @@ def _validated(digest: str, graph: Any) -> GraphSpec:
     return spec
 
 
-@internal_task(kind=COORDINATOR_KIND, queue="headgate-workflow")
 def coordinate(
     ctx: JobContext, graph: Any = None, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
+    """The handler of kind ``headgate:workflow`` (registered by :mod:`.handlers`)."""
     base = load_graph(graph)
     if ctx.job_id != coordinator_job_id(base.workflow_id):
         raise Skip(f"coordinator {ctx.job_id} does not belong to workflow {base.workflow_id!r}")

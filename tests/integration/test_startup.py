@@ -3,7 +3,9 @@
 Each ``runworkers`` process pays for every module Django's set-up imports, so libraries
 that only some paths use are imported on first use: celpy when the first CEL condition
 is compiled, Daphne (and Twisted) only by the sample project's ``runserver``, Django's
-Tasks framework and headgate's backend for it only when ``TASKS`` names the backend.
+Tasks framework and headgate's backend for it only when ``TASKS`` names the backend, the
+workflow and durable runtimes by the first job (or duty) that runs them, though their
+handlers are registered at set-up, and the admin pages' store readers by the first page.
 """
 
 from __future__ import annotations
@@ -46,10 +48,19 @@ def test_worker_set_up_leaves_celpy_to_the_first_condition(worker_env, settings)
 #: A new project's settings: startproject's apps, the admin included, plus the README's
 #: install; none of its own modules builds a workflow (the sample and test projects do).
 NEW_PROJECT = "benchmarks.defaults_settings"
-#: The workflow API a worker's handlers do not need: loaded by its first use.
-WORKFLOW_API = tuple(
-    f"headgate_django.workflows.{name}"
-    for name in ("builder", "bundle", "cancel", "grafts", "inspect", "retry", "signals")
+#: The workflow API and the coordinator's machinery: loaded by their first use.
+WORKFLOW_RUNTIME = (
+    "headgate_django.workflows.builder",
+    "headgate_django.workflows.bundle",
+    "headgate_django.workflows.cancel",
+    "headgate_django.workflows.coordinator",
+    "headgate_django.workflows.grafts",
+    "headgate_django.workflows.inspect",
+    "headgate_django.workflows.retry",
+    "headgate_django.workflows.signals",
+    "headgate_django.kernel.graph",
+    "headgate_django.kernel.workflow",
+    "headgate_django.store.workflows",
 )
 #: The durable runtime, loaded by the first durable job or durable duty a worker runs.
 DURABLE_RUNTIME = (
@@ -73,7 +84,7 @@ def test_worker_set_up_imports_the_admin_without_the_readers_of_its_pages(worker
 
 
 def test_worker_set_up_registers_the_internal_handlers_without_what_they_run(worker_env):
-    assert imported(worker_env, NEW_PROJECT, *WORKFLOW_API, *DURABLE_RUNTIME) == []
+    assert imported(worker_env, NEW_PROJECT, *WORKFLOW_RUNTIME, *DURABLE_RUNTIME) == []
     code = (
         "import django; django.setup()\n"
         "from headgate_django.registry import registered_kinds\n"
