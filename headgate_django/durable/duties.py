@@ -11,7 +11,8 @@
   ``parent_close_policy``.
 
 Every worker registers both at start-up, and most never run them (one process holds each
-lease): the durable store and runtime they use load with a duty's first run.
+lease): the durable store and runtime they use load with the first run that finds an
+execution in the store.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from headgate_django.conf import headgate_settings
+from headgate_django.store.durable_exists import execution_exists
 from headgate_django.worker.duties import Duty
 
 log = logging.getLogger("headgate_django.durable")
@@ -32,11 +34,11 @@ _sweep = {"after": ""}
 
 
 def vacuum() -> dict[str, Any]:
+    retention = headgate_settings.DURABLE_RETENTION
+    if not retention or retention <= timedelta(0) or not execution_exists():
+        return {"deleted": 0}
     from headgate_django.store.durable import execution_vacuum
 
-    retention = headgate_settings.DURABLE_RETENTION
-    if not retention or retention <= timedelta(0):
-        return {"deleted": 0}
     deleted = execution_vacuum(older_than=retention, limit=VACUUM_BATCH)
     if deleted:
         log.info(
@@ -49,6 +51,9 @@ def vacuum() -> dict[str, Any]:
 
 
 def reconcile() -> dict[str, Any]:
+    if not execution_exists():  # then every part below finds nothing
+        _sweep["after"] = ""  # as a sweep that found no live execution leaves it
+        return {"revived": 0, "settled": 0, "restored": 0, "closed": 0}
     from headgate_django.durable.children import close_orphans
     from headgate_django.store.durable import execution_reconcile
 

@@ -6,9 +6,7 @@ Every worker loads this at start-up, so it loads none of the durable runtime its
 replay kernel, the durable store and the handlers' modules (19 ms of a worker's start on
 a two-core machine, most of it creating their dataclasses) load with the first durable
 job this worker runs, the first Operation job it sees finish, or the first run of a
-durable duty whose lease it holds, on the heartbeat thread after the first claim. A
-worker that runs no durable job and leaves the durable duties to another process never
-loads them.
+durable duty that finds an execution in the store (:mod:`.duties`).
 """
 
 from __future__ import annotations
