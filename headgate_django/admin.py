@@ -8,6 +8,10 @@ The console pages (queues, workflows, live graphs, durable timelines) are mounte
 ``JobAdmin`` and ``ExecutionAdmin`` so they work on whichever admin site registers them.
 Durable and API models are registered in :mod:`headgate_django.console.admin_durable`,
 schedules in :mod:`headgate_django.console.admin_schedules`.
+
+Django imports this module in every process of a project with the admin installed, each
+worker's included, so the store's readers for these pages are imported by the views that
+use them.
 """
 
 from __future__ import annotations
@@ -55,8 +59,6 @@ from headgate_django.models import (
     UniqueWindow,
     WorkflowCheckpoint,
 )
-from headgate_django.store.console import job_live_state
-from headgate_django.store.index_hints import filtered_list, prefix_search
 
 INDEX_TEMPLATE = "headgate_django/admin/index.html"
 
@@ -67,6 +69,8 @@ class JobChangeList(ChangeList):
     every row)."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        from headgate_django.store.index_hints import filtered_list
+
         return filtered_list(
             super().get_queryset(request, exclude_parameters),
             states=request.GET.getlist("state__exact"),
@@ -153,6 +157,8 @@ class JobAdmin(ReadOnlyAdmin):
     ) -> tuple[Any, bool]:
         """The whole term as a prefix of the id or of the kind, as the API's ``?q=``, in a
         plan an index serves on every database (``store.index_hints.prefix_search``)."""
+        from headgate_django.store.index_hints import prefix_search
+
         term = search_term.strip()
         return (prefix_search(queryset, term) if term else queryset), False
 
@@ -217,6 +223,8 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.display(description="progress")
     def progress_view(self, obj: Job) -> SafeString:
         """Live: redrawn over the page's socket as the handler reports progress."""
+        from headgate_django.store.console import job_live_state
+
         return progress_live(obj.pk, job_live_state(obj.pk), self.admin_site.name)
 
     @admin.display(description="logged")

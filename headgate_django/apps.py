@@ -19,6 +19,6 @@ class HeadgateConfig(AppConfig):
         from headgate_django.conf import headgate_settings
         from headgate_django.console import publish  # noqa: F401  (live console hook)
         from headgate_django.durable import handlers as durable_handlers  # noqa: F401
-        from headgate_django.workflows import coordinator, internal  # noqa: F401  (handlers)
+        from headgate_django.workflows import handlers, internal  # noqa: F401  (handlers)
 
         autodiscover_modules(*headgate_settings.AUTODISCOVER_MODULES)

@@ -15,7 +15,6 @@ from typing import Any
 from django.contrib.admin.filters import AllValuesFieldListFilter, FieldListFilter
 
 from headgate_django.registry import registered_kinds, registered_queues
-from headgate_django.store.stats import switched_queues
 
 
 class KnownValuesFilter(AllValuesFieldListFilter):
@@ -36,8 +35,15 @@ class KnownValuesFilter(AllValuesFieldListFilter):
         FieldListFilter.__init__(self, field, request, params, model, model_admin, field_path)
 
 
+def _known_queues() -> list[str]:
+    # Imported here: the admin, and with it this module, loads in every worker process.
+    from headgate_django.store.stats import switched_queues
+
+    return [*registered_queues(), *switched_queues()]
+
+
 class QueueFilter(KnownValuesFilter):
-    known = staticmethod(lambda: [*registered_queues(), *switched_queues()])
+    known = staticmethod(_known_queues)
 
 
 class KindFilter(KnownValuesFilter):

@@ -18,25 +18,43 @@
 The decorators and the replay checker are importable before Django's app registry is
 ready (a ``tasks.py`` module registers at import time); ``Client``, ``Manager`` and the
 views load the store on first use. See ``docs/durable.md``.
+
+The decorators, the checker and the replay kernel's names load on first use as well:
+every worker imports this package at start-up for the durable handlers
+(:mod:`.handlers`), and a project that defines no durable workflow need not pay for the
+replay kernel and its event types.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headgate_django.control import Abort, Uncertain
-from headgate_django.durable.checker import replay
-from headgate_django.durable.registry import (
-    OperationDef,
-    QueryDef,
-    UpdateDef,
-    WorkflowDef,
-    operation,
-    workflow,
-)
 from headgate_django.exceptions import ChildFailedError, NondeterminismError, OperationFailedError
-from headgate_django.kernel.replay import ChildFuture, Context, Future
-from headgate_django.kernel.replay_events import CANCEL_REQUESTED
+
+if TYPE_CHECKING:
+    from headgate_django.durable.checker import replay
+    from headgate_django.durable.registry import (
+        OperationDef,
+        QueryDef,
+        UpdateDef,
+        WorkflowDef,
+        operation,
+        workflow,
+    )
+    from headgate_django.kernel.replay import ChildFuture, Context, Future
+    from headgate_django.kernel.replay_events import CANCEL_REQUESTED
 
 _LAZY = {
+    "replay": "headgate_django.durable.checker",
+    "OperationDef": "headgate_django.durable.registry",
+    "QueryDef": "headgate_django.durable.registry",
+    "UpdateDef": "headgate_django.durable.registry",
+    "WorkflowDef": "headgate_django.durable.registry",
+    "operation": "headgate_django.durable.registry",
+    "workflow": "headgate_django.durable.registry",
+    "ChildFuture": "headgate_django.kernel.replay",
+    "Context": "headgate_django.kernel.replay",
+    "Future": "headgate_django.kernel.replay",
+    "CANCEL_REQUESTED": "headgate_django.kernel.replay_events",
     "Client": "headgate_django.durable.client",
     "StartResult": "headgate_django.durable.client",
     "SignalWithStartResult": "headgate_django.durable.client",
@@ -51,11 +69,12 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    # These import the store, which needs the app registry: load them on first use.
-    if name in _LAZY:
+    if name in _LAZY:  # see the module's docstring
         from importlib import import_module
 
-        return getattr(import_module(_LAZY[name]), name)
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'headgate_django.durable' has no attribute {name!r}")
 
 

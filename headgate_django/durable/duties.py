@@ -9,6 +9,10 @@
   says how, and why that neither loses nor doubles an effect), and the children of a
   parent that finished without closing them (a crash right after its end) get their
   ``parent_close_policy``.
+
+Every worker registers both at start-up, and most never run them (one process holds each
+lease): the durable store and runtime they use load with the first run that finds an
+execution in the store.
 """
 
 from __future__ import annotations
@@ -18,11 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from headgate_django.conf import headgate_settings
-from headgate_django.durable.children import close_orphans
-from headgate_django.durable.workflow_task import operation_job
-from headgate_django.kernel.replay_events import ScheduleOperation
-from headgate_django.store import durable as store
-from headgate_django.store import durable_repair
+from headgate_django.store.durable_exists import execution_exists
 from headgate_django.worker.duties import Duty
 
 log = logging.getLogger("headgate_django.durable")
@@ -35,9 +35,11 @@ _sweep = {"after": ""}
 
 def vacuum() -> dict[str, Any]:
     retention = headgate_settings.DURABLE_RETENTION
-    if not retention or retention <= timedelta(0):
+    if not retention or retention <= timedelta(0) or not execution_exists():
         return {"deleted": 0}
-    deleted = store.execution_vacuum(older_than=retention, limit=VACUUM_BATCH)
+    from headgate_django.store.durable import execution_vacuum
+
+    deleted = execution_vacuum(older_than=retention, limit=VACUUM_BATCH)
     if deleted:
         log.info(
             "vacuumed %d durable execution(s) finished more than %s ago",
@@ -49,7 +51,13 @@ def vacuum() -> dict[str, Any]:
 
 
 def reconcile() -> dict[str, Any]:
-    report = store.execution_reconcile(stalled_for=headgate_settings.LEASE_TTL * 5)
+    if not execution_exists():  # then every part below finds nothing
+        _sweep["after"] = ""  # as a sweep that found no live execution leaves it
+        return {"revived": 0, "settled": 0, "restored": 0, "closed": 0}
+    from headgate_django.durable.children import close_orphans
+    from headgate_django.store.durable import execution_reconcile
+
+    report = execution_reconcile(stalled_for=headgate_settings.LEASE_TTL * 5)
     for execution_id in report["revived"]:
         log.warning("execution %s had no live workflow task: revived it", execution_id)
     for execution_id in report["settled"]:
@@ -67,6 +75,10 @@ def reconcile() -> dict[str, Any]:
 def restore_vanished_operations() -> list[str]:
     """Put back the jobs of Operations that vanished, one slice of executions per call;
     return the execution keys restored."""
+    from headgate_django.durable.workflow_task import operation_job
+    from headgate_django.kernel.replay_events import ScheduleOperation
+    from headgate_django.store import durable_repair
+
     vanished, _sweep["after"] = durable_repair.operation_find_vanished(
         idle_for=headgate_settings.LEASE_TTL * 5, after=_sweep["after"]
     )

@@ -1,15 +1,59 @@
 """Loaded by ``HeadgateConfig.ready()``: registers the durable job kinds (the workflow task
 and the Operation job), the store hook that records Operation outcomes, the duties, and
-the status-line field naming the durable code this worker lacks."""
+the status-line field naming the durable code this worker lacks.
+
+Every worker loads this at start-up, so it loads none of the durable runtime itself: the
+replay kernel, the durable store and the handlers' modules (19 ms of a worker's start on
+a two-core machine, most of it creating their dataclasses) load with the first durable
+job this worker runs, the first Operation job it sees finish, or the first run of a
+durable duty that finds an execution in the store (:mod:`.duties`).
+"""
 
 from __future__ import annotations
 
-from headgate_django.durable import duties, operations, workflow_task  # noqa: F401  (kinds)
+from typing import Any
+
+from headgate_django.context import JobContext
+from headgate_django.durable import duties
 from headgate_django.durable.missing_code import missing_code
-from headgate_django.store import durable_jobs
+from headgate_django.kernel.names import DURABLE_GROUP_PREFIX, DURABLE_OP_KIND, DURABLE_TASK_KIND
+from headgate_django.registry import internal_task
+from headgate_django.store import hooks
 from headgate_django.worker.duties import EXTRA_DUTIES
 from headgate_django.worker.status import STATUS_FIELDS
 
+
+@internal_task(kind=DURABLE_TASK_KIND)
+def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
+    """One replay pass of an execution: :func:`.workflow_task.workflow_task`."""
+    from headgate_django.durable.workflow_task import workflow_task as replay_pass
+
+    return replay_pass(ctx, execution_id)
+
+
+@internal_task(kind=DURABLE_OP_KIND)
+def operation_job(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
+    """One attempt of an Operation: :func:`.operations.operation_job`."""
+    from headgate_django.durable.operations import operation_job as attempt
+
+    return attempt(ctx, *args, **kwargs)
+
+
+def _record_operation_outcomes(
+    cursor: Any, conn: Any, workflow_ids: set[str], job_ids: set[str]
+) -> None:
+    """``ON_FINISH``: the Operation jobs among those that finished become facts of their
+    executions' histories in the same commit, whoever finished them (their handler, a
+    cancel, a quarantine)."""
+    groups = sorted(w for w in workflow_ids if w.startswith(DURABLE_GROUP_PREFIX))
+    if groups:
+        from headgate_django.store.durable_jobs import settle_finished_operations
+
+        for group in groups:
+            settle_finished_operations(cursor, conn, group.removeprefix(DURABLE_GROUP_PREFIX))
+
+
+hooks.ON_FINISH.append(_record_operation_outcomes)
 if duties.vacuum_duty not in EXTRA_DUTIES:
     EXTRA_DUTIES.extend([duties.vacuum_duty, duties.reconcile_duty])
 if missing_code.status not in STATUS_FIELDS:
@@ -18,6 +62,6 @@ if missing_code.status not in STATUS_FIELDS:
 #: Which durable kinds a worker does not claim, per ``runworkers --durable-mode``.
 MODES: dict[str, tuple[str, ...]] = {
     "combined": (),
-    "workflow-only": (durable_jobs.OP_KIND,),
-    "operation-only": (durable_jobs.TASK_KIND,),
+    "workflow-only": (DURABLE_OP_KIND,),
+    "operation-only": (DURABLE_TASK_KIND,),
 }

@@ -40,9 +40,7 @@ from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_cod
 from headgate_django.durable.registry import find_operation
 from headgate_django.envelope import canonical_json
 from headgate_django.exceptions import LeaseLostError, PayloadError
-from headgate_django.registry import internal_task
 from headgate_django.store.durable_jobs import (
-    OP_KIND,
     TERMINAL,
     operation_mark_failed,
     operation_mark_uncertain,
@@ -85,7 +83,6 @@ class OperationContext:
         return self._job.wait_cancelled(timeout)
 
 
-@internal_task(kind=OP_KIND)
 def operation_job(
     ctx: JobContext,
     execution_id: str,
@@ -94,6 +91,7 @@ def operation_job(
     version: str,
     input: Any = None,
 ) -> Any:
+    """The handler of kind ``headgate:durable-op`` (registered by :mod:`.handlers`)."""
     if ctx.attempt > 1:
         _skip_if_decided(ctx, execution_id)
     definition = find_operation(name, version)

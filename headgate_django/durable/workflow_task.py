@@ -70,7 +70,6 @@ from headgate_django.kernel.replay_events import (
     due_timers,
 )
 from headgate_django.kernel.replay_runs import history_size_warning
-from headgate_django.registry import internal_task
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.durable import (
     Ending,
@@ -83,7 +82,6 @@ from headgate_django.store.durable import (
 from headgate_django.store.durable_children import ChildStart
 from headgate_django.store.durable_history import from_ms, payload_bytes, to_ms
 from headgate_django.store.durable_jobs import (
-    TASK_KIND,
     TERMINAL,
     operation_complete_in_pass,
     operation_envelope,
@@ -115,8 +113,8 @@ class _Park:
     eager: ClaimedJob | None
 
 
-@internal_task(kind=TASK_KIND)
 def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
+    """The handler of kind ``headgate:durable-task`` (registered by :mod:`.handlers`)."""
     since = time.monotonic()
     races = 0
     while races < MAX_RACES:

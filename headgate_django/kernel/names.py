@@ -36,6 +36,8 @@ RETRY_KIND = "headgate:workflow-retry"
 #: The durable runtime's workflow task and Operation jobs.
 DURABLE_TASK_KIND = "headgate:durable-task"
 DURABLE_OP_KIND = "headgate:durable-op"
+#: ``Job.workflow_id`` of an execution's jobs: prefixed so it never meets a DAG workflow id.
+DURABLE_GROUP_PREFIX = "durable:"
 #: A bulk operator action too large to run in its request (``headgate_django.bulk``).
 BULK_KIND = "headgate:bulk-action"
 

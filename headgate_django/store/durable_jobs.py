@@ -10,8 +10,10 @@ first, and a pass commits under the same lock, so no wake-up is lost in between.
 
 An **Operation job** (kind ``headgate:durable-op``) has its execution key as id, so a pass
 retried after a crash finds the job it already enqueued. Its outcome reaches history in
-the transaction that finishes the job: the ``ON_FINISH`` hook records the fact and wakes
-the workflow task (lock order everywhere: Operation job, header, workflow task).
+the transaction that finishes the job: the ``ON_FINISH`` hook
+(:mod:`headgate_django.durable.handlers`) calls :func:`settle_finished_operations`, which
+records the fact and wakes the workflow task (lock order everywhere: Operation job,
+header, workflow task).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from django.db import transaction
 from headgate_django.conf import headgate_settings
 from headgate_django.envelope import Envelope, encode_call, internal
 from headgate_django.exceptions import InvalidTransitionError, LeaseLostError, NotFoundError
-from headgate_django.kernel.names import DURABLE_OP_KIND, DURABLE_TASK_KIND
+from headgate_django.kernel.names import DURABLE_GROUP_PREFIX, DURABLE_OP_KIND, DURABLE_TASK_KIND
 from headgate_django.kernel.replay_events import (
     OPERATION_COMPLETED,
     OPERATION_FAILED,
@@ -37,7 +39,6 @@ from headgate_django.kernel.replay_events import (
 )
 from headgate_django.kernel.states import State
 from headgate_django.models import LIVE_JOB_STATES, Execution, HistoryEvent, Job
-from headgate_django.store import hooks
 from headgate_django.store import vendor as v
 from headgate_django.store.claim import ClaimedJob, new_lease_id
 from headgate_django.store.durable_history import (
@@ -61,8 +62,7 @@ from headgate_django.store.tracing import job_trace_stamp
 
 TASK_KIND = DURABLE_TASK_KIND
 OP_KIND = DURABLE_OP_KIND
-#: ``Job.workflow_id`` of an execution's jobs: prefixed so it never meets a DAG workflow id.
-GROUP_PREFIX = "durable:"
+GROUP_PREFIX = DURABLE_GROUP_PREFIX
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 _FINISHED = [
@@ -363,14 +363,6 @@ def settle_finished_operations(cursor: Any, conn: Any, execution_id: str) -> int
         if locked.state == "running":
             task_wake(cursor, conn, execution_id, locked.task_queue)
     return len(events)
-
-
-def _on_finish(cursor: Any, conn: Any, workflow_ids: set[str], job_ids: set[str]) -> None:
-    for group in sorted(w for w in workflow_ids if w.startswith(GROUP_PREFIX)):
-        settle_finished_operations(cursor, conn, group[len(GROUP_PREFIX) :])
-
-
-hooks.ON_FINISH.append(_on_finish)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from headgate_django.kernel import names
 from headgate_django.kernel.states import Event, State, check
 from headgate_django.models import Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
-from headgate_django.store.durable_jobs import GROUP_PREFIX
 from headgate_django.store.fenced import after_finish
 from headgate_django.store.insert import seal_payload
 from headgate_django.store.rows import prep
@@ -68,7 +67,7 @@ def _locked(job_id: str, using: str, verb: str) -> Job:
         raise NotFoundError(f"job {job_id} does not exist", id=job_id) from None
     if verb and names.is_internal_kind(job.kind):
         owner = _OWNER_VERBS.get(job.kind, "the verbs of the feature that made it")
-        owner = owner.format(id=(job.workflow_id or "").removeprefix(GROUP_PREFIX))
+        owner = owner.format(id=(job.workflow_id or "").removeprefix(names.DURABLE_GROUP_PREFIX))
         why = f"{verb} refuses job {job_id}; use {owner}"
         raise names.internal_kind_error(job.kind, why, id=job_id, verb=verb)
     return job

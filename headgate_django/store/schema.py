@@ -27,14 +27,16 @@ def schema_problem(using: str = "default") -> str | None:
     built from the models (a test run with ``--nomigrations``) and is taken as it is.
     """
     conn = connections[using]
+    # One listing of the tables answers both questions; the recorder's ``has_table()``
+    # would list them once more, a round trip in every worker's start.
+    with conn.cursor() as cursor:
+        existing = set(conn.introspection.table_names(cursor))
     recorder = MigrationRecorder(conn)
-    if recorder.has_table():
-        applied = {name for app, name in recorder.applied_migrations() if app == APP_LABEL}
+    if recorder.Migration._meta.db_table in existing:
+        applied = set(recorder.migration_qs.filter(app=APP_LABEL).values_list("name", flat=True))
         pending = [name for name in shipped_migrations() if name not in applied]
         if applied and pending:
             return f"database {using!r} lacks headgate migrations {', '.join(pending)}"
-    with conn.cursor() as cursor:
-        existing = set(conn.introspection.table_names(cursor))
     config = apps.get_app_config(APP_LABEL)
     missing = sorted(
         m._meta.db_table

@@ -21,7 +21,6 @@ from headgate_django.kernel.names import RETRY_KIND as RETRY_KIND  # layer impor
 from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
 from headgate_django.models import Job, WorkflowCheckpoint
-from headgate_django.store import hooks
 from headgate_django.store import vendor as v
 from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lock_held
 from headgate_django.store.rows import prep
@@ -235,9 +234,10 @@ def _fail_pending(cursor: Any, conn: Any, items: list[tuple[str, str]]) -> None:
         )
 
 
-def _wake_on_finish(cursor: Any, conn: Any, workflow_ids: set[str], job_ids: set[str]) -> None:
-    """A child finished: make its snoozing coordinator available now; a coordinator
-    finished: likewise the parents' links that wait for its workflow (see ``_waiting_links``).
+def wake_on_finish(cursor: Any, conn: Any, workflow_ids: set[str], job_ids: set[str]) -> None:
+    """``ON_FINISH`` (registered by :mod:`headgate_django.workflows.handlers`): a child
+    finished: make its snoozing coordinator available now; a coordinator finished:
+    likewise the parents' links that wait for its workflow (see ``_waiting_links``).
     """
     from headgate_django.conf import headgate_settings
 
@@ -290,9 +290,6 @@ def _wake(cursor: Any, conn: Any, ids: list[str]) -> None:
             State.RUNNING.value,
         ],
     )
-
-
-hooks.ON_FINISH.append(_wake_on_finish)
 
 
 def workflow_coordinators(

@@ -19,7 +19,7 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
-from headgate_django.envelope import canonical_json
+from headgate_django.envelope import canonical_json, decode_call
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.graph import GraphSpec, NodeSpec, combine
 from headgate_django.kernel.states import State
@@ -31,11 +31,9 @@ from headgate_django.kernel.workflow import (
     evaluate,
     node_states,
 )
-from headgate_django.models import WorkflowCheckpoint
-from headgate_django.registry import internal_task
+from headgate_django.models import Job, WorkflowCheckpoint
 from headgate_django.store import db_now
 from headgate_django.store.workflows import (
-    COORDINATOR_KIND,
     checkpoint_from_row,
     coordinator_job_id,
     graft_receipt_id,
@@ -48,7 +46,6 @@ from headgate_django.store.workflows import (
     workflow_retry_apply,
     workflow_tick_save,
 )
-from headgate_django.workflows.grafts import graft_nodes_of
 
 _NEEDS_REPAIR = frozenset({State.QUARANTINED.value, State.UNDECODABLE.value})
 
@@ -82,10 +79,10 @@ def _validated(digest: str, graph: Any) -> GraphSpec:
     return spec
 
 
-@internal_task(kind=COORDINATOR_KIND, queue="headgate-workflow")
 def coordinate(
     ctx: JobContext, graph: Any = None, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
+    """The handler of kind ``headgate:workflow`` (registered by :mod:`.handlers`)."""
     base = load_graph(graph)
     if ctx.job_id != coordinator_job_id(base.workflow_id):
         raise Skip(f"coordinator {ctx.job_id} does not belong to workflow {base.workflow_id!r}")
@@ -188,7 +185,7 @@ class Tick:
         competing_ids: list[str] = []
         reason = f"a failed-subgraph retry took revision {revision}"
         if competing is not None:
-            _, specs = graft_nodes_of(competing)
+            _, specs = _graft_nodes_of(competing)
             competing_ids = _spec_values(specs, "job_id")
             _record_rejection(checkpoint, competing.id, specs, reason)
         workflow_retry_apply(
@@ -213,7 +210,7 @@ class Tick:
         )
         if receipt is None:
             return False
-        expected, specs = graft_nodes_of(receipt)
+        expected, specs = _graft_nodes_of(receipt)
         job_ids = _spec_values(specs, "job_id")
         reason = ""
         try:
@@ -256,6 +253,13 @@ def _failure_reason(history: list[dict[str, Any]]) -> str:
         if event.get("event") == "workflow_failed":
             return str(event.get("reason") or "workflow failed")
     return "workflow failed"
+
+
+def _graft_nodes_of(receipt: Job) -> tuple[int, list[dict[str, Any]]]:
+    """The expected revision and node specs a graft receipt's payload carries, as
+    :meth:`~headgate_django.workflows.grafts.WorkflowGraft.prepare` wrote them."""
+    _, kwargs = decode_call(bytes(receipt.payload))
+    return int(kwargs.get("expected_revision", 0)), list(kwargs.get("nodes") or [])
 
 
 def _spec_values(specs: list[Any], key: str) -> list[str]:

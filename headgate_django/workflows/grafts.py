@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from django.db import transaction
 
@@ -28,7 +27,6 @@ from headgate_django.exceptions import (
 from headgate_django.kernel.graph import NodeKind, NodeSpec, combine
 from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.states import State
-from headgate_django.models import Job
 from headgate_django.store import job_insert_many
 from headgate_django.store.workflows import (
     GRAFT_KIND,
@@ -172,11 +170,3 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
         job_insert_many(graft.envelopes, using=using)
         workflow_wake(graft.workflow_id, using=using)
     return graft.receipt_job_id
-
-
-def graft_nodes_of(receipt: Job) -> tuple[int, list[dict[str, Any]]]:
-    """The expected revision and node specs carried by a graft receipt's payload."""
-    from headgate_django.envelope import decode_call
-
-    _, kwargs = decode_call(bytes(receipt.payload))
-    return int(kwargs.get("expected_revision", 0)), list(kwargs.get("nodes") or [])

@@ -8,11 +8,16 @@ from typing import Any
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
+from headgate_django.kernel.names import (
+    CHILD_KIND,
+    CONDITION_KIND,
+    GRAFT_KIND,
+    RETRY_KIND,
+    SIGNAL_KIND,
+    TIMER_KIND,
+)
 from headgate_django.kernel.states import State
 from headgate_django.registry import internal_task
-from headgate_django.store.reads import job_state
-from headgate_django.store.workflows import GRAFT_KIND, RETRY_KIND, coordinator_job_id
-from headgate_django.workflows.builder import CHILD_KIND, CONDITION_KIND, SIGNAL_KIND, TIMER_KIND
 
 _FAILED = {State.ARCHIVED, State.CANCELLED, State.QUARANTINED, State.UNDECODABLE}
 
@@ -53,6 +58,8 @@ def retry_accepted(ctx: JobContext, **_: Any) -> None:
 @internal_task(kind=CHILD_KIND, queue="headgate-workflow")
 def child_link(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any) -> dict[str, Any]:
     """Waits for the linked child workflow: completes with it, archives when it fails."""
+    from headgate_django.store.reads import job_state
+    from headgate_django.store.workflows import coordinator_job_id
     from headgate_django.workflows.inspect import load_graph_of
 
     graph = load_graph_of(workflow_id)

@@ -110,6 +110,21 @@ def test_the_reconciler_records_operations_finished_without_a_hook() -> None:
     assert "the Operation's job is quarantined" in view(wf).failure_reason
 
 
+def test_the_durable_duties_on_a_store_without_executions_ask_once_and_load_nothing(
+    monkeypatch: pytest.MonkeyPatch, django_assert_num_queries: Any
+) -> None:
+    def unexpected(**_: Any) -> Any:
+        raise AssertionError("the durable store is not needed with no execution")
+
+    for name in ("execution_vacuum", "execution_reconcile"):
+        monkeypatch.setattr(f"headgate_django.store.durable.{name}", unexpected)
+    duties._sweep["after"] = "some-execution"
+    with django_assert_num_queries(2):
+        assert duties.vacuum() == {"deleted": 0}
+        assert duties.reconcile() == {"revived": 0, "settled": 0, "restored": 0, "closed": 0}
+    assert duties._sweep["after"] == ""
+
+
 def test_case_34_vacuum_deletes_terminal_executions_after_retention(settings: Any) -> None:
     old, recent, running = start("mgr-one", 1), start("mgr-one", 2), start("mgr-wait")
     drive()

@@ -3,7 +3,9 @@
 Each ``runworkers`` process pays for every module Django's set-up imports, so libraries
 that only some paths use are imported on first use: celpy when the first CEL condition
 is compiled, Daphne (and Twisted) only by the sample project's ``runserver``, Django's
-Tasks framework and headgate's backend for it only when ``TASKS`` names the backend.
+Tasks framework and headgate's backend for it only when ``TASKS`` names the backend, the
+workflow and durable runtimes by the first job (or duty) that runs them, though their
+handlers are registered at set-up, and the admin pages' store readers by the first page.
 """
 
 from __future__ import annotations
@@ -41,6 +43,89 @@ def imported(env: dict[str, str], settings: str, *modules: str) -> list[str]:
 @pytest.mark.parametrize("settings", ["tests.settings", "sampleproject.settings"])
 def test_worker_set_up_leaves_celpy_to_the_first_condition(worker_env, settings):
     assert imported(worker_env, settings, "celpy", "lark") == []
+
+
+#: A new project's settings: startproject's apps, the admin included, plus the README's
+#: install; none of its own modules builds a workflow (the sample and test projects do).
+NEW_PROJECT = "benchmarks.defaults_settings"
+#: The workflow API and the coordinator's machinery: loaded by their first use.
+WORKFLOW_RUNTIME = (
+    "headgate_django.workflows.builder",
+    "headgate_django.workflows.bundle",
+    "headgate_django.workflows.cancel",
+    "headgate_django.workflows.coordinator",
+    "headgate_django.workflows.grafts",
+    "headgate_django.workflows.inspect",
+    "headgate_django.workflows.retry",
+    "headgate_django.workflows.signals",
+    "headgate_django.kernel.graph",
+    "headgate_django.kernel.workflow",
+    "headgate_django.store.workflows",
+)
+#: The durable runtime, loaded by the first durable job or durable duty a worker runs.
+DURABLE_RUNTIME = (
+    "headgate_django.durable.registry",
+    "headgate_django.durable.workflow_task",
+    "headgate_django.durable.operations",
+    "headgate_django.kernel.replay",
+    "headgate_django.kernel.replay_events",
+    "headgate_django.store.durable",
+    "headgate_django.store.durable_jobs",
+)
+#: What only the admin's pages read, loaded by the first page that does.
+ADMIN_READERS = tuple(
+    f"headgate_django.store.{name}" for name in ("console", "index_hints", "stats")
+)
+
+
+def test_worker_set_up_imports_the_admin_without_the_readers_of_its_pages(worker_env):
+    loaded = imported(worker_env, NEW_PROJECT, "headgate_django.admin", *ADMIN_READERS)
+    assert loaded == ["headgate_django.admin"]
+
+
+def test_worker_set_up_registers_the_internal_handlers_without_what_they_run(worker_env):
+    assert imported(worker_env, NEW_PROJECT, *WORKFLOW_RUNTIME, *DURABLE_RUNTIME) == []
+    code = (
+        "import django; django.setup()\n"
+        "from headgate_django.registry import registered_kinds\n"
+        "print(' '.join(sorted(registered_kinds())))\n"
+    )
+    kinds = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**worker_env, "DJANGO_SETTINGS_MODULE": NEW_PROJECT},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert {"headgate:workflow", "headgate:signal", "headgate:graft"} <= set(kinds)
+    assert {"headgate:durable-task", "headgate:durable-op"} <= set(kinds)
+
+
+def test_the_workflow_and_durable_apis_load_on_first_use(worker_env):
+    code = (
+        "import django; django.setup()\n"
+        "import sys, headgate_django.workflows as w\n"
+        "from headgate_django import durable\n"
+        "assert 'headgate_django.workflows.builder' not in sys.modules\n"
+        "assert 'headgate_django.durable.registry' not in sys.modules\n"
+        "from headgate_django.workflows import Workflow\n"
+        "from headgate_django.workflows.builder import Workflow as defined\n"
+        "assert Workflow is defined and w.Workflow is defined\n"
+        "from headgate_django.durable.registry import workflow\n"
+        "assert durable.workflow is workflow\n"
+        "for module in (w, durable):\n"
+        "    try:\n        module.Missing\n    except AttributeError as exc:\n        print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**worker_env, "DJANGO_SETTINGS_MODULE": NEW_PROJECT},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.count("has no attribute 'Missing'") == 2
 
 
 def test_sample_project_worker_set_up_does_not_import_daphne(worker_env):

@@ -142,3 +142,13 @@ def test_encryption_settings_are_checked():
     assert ids(ENCRYPTION_KEYS={"k1": "not base64"}) == ["headgate.E021"]
     assert ids(ENCRYPTION_KEYS={"k1": key}, ENCRYPTION_KEY_ID="k2") == ["headgate.E021"]
     assert ids(ENCRYPTION_KEY_ID="k1") == ["headgate.E021"]
+
+
+def test_runworkers_runs_these_checks_and_leaves_the_linting_ones_to_manage_py_check():
+    from django.core.checks import Tags
+
+    from headgate_django.management.commands.runworkers import Command
+
+    run = set(Command.requires_system_checks)
+    assert set(check_settings.tags) <= run
+    assert not run & {Tags.models, Tags.urls, Tags.templates, Tags.caches, Tags.staticfiles}
