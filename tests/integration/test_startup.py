@@ -27,17 +27,21 @@ print(" ".join(sorted(name for name in sys.argv[1:] if name in sys.modules)))
 """
 
 
-def imported(env: dict[str, str], settings: str, *modules: str) -> list[str]:
-    """Which of ``modules`` a fresh process has imported once it is ready to run a worker."""
-    result = subprocess.run(
-        [sys.executable, "-c", SET_UP_A_WORKER, *modules],
+def run_python(env: dict[str, str], settings: str, code: str, *args: str) -> str:
+    """What ``code`` prints, run by a fresh interpreter with ``settings``."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
         env={**env, "DJANGO_SETTINGS_MODULE": settings},
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
-    )
-    return result.stdout.split()
+    ).stdout
+
+
+def imported(env: dict[str, str], settings: str, *modules: str) -> list[str]:
+    """Which of ``modules`` a fresh process has imported once it is ready to run a worker."""
+    return run_python(env, settings, SET_UP_A_WORKER, *modules).split()
 
 
 @pytest.mark.parametrize("settings", ["tests.settings", "sampleproject.settings"])
@@ -90,14 +94,7 @@ def test_worker_set_up_registers_the_internal_handlers_without_what_they_run(wor
         "from headgate_django.registry import registered_kinds\n"
         "print(' '.join(sorted(registered_kinds())))\n"
     )
-    kinds = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**worker_env, "DJANGO_SETTINGS_MODULE": NEW_PROJECT},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    kinds = run_python(worker_env, NEW_PROJECT, code).split()
     assert {"headgate:workflow", "headgate:signal", "headgate:graft"} <= set(kinds)
     assert {"headgate:durable-task", "headgate:durable-op"} <= set(kinds)
 
@@ -117,15 +114,8 @@ def test_the_workflow_and_durable_apis_load_on_first_use(worker_env):
         "for module in (w, durable):\n"
         "    try:\n        module.Missing\n    except AttributeError as exc:\n        print(exc)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**worker_env, "DJANGO_SETTINGS_MODULE": NEW_PROJECT},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert result.stdout.count("has no attribute 'Missing'") == 2
+    printed = run_python(worker_env, NEW_PROJECT, code)
+    assert printed.count("has no attribute 'Missing'") == 2
 
 
 def test_sample_project_worker_set_up_does_not_import_daphne(worker_env):
@@ -156,15 +146,7 @@ def test_the_backend_loads_on_first_use(worker_env):
         "assert backend is HeadgateBackend\n"
         "try:\n    t.Missing\nexcept AttributeError as exc:\n    print(exc)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**worker_env, "DJANGO_SETTINGS_MODULE": "sampleproject.settings"},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "has no attribute 'Missing'" in result.stdout
+    assert "has no attribute 'Missing'" in run_python(worker_env, "sampleproject.settings", code)
 
 
 def test_compiling_a_condition_imports_celpy(worker_env):
