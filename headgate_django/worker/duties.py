@@ -178,23 +178,32 @@ class DutyRunner:
         self._in_outage = False
         self._back_at = float("-inf")  # when the database last came back (monotonic)
 
-    def tick(self, stopping: Callable[[], bool] = lambda: False) -> None:
+    def tick(
+        self,
+        stopping: Callable[[], bool] = lambda: False,
+        between: Callable[[], object] = lambda: None,
+    ) -> None:
         """Run the duties that are due and held here, until ``stopping()`` says the worker
         was asked to stop: a duty not yet begun then waits for the next pass or the next
-        holder, so that a shutdown does not wait for every duty of the pass in progress."""
+        holder, so that a shutdown does not wait for every duty of the pass in progress.
+
+        ``between()`` runs before each duty that is due: the worker renews its leases
+        there, which would otherwise wait for the whole pass (each duty is bounded by its
+        own budget, but a pass adds them up, and a short lease can lapse meanwhile)."""
         try:
-            self._tick(stopping)
+            self._tick(stopping, between)
         except (OperationalError, InterfaceError):
             self._in_outage = True  # a lost or refused connection, not a failing query
             raise
 
-    def _tick(self, stopping: Callable[[], bool]) -> None:
+    def _tick(self, stopping: Callable[[], bool], between: Callable[[], object]) -> None:
         now = time.monotonic()
         for duty in self.duties:
             if stopping():
                 return
             if now - duty.last < duty.interval:
                 continue
+            between()
             duty.last = now
             ttl = timedelta(seconds=max(10.0, duty.interval * 5))
             if not store.duty_acquire(duty.name, holder=self.holder, ttl=ttl):

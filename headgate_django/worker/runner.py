@@ -156,6 +156,7 @@ class Worker:
         self.concurrency = concurrency
         self.lease_ttl = lease_ttl or s.LEASE_TTL
         self.renew_every = (self.lease_ttl / 3 if lease_ttl else s.renew_interval).total_seconds()
+        self._next_renew = float("inf")  # monotonic; the heartbeat thread sets it
         self.burst = burst
         self.worker_id = worker_id or default_worker_id()
         self.using = using
@@ -674,7 +675,7 @@ class Worker:
 
     # -- heartbeat ---------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
-        next_renew = time.monotonic() + self.renew_every
+        self._next_renew = time.monotonic() + self.renew_every
         status_every = headgate_settings.STATUS_INTERVAL.total_seconds()
         next_status = time.monotonic() + status_every
         next_unknown = time.monotonic() + UNKNOWN_KINDS_FIRST
@@ -683,14 +684,14 @@ class Worker:
             self._safe(functools.partial(self._enforce_timeouts, now))
             if not self._stopping.is_set():
                 self._safe(self._replace_dead_handlers)
-            if now >= next_renew:
-                renewed = self._safe(self._renew)
-                # A failed renewal is tried again soon, not a whole interval later: the
-                # leases must be renewed as soon as the database is back, before they lapse.
-                next_renew = now + (self.renew_every if renewed else RENEW_RETRY)
+            self._renew_if_due()
             self._batches.flush(now=now)
             if self._duties and not self._stopping.is_set():
-                self._safe(functools.partial(self._duties.tick, self._stop_asked.is_set))
+                self._safe(
+                    functools.partial(
+                        self._duties.tick, self._stop_asked.is_set, self._renew_if_due
+                    )
+                )
             self._keep_presence(now)
             if now >= next_status:
                 log.info("status %s", status_line(self.stats.line(len(self._held))))
@@ -740,6 +741,16 @@ class Worker:
                 count,
                 kind,
             )
+
+    def _renew_if_due(self) -> None:
+        """Renew the held leases once their interval is up (the heartbeat thread's loop,
+        and between two duties of a pass)."""
+        now = time.monotonic()
+        if now >= self._next_renew:
+            renewed = self._safe(self._renew)
+            # A failed renewal is tried again soon, not a whole interval later: the
+            # leases must be renewed as soon as the database is back, before they lapse.
+            self._next_renew = now + (self.renew_every if renewed else RENEW_RETRY)
 
     def _renew(self) -> bool:
         with self._lock:

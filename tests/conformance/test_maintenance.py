@@ -221,6 +221,21 @@ def test_a_stopping_worker_begins_no_further_duty_and_the_next_tick_runs_it():
     assert ran == ["first", "second"]
 
 
+def test_the_between_hook_runs_before_each_duty_that_is_due():
+    """The worker renews its leases in ``between``: it must come before every duty that
+    runs (a pass adds their durations up), and cost nothing for duties not due."""
+    order: list[str] = []
+
+    def duty(name: str) -> Duty:
+        return Duty(name, 60.0, lambda: order.append(name) or {})
+
+    runner = DutyRunner("duty-holder", [duty("a"), duty("b")])
+    runner.tick(between=lambda: order.append("renew"))
+    assert order == ["renew", "a", "renew", "b"]
+    runner.tick(between=lambda: order.append("renew"))  # neither is due again yet
+    assert order == ["renew", "a", "renew", "b"]
+
+
 def test_a_promote_run_moves_a_burst_past_one_batch():
     """Many jobs due at one instant (a minute's schedule ticks, written ahead) become
     available in one run, not one batch per duty interval."""
