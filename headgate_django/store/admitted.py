@@ -441,7 +441,8 @@ def _finish(
     finished jobs' workflow ids, for the hooks that commit with them."""
     id_list = v.placeholders(len(ids))
     cursor.execute(
-        f"SELECT id, workflow_id FROM headgate_job WHERE id IN ({id_list}) AND state = %s"
+        f"SELECT id, workflow_id FROM {v.jobs_by_id(conn)} WHERE id IN ({id_list}) "
+        "AND state = %s"
         f"{v.for_update(conn)}",
         [*ids, source.value],
     )
@@ -449,7 +450,7 @@ def _finish(
     if not found:
         return {}
     cursor.execute(
-        f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)}, "
+        f"UPDATE {v.jobs_by_id(conn)} SET state = %s, finalized_at = {v.now(conn)}, "
         f"expires_at = {v.plus_duration_column(conn, 'retention')}, "
         f"lease_id = NULL, lease_expires_at = NULL "
         f"WHERE id IN ({v.placeholders(len(found))}) AND state = %s",

@@ -255,7 +255,7 @@ def lease_rows(
     """
     id_list = v.placeholders(len(ids))
     update = (
-        f"UPDATE headgate_job SET state = %s, lease_id = %s, fence = fence + 1, "
+        f"UPDATE {v.jobs_by_id(conn)} SET state = %s, lease_id = %s, fence = fence + 1, "
         f"claimed_by = %s, claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)} "
         f"WHERE id IN ({id_list}) AND state = %s"
     )

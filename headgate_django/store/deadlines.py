@@ -91,7 +91,7 @@ def archive_held_past_deadline(
     # No condition on state: a matching lease means running (the table's CHECK), and with
     # one the planner may read every running job through the lease index (store.fenced).
     cursor.execute(
-        f"SELECT {_READ}, {v.now(conn)}, lease_id, fence FROM headgate_job "
+        f"SELECT {_READ}, {v.now(conn)}, lease_id, fence FROM {v.jobs_by_id(conn)} "
         f"WHERE id IN ({v.placeholders(len(refs))}) "
         f"AND deadline IS NOT NULL AND deadline <= {v.now(conn)}{v.for_update(conn)}",
         [r.job_id for r in refs],

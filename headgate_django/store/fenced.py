@@ -140,7 +140,7 @@ def _fenced_ids(
 def _lock_held(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]:
     wanted = {r.job_id: (r.lease_id, r.fence) for r in refs}
     cursor.execute(
-        f"SELECT id, lease_id, fence FROM headgate_job WHERE state = %s "
+        f"SELECT id, lease_id, fence FROM {v.jobs_by_id(conn)} WHERE state = %s "
         f"AND id IN ({v.placeholders(len(wanted))}){v.for_update(conn)}",
         [_RUNNING, *wanted],
     )

@@ -43,8 +43,8 @@ def job_promote_due(*, limit: int = 1000, using: str = "default") -> int:
         if not ids:
             return 0
         cursor.execute(
-            f"UPDATE headgate_job SET state = %s WHERE id IN ({v.placeholders(len(ids))}) "
-            "AND state IN (%s, %s)",
+            f"UPDATE {v.jobs_by_id(conn)} SET state = %s "
+            f"WHERE id IN ({v.placeholders(len(ids))}) AND state IN (%s, %s)",
             [State.AVAILABLE.value, *ids, State.SCHEDULED.value, State.RETRYABLE.value],
         )
         return cursor.rowcount

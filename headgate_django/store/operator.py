@@ -248,7 +248,7 @@ def job_cancel_many(job_ids: list[str], *, using: str = "default") -> int:
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(
-            f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)}, "
+            f"UPDATE {v.jobs_by_id(conn)} SET state = %s, finalized_at = {v.now(conn)}, "
             f"expires_at = {v.plus_duration_column(conn, 'retention')}, "
             f"lease_id = NULL, lease_expires_at = NULL WHERE id IN ({v.placeholders(len(job_ids))}) "
             f"AND state IN ({v.placeholders(len(live))})",

@@ -119,7 +119,7 @@ def _release(conn: Any, job_ids: Sequence[str]) -> int:
         return 0
     with conn.cursor() as cursor:
         cursor.execute(
-            f"UPDATE headgate_job SET state = %s, scheduled_at = {v.now(conn)} "
+            f"UPDATE {v.jobs_by_id(conn)} SET state = %s, scheduled_at = {v.now(conn)} "
             f"WHERE id IN ({v.placeholders(len(job_ids))}) AND state = %s",
             [State.AVAILABLE.value, *job_ids, State.PENDING.value],
         )

@@ -118,6 +118,19 @@ def mysql_index_hint(conn: BaseDatabaseWrapper, name: str) -> str:
     return f" FORCE INDEX ({name})" if conn.vendor == "mysql" else ""
 
 
+def jobs_by_id(conn: BaseDatabaseWrapper) -> str:
+    """The job table for a statement that locks rows it names by id (an ``UPDATE`` or a
+    ``SELECT … FOR UPDATE`` with ``id IN (…)`` and a condition on state, lease or
+    deadline), read through its primary key on MySQL/MariaDB.
+
+    When few jobs meet the other condition, InnoDB's optimizer may read a state-led index
+    instead of the ids, and such a statement locks every entry it reads: a claim then
+    waited on the row another worker's claim had just taken, until that claim committed
+    (seen at a three-job backlog). By primary key it locks only the rows it names.
+    """
+    return "headgate_job" + mysql_index_hint(conn, "PRIMARY")
+
+
 def claim_index_hint(conn: BaseDatabaseWrapper, by_queue: bool) -> str:
     """The claim-ordered index that claim candidates must be read through, where the
     planner would not choose it: ``headgate_job_claim`` when the claim names its queues,

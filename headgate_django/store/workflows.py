@@ -199,7 +199,7 @@ def _delete(cursor: Any, job_ids: list[str]) -> None:
 def _promote(cursor: Any, conn: Any, job_ids: list[str]) -> None:
     if job_ids:
         cursor.execute(
-            f"UPDATE headgate_job SET state = %s, scheduled_at = {v.now(conn)} "
+            f"UPDATE {v.jobs_by_id(conn)} SET state = %s, scheduled_at = {v.now(conn)} "
             f"WHERE id IN ({_in(job_ids)}) AND state = %s",
             [State.AVAILABLE.value, *job_ids, State.PENDING.value],
         )
@@ -277,7 +277,8 @@ def _wake(cursor: Any, conn: Any, ids: list[str]) -> None:
     millisecond resolution, when the wake lands in the claim's millisecond.
     """
     cursor.execute(
-        f"UPDATE headgate_job SET state = CASE WHEN state = %s THEN %s ELSE state END, "
+        f"UPDATE {v.jobs_by_id(conn)} "
+        "SET state = CASE WHEN state = %s THEN %s ELSE state END, "
         f"scheduled_at = CASE WHEN state = %s THEN {v.plus_ms(conn)} ELSE {v.now(conn)} END "
         f"WHERE id IN ({_in(ids)}) AND state IN (%s, %s)",
         [
@@ -475,7 +476,7 @@ def workflow_retry_apply(
         )
         if reopen_job_ids:
             cursor.execute(
-                f"UPDATE headgate_job SET state = %s, attempt = 0, crash_attempt = 0, "
+                f"UPDATE {v.jobs_by_id(conn)} SET state = %s, attempt = 0, crash_attempt = 0, "
                 f"scheduled_at = {v.now(conn)}, finalized_at = NULL, expires_at = NULL "
                 f"WHERE id IN ({_in(reopen_job_ids)}) AND state IN ({_in(failed)})",
                 [State.PENDING.value, *reopen_job_ids, *failed],
