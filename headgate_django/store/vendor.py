@@ -131,6 +131,14 @@ def jobs_by_id(conn: BaseDatabaseWrapper) -> str:
     return "headgate_job" + mysql_index_hint(conn, "PRIMARY")
 
 
+def delete_jobs_by_id(conn: BaseDatabaseWrapper) -> str:
+    """``DELETE FROM`` the job table, for rows named by id, as :func:`jobs_by_id` reads
+    them (MySQL/MariaDB take an index hint only in the multiple-table form)."""
+    if conn.vendor == "mysql":
+        return f"DELETE headgate_job FROM {jobs_by_id(conn)}"
+    return "DELETE FROM headgate_job"
+
+
 def claim_index_hint(conn: BaseDatabaseWrapper, by_queue: bool) -> str:
     """The claim-ordered index that claim candidates must be read through, where the
     planner would not choose it: ``headgate_job_claim`` when the claim names its queues,

@@ -129,7 +129,7 @@ def workflow_tick_save(
         _save_checkpoint(
             cursor, conn, ref.job_id, workflow_id, checkpoint, outcome or plan.outcome.value, None
         )
-        _delete(cursor, plan.delete)
+        _delete(cursor, conn, plan.delete)
         _promote(cursor, conn, plan.promote)
         _schedule(cursor, conn, plan.schedule)
         _fail_pending(cursor, conn, plan.fail)
@@ -184,14 +184,15 @@ def _in(ids: list[str]) -> str:
     return v.placeholders(len(ids))
 
 
-def _delete(cursor: Any, job_ids: list[str]) -> None:
+def _delete(cursor: Any, conn: Any, job_ids: list[str]) -> None:
     """Doomed descendants that never ran go away (the failure is explained by history)."""
     if job_ids:
         states = [
             s.value for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE)
         ]
         cursor.execute(
-            f"DELETE FROM headgate_job WHERE id IN ({_in(job_ids)}) AND state IN ({_in(states)})",
+            f"{v.delete_jobs_by_id(conn)} WHERE id IN ({_in(job_ids)}) "
+            f"AND state IN ({_in(states)})",
             [*job_ids, *states],
         )
 
@@ -398,7 +399,7 @@ def workflow_graft_decide(
         if accepted:
             _promote(cursor, conn, [receipt.id])
         else:
-            _delete(cursor, [receipt.id, *node_job_ids])
+            _delete(cursor, conn, [receipt.id, *node_job_ids])
         _graft_audit(
             cursor,
             conn,
@@ -484,7 +485,7 @@ def workflow_retry_apply(
         if receipt_id:
             _promote(cursor, conn, [receipt_id])
         if reject_receipt_id:
-            _delete(cursor, [reject_receipt_id, *reject_job_ids])
+            _delete(cursor, conn, [reject_receipt_id, *reject_job_ids])
             _graft_audit(
                 cursor,
                 conn,
