@@ -57,6 +57,15 @@ def test_renew_must_be_at_most_half_the_lease():
     assert ids(LEASE_TTL=timedelta(seconds=10), RENEW_INTERVAL=timedelta(seconds=5)) == []
 
 
+def test_an_eviction_budget_that_outlasts_the_lease_margin_is_warned_about():
+    # A 3 s lease renewed every second leaves 2 s: the default 1 s budget fits, 2 s does not.
+    assert ids(LEASE_TTL=timedelta(seconds=3)) == []
+    assert ids(LEASE_TTL=timedelta(seconds=3), EVICT_BUDGET=timedelta(seconds=2)) == [
+        "headgate.W003"
+    ]
+    assert ids(LEASE_TTL=timedelta(seconds=1)) == ["headgate.W003"]
+
+
 def test_backoff_cap_below_base():
     assert ids(BACKOFF_BASE=timedelta(seconds=10), BACKOFF_CAP=timedelta(seconds=1)) == [
         "headgate.E004"
