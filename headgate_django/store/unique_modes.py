@@ -36,6 +36,7 @@ from headgate_django.store import vendor as v
 from headgate_django.store.insert import (
     _classify,
     _plan,
+    _Planner,
     _Row,
     insert_checked,
     is_special,
@@ -82,7 +83,7 @@ def insert_special(conn: BaseDatabaseWrapper, rows: Sequence[_Row], using: str) 
             done = [_replace_or_insert(conn, rows[0], using)]
         else:
             _hold_windows(conn, [r for r in rows if r.env.unique_mode == "throttle"])
-            insert_checked(conn, [_plain(r) for r in rows], using)
+            insert_checked(conn, _Planner.of([_plain(r) for r in rows]), using)
             done = [Inserted(r.id, False) for r in rows]
         _set_deadlines(conn, [r for r, d in zip(rows, done, strict=True) if not d.replaced])
     return done
@@ -192,7 +193,7 @@ def _replace_or_insert(conn: BaseDatabaseWrapper, row: _Row, using: str) -> Inse
         except DuplicateError:
             if _take_over(conn, row, holder_id):
                 return Inserted(holder_id, True)
-    insert_checked(conn, [_plain(row)], using)
+    insert_checked(conn, _Planner.of([_plain(row)]), using)
     return Inserted(row.id, False)
 
 
