@@ -110,9 +110,13 @@ def test_execute_wrappers_see_every_statement():
     with connection.execute_wrapper(spy):
         tasks.noop.enqueue()
         tasks.noop.enqueue()
-    # Each enqueue is one insert; now and then the admission policy is read again too.
-    assert len([sql for sql in seen if sql.startswith("INSERT INTO headgate_job")]) == 2
-    assert len(seen) <= 3
+    # Each enqueue is one insert; the only other statements are reads of the admission
+    # policy, which a process repeats at most every quarter second (a slow machine may
+    # see one before each enqueue).
+    inserts = [sql for sql in seen if sql.startswith("INSERT INTO headgate_job")]
+    others = [sql for sql in seen if sql not in inserts]
+    assert len(inserts) == 2
+    assert len(others) <= 2 and all("FROM headgate_queue_state" in sql for sql in others)
 
 
 @pytest.mark.usefixtures("unprepared")
