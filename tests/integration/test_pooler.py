@@ -13,7 +13,10 @@ import pytest
 from django.core.checks import Error
 from django.test import override_settings
 
+from headgate_django import Envelope, enqueue
 from headgate_django.checks import check_settings
+from headgate_django.exceptions import DuplicateError
+from headgate_django.models import Job
 from tests.app import tasks
 from tests.conftest import POOLER_BYPASS, wait_for
 from tests.integration.helpers import headgate_env, job, state_is
@@ -41,3 +44,17 @@ def test_listen_using_must_name_a_database_alias():
     assert isinstance(error, Error) and "'nowhere'" in error.msg
     with override_settings(HEADGATE={"LISTEN_USING": "default"}):
         assert not [e for e in check_settings() if e.id == "headgate.E011"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pipelined_batch_goes_through_the_pooler_whole_or_not_at_all():
+    """PostgreSQL sends a batch as a pipeline of statements (``store.insert``); behind a
+    transaction pooler they stay on one server connection, and a refusal in the last one
+    leaves nothing of the others."""
+    plain = [tasks.noop.envelope() for _ in range(1000)]
+    assert len(set(enqueue(plain))) == 1000
+    [holder] = enqueue(Envelope(kind="test.noop", unique_key="pooled"))
+    with pytest.raises(DuplicateError):
+        enqueue([*plain[1:], Envelope(kind="test.noop", unique_key="pooled")])
+    assert Job.objects.count() == 1001
+    assert Job.objects.get(unique_key="pooled").id == holder
