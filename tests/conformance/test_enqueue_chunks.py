@@ -221,3 +221,17 @@ def test_keys_and_partitions_only_in_a_later_statement_are_stored(monkeypatch):
     parts = dict(Job.objects.values_list("id", "partition_key"))
     assert [stored[i] for i in ids] == [None] * 20 + [f"k{i}" for i in range(10)] + [None] * 20
     assert [parts[i] for i in ids] == [""] * 20 + [f"t{i % 2}" for i in range(10)] + [""] * 20
+
+
+def test_a_refusal_in_the_first_statement_of_a_long_batch_stores_nothing():
+    """On PostgreSQL the statements after a failed one are aborted unrun; the refusal is
+    still the precise error, whichever statement of the batch it was in."""
+    [holder] = enqueue(Envelope(kind="test.noop", unique_key="first"))
+    plain = [Envelope(kind="test.noop", queue="chunks")] * 999
+    with pytest.raises(DuplicateError) as info:
+        enqueue([Envelope(kind="test.noop", unique_key="first"), *plain])
+    assert info.value.existing_id == holder
+    enqueue(dataclasses.replace(tasks.echo.envelope(value=1), id="taken"))
+    with pytest.raises(IdConflictError):
+        enqueue([*plain[:40], dataclasses.replace(tasks.echo.envelope(value=2), id="taken")])
+    assert set(Job.objects.values_list("id", flat=True)) == {holder, "taken"}
