@@ -84,7 +84,9 @@ if os.environ.get("HEADGATE_TEST_REDIS_URL"):
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [os.environ["HEADGATE_TEST_REDIS_URL"]],
+                # Reads may block longer than channels-redis's 5 s BZPOPMIN (see
+                # docs/how-to/deployment.md).
+                "hosts": [{"address": os.environ["HEADGATE_TEST_REDIS_URL"], "socket_timeout": 15}],
                 "prefix": os.environ.get("HEADGATE_TEST_REDIS_PREFIX", "asgi"),
             },
         }

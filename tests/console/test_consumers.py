@@ -217,7 +217,10 @@ def test_with_redis_the_worker_publishes_the_change(
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": prefix},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "prefix": prefix,
+            },
         }
     }
     # Without a publish the consumer would look only every minute: a fast update proves
