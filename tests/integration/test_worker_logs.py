@@ -100,9 +100,21 @@ def test_status_lines_come_every_interval_and_a_signal_drains(project):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    # Read until the second status line rather than sleep a fixed time: a loaded machine
+    # can take seconds to start the process, and the test is about the lines, not the clock.
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if sum("headgate_django.worker: status claimed=" in s for s in seen) >= 2:
+            break
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
+    _, rest = proc.communicate(timeout=60)
+    stderr = "".join(seen) + rest
     assert proc.returncode == 0, stderr
     assert stderr.count("headgate_django.worker: status claimed=") >= 2, stderr
     assert "received SIGTERM: draining (running jobs get up to 25 s" in stderr
