@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from headgate_django.envelope import check_result
 from headgate_django.exceptions import DefinitionError, LeaseLostError
@@ -97,11 +98,16 @@ def job_effects(job_id: str, *, using: str = "default") -> list[EffectRecord] | 
 
 def effect_prune(*, limit: int = 1000, using: str = "default") -> int:
     """Delete up to ``limit`` effect records whose job is gone (evicted, or deleted at its
-    ack); their number."""
+    ack); their number.
+
+    Each record's job is looked up by its primary key (``NOT EXISTS``). ``NOT IN (SELECT id
+    FROM headgate_job)`` cannot be planned as that anti-join on PostgreSQL (a NULL would
+    change its meaning): it reads every job, and once the ids outgrow ``work_mem`` it reads
+    them again for each record (4 s for 400 records beside 300,000 jobs).
+    """
+    job_gone = ~Exists(Job.objects.using(using).filter(id=OuterRef("job_id")))
     orphans = list(
-        Effect.objects.using(using)
-        .exclude(job_id__in=Job.objects.using(using).values("id"))
-        .values_list("pk", flat=True)[:limit]
+        Effect.objects.using(using).filter(job_gone).order_by().values_list("pk", flat=True)[:limit]
     )
     if orphans:
         Effect.objects.using(using).filter(pk__in=orphans).delete()

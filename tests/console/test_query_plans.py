@@ -343,3 +343,27 @@ def test_the_duties_read_their_rows_through_their_index_whatever_the_statistics_
         if any(step.startswith(("Seq Scan", "Sort", "Incremental Sort")) for step in steps):
             scans[sql[:300]] = steps
     assert not scans, json.dumps(scans, indent=2)
+
+
+def test_effect_pruning_looks_each_record_s_job_up_by_its_key() -> None:
+    """The effects duty finds records whose job is gone. Asked as ``NOT IN (SELECT id FROM
+    headgate_job)``, PostgreSQL read every job for it, and again for each record once the
+    ids outgrew ``work_mem``; each record's job must be probed through the primary key."""
+    from headgate_django.models import Effect, Job
+    from headgate_django.store.effects import effect_prune
+
+    with connection.cursor() as cursor:
+        fill(cursor, "postgresql", terminal=DUTY_RETAINED)
+        analyze(cursor, "postgresql")
+    kept = list(Job.objects.values_list("id", flat=True)[:50])
+    now = Job.objects.values_list("enqueued_at", flat=True).first()
+    Effect.objects.bulk_create(
+        [Effect(job_id=j, name="x", fence=1, created_at=now) for j in kept]
+        + [Effect(job_id=f"gone-{i}", name="x", fence=1, created_at=now) for i in range(50)]
+    )
+    with CaptureQueriesContext(connection) as captured:
+        assert effect_prune() == 50
+    reads = [q["sql"] for q in captured.captured_queries if "headgate_job" in q["sql"]]
+    assert reads
+    assert {sql[:300]: problems(sql) for sql in reads if problems(sql)} == {}
+    assert Effect.objects.count() == 50
