@@ -21,25 +21,27 @@ from headgate_django.store.fenced import append_error, error_entry
 from headgate_django.store.rows import prep
 
 
-def _bounded_ids(cursor: Any, conn: Any, where: str, params: list[Any], limit: int) -> list[str]:
-    cursor.execute(
-        f"SELECT id FROM headgate_job WHERE {where} LIMIT %s{v.skip_locked(conn)}",
-        [*params, limit],
-    )
-    return [row[0] for row in cursor.fetchall()]
-
-
 def job_promote_due(*, limit: int = 1000, using: str = "default") -> int:
-    """Move due ``scheduled`` and ``retryable`` jobs to ``available``."""
+    """Move due ``scheduled`` and ``retryable`` jobs to ``available``, earliest due first.
+
+    On PostgreSQL the order is also what keeps the scan on ``headgate_job_due``. Finished
+    jobs keep the ``scheduled_at`` of their run, in the past, so the column's statistics
+    say nearly every row is due, and the planner, taking the state and the time as
+    independent, expected a sequential scan to meet a batch of due jobs at once. With the
+    waiting jobs all in the future it read the whole table instead, every 0.2 s (240 ms a
+    pass beside 1.3 million finished jobs). In the index's order a ``LIMIT`` stops at once.
+    MySQL/MariaDB's index leads with the state, which two states cannot read in time order,
+    so there the batch is taken as found.
+    """
     conn = v.connection_for(using)
+    order = " ORDER BY scheduled_at" if conn.vendor == "postgresql" else ""
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        ids = _bounded_ids(
-            cursor,
-            conn,
-            f"state IN (%s, %s) AND scheduled_at <= {v.cutoff(conn)}",
-            [State.SCHEDULED.value, State.RETRYABLE.value],
-            limit,
+        cursor.execute(
+            f"SELECT id FROM headgate_job WHERE state IN (%s, %s) "
+            f"AND scheduled_at <= {v.cutoff(conn)}{order} LIMIT %s{v.skip_locked(conn)}",
+            [State.SCHEDULED.value, State.RETRYABLE.value, limit],
         )
+        ids = [row[0] for row in cursor.fetchall()]
         if not ids:
             return 0
         cursor.execute(
