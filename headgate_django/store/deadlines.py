@@ -35,7 +35,7 @@ from headgate_django.store.hooks import Death, after_archive
 from headgate_django.store.rows import prep
 
 REASON = "deadline_exceeded"
-_WAITING = ", ".join(f"'{s.value}'" for s in sorted(WAITING_STATES))
+_WAITING = v.states_in(sorted(WAITING_STATES))
 #: The columns an archive needs, then the store clock.
 _READ = "id, state, errors, attempt, workflow_id, deadline, kind, queue"
 

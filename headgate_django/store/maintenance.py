@@ -20,6 +20,9 @@ from headgate_django.store.estimates import Count, capped_count
 from headgate_django.store.fenced import append_error, error_entry
 from headgate_django.store.rows import prep
 
+#: The states promotion moves, written as the due index's condition is (``states_in``).
+_DUE_STATES = v.states_in((State.SCHEDULED, State.RETRYABLE))
+
 
 def job_promote_due(*, limit: int = 1000, using: str = "default") -> int:
     """Move due ``scheduled`` and ``retryable`` jobs to ``available``, earliest due first.
@@ -37,9 +40,9 @@ def job_promote_due(*, limit: int = 1000, using: str = "default") -> int:
     order = " ORDER BY scheduled_at" if conn.vendor == "postgresql" else ""
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(
-            f"SELECT id FROM headgate_job WHERE state IN (%s, %s) "
+            f"SELECT id FROM headgate_job WHERE state IN ({_DUE_STATES}) "
             f"AND scheduled_at <= {v.cutoff(conn)}{order} LIMIT %s{v.skip_locked(conn)}",
-            [State.SCHEDULED.value, State.RETRYABLE.value, limit],
+            [limit],
         )
         ids = [row[0] for row in cursor.fetchall()]
         if not ids:
@@ -146,12 +149,8 @@ def _quarantine(
     )
 
 
-def _evictable_where(conn: Any) -> tuple[str, list[str]]:
-    states = sorted(s.value for s in EVICTABLE_STATES)
-    return (
-        f"state IN ({v.placeholders(len(states))}) AND expires_at <= {v.cutoff(conn)}",
-        states,
-    )
+def _evictable_where(conn: Any) -> str:
+    return f"state IN ({v.states_in(sorted(EVICTABLE_STATES))}) AND expires_at <= {v.cutoff(conn)}"
 
 
 def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str, int]:
@@ -164,7 +163,7 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
     then delete them, in one transaction.
     """
     conn = v.connection_for(using)
-    where, params = _evictable_where(conn)
+    where = _evictable_where(conn)
     # The order is the eviction index's: without it, statistics taken while a backlog was
     # expired make a sequential scan look cheaper than the index for "any N expired rows",
     # and once the rows it meets first are gone every batch reads the table from its start
@@ -177,13 +176,13 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
         with transaction.atomic(using=using), conn.cursor() as cursor:
             cursor.execute(
                 f"DELETE FROM headgate_job WHERE id IN (SELECT id {rows_due}) RETURNING state",
-                [*params, limit],
+                [limit],
             )
             for (state,) in cursor.fetchall():
                 counts[state] = counts.get(state, 0) + 1
         return counts
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        cursor.execute(f"SELECT id, state {rows_due}", [*params, limit])
+        cursor.execute(f"SELECT id, state {rows_due}", [limit])
         rows = cursor.fetchall()
         if not rows:
             return counts
@@ -265,8 +264,8 @@ def job_eviction_backlog(*, using: str = "default") -> Count:
     """Rows past their retention that eviction has not deleted yet (exact up to
     :data:`~headgate_django.store.estimates.EXACT_UP_TO`, estimated above)."""
     conn = v.connection_for(using)
-    where, params = _evictable_where(conn)
-    return capped_count(conn, where, params, mysql_index="headgate_job_evict_my")
+    where = _evictable_where(conn)
+    return capped_count(conn, where, [], mysql_index="headgate_job_evict_my")
 
 
 def unknown_kinds_waiting(

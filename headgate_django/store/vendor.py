@@ -253,6 +253,19 @@ def pg_list_param(items: Iterable[str]) -> str:
     return PG_LIST_SEP.join(items)
 
 
+def states_in(states: Iterable[Any]) -> str:
+    """``states`` (``State`` members) as the quoted list of ``state IN (…)``, written into
+    the statement rather than bound, in the order given.
+
+    A scan that a partial index on those states should serve must repeat the index's
+    condition as the index states it, same order: SQLite matches a partial index against
+    the statement's text, not its bound values, and read every job for each promotion
+    pass while the states were bound (26 ms beside 200,000 finished jobs, every 0.2 s,
+    under the write lock). The values are the store's own constants, never input.
+    """
+    return ", ".join(f"'{state.value}'" for state in states)
+
+
 def placeholders(n: int) -> str:
     return ", ".join(["%s"] * n)
 
