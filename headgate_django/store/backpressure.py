@@ -8,22 +8,34 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.exceptions import BackpressureError
-from headgate_django.kernel.states import LIVE_STATES
+from headgate_django.kernel.states import LIVE_STATES, State
+from headgate_django.models import BULK_STATES
 from headgate_django.store import vendor as v
+
+#: A queue's unfinished jobs, in three parts that each repeat a partial index's condition
+#: literally: available ones (the claim index), running ones (the lease index), and the
+#: rest (``headgate_job_state_rare``). One ``state IN (…)`` of all five states matched no
+#: partial index: PostgreSQL expected to meet enough of them at once in a sequential scan
+#: and read the table instead (300 ms an enqueue beside 1.1 million finished jobs), and
+#: SQLite read it all under the write lock.
+_UNFINISHED = (
+    f"state = '{State.AVAILABLE.value}' AND queue = %s",
+    f"state = '{State.RUNNING.value}' AND queue = %s",
+    f"NOT (state IN ({v.states_in(State(s) for s in BULK_STATES)})) "
+    f"AND state IN ({v.states_in(sorted(LIVE_STATES - {State.AVAILABLE, State.RUNNING}))}) "
+    "AND queue = %s",
+)
 
 
 def unfinished(cursor: Any, queue: str, *, up_to: int | None = None) -> int:
     """The queue's unfinished jobs (pending, scheduled, available, running, retryable),
     counted no further than ``up_to``."""
-    live = [st.value for st in sorted(LIVE_STATES)]
-    inner = (
-        f"SELECT 1 FROM headgate_job WHERE queue = %s AND state IN ({v.placeholders(len(live))})"
-    )
-    params: list[Any] = [queue, *live]
+    params: list[Any] = [queue] * len(_UNFINISHED)
+    sql = " UNION ALL ".join(f"SELECT 1 FROM headgate_job WHERE {part}" for part in _UNFINISHED)
     if up_to is not None:
-        inner += " LIMIT %s"
+        sql += " LIMIT %s"
         params.append(up_to)
-    cursor.execute(f"SELECT COUNT(*) FROM ({inner}) unfinished", params)
+    cursor.execute(f"SELECT COUNT(*) FROM ({sql}) unfinished", params)
     return int(cursor.fetchone()[0])
 
 

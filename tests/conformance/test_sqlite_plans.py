@@ -1,4 +1,5 @@
-"""On SQLite the duties find their rows through their partial indexes, as executed.
+"""On SQLite the duties and the per-enqueue counts find their rows through their partial
+indexes, as executed.
 
 SQLite matches a partial index against a statement's text, not the values bound to it:
 a duty whose states were bound read the whole job table (promotion every 0.2 s, under
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from headgate_django import store
+from headgate_django import admission, store
 from headgate_django.store.claim import job_available
 from headgate_django.store.deadlines import job_archive_past_deadline
 from headgate_django.store.effects import effect_prune
@@ -28,7 +29,7 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's partial-index matching"),
 ]
 
-DUTIES: dict[str, Callable[[], Any]] = {
+READS: dict[str, Callable[[], Any]] = {
     "promote": lambda: store.job_promote_due(limit=100),
     "reclaim": lambda: store.job_reclaim_expired(limit=100),
     "evict": lambda: store.job_evict_retained(limit=100),
@@ -37,6 +38,8 @@ DUTIES: dict[str, Callable[[], Any]] = {
     "effects": effect_prune,
     "job available": job_available,
     "claim": lambda: store.job_claim(worker_id="w", limit=10, lease_ttl=timedelta(seconds=30)),
+    # every enqueue into a queue with a backpressure limit counts its unfinished jobs
+    "backpressure": lambda: (admission.set_backpressure("bp", 100), enqueue_job(queue="bp")),
 }
 
 
@@ -68,8 +71,8 @@ def _table_scans(run: Callable[[], Any]) -> dict[str, list[str]]:
     return scans
 
 
-@pytest.mark.parametrize("duty", sorted(DUTIES))
-def test_each_duty_reads_jobs_through_an_index_with_its_values_bound(duty: str) -> None:
+@pytest.mark.parametrize("read", sorted(READS))
+def test_each_reads_jobs_through_an_index_with_its_values_bound(read: str) -> None:
     for _ in range(3):
         enqueue_job()
-    assert _table_scans(DUTIES[duty]) == {}
+    assert _table_scans(READS[read]) == {}

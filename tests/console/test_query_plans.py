@@ -321,7 +321,7 @@ def test_the_duties_read_their_rows_through_their_index_whatever_the_statistics_
     expired: a third of the heap per batch); only the duty's index finds them at once."""
     with connection.cursor() as cursor:
         _stale_statistics(cursor, duty)
-    assert _unindexed_duty_scans(DUTIES[duty]) == {}
+    assert _unindexed_scans(DUTIES[duty]) == {}
 
 
 def test_promotion_reads_the_due_index_beside_finished_jobs_and_a_future_backlog(
@@ -339,14 +339,14 @@ def test_promotion_reads_the_due_index_beside_finished_jobs_and_a_future_backlog
         # waiting ones, and the planner cannot count on reading the table in time order.
         cursor.execute("UPDATE headgate_job SET attempt = attempt + 1 WHERE state <> 'scheduled'")
         analyze(cursor, "postgresql")
-    assert _unindexed_duty_scans(DUTIES["promote"]) == {}
+    assert _unindexed_scans(DUTIES["promote"]) == {}
 
 
-def _unindexed_duty_scans(duty: Any) -> dict[str, list[str]]:
-    """The steps of each job-table statement ``duty`` runs that scan or sort the table,
+def _unindexed_scans(run: Any) -> dict[str, list[str]]:
+    """The steps of each job-table statement ``run`` executes that scan or sort the table,
     by statement."""
     with CaptureQueriesContext(connection) as captured:
-        duty()
+        run()
     statements = [
         q["sql"]
         for q in captured.captured_queries
@@ -391,3 +391,19 @@ def test_effect_pruning_looks_each_record_s_job_up_by_its_key() -> None:
     assert reads
     assert {sql[:300]: problems(sql) for sql in reads if problems(sql)} == {}
     assert Effect.objects.count() == 50
+
+
+def test_a_backpressure_count_reads_the_queue_s_unfinished_jobs_through_indexes(
+    unprepared: None,
+) -> None:
+    """Each enqueue into a queue with a backpressure limit counts its unfinished jobs. As
+    one ``state IN (…)`` of the five states, the planner expected a sequential scan to meet
+    enough of them at once, and read the finished jobs of a busy table instead."""
+    from headgate_django import admission
+
+    with connection.cursor() as cursor:
+        fill(cursor, "postgresql", terminal=DUTY_RETAINED, scheduled=DUTY_RETAINED // 5)
+        cursor.execute("UPDATE headgate_job SET attempt = attempt + 1 WHERE state <> 'scheduled'")
+        analyze(cursor, "postgresql")
+    admission.set_backpressure("q1", DUTY_RETAINED)
+    assert _unindexed_scans(lambda: enqueue_job(queue="q1")) == {}
