@@ -27,6 +27,7 @@ from headgate_django.store.fenced import (
 )
 from headgate_django.store.insert import job_insert_many
 from headgate_django.store.maintenance import (
+    UNKNOWN_COUNTED_UP_TO,
     EvictionPass,
     job_evict_pass,
     job_evict_retained,
@@ -50,6 +51,7 @@ from headgate_django.store.unique_modes import Inserted, job_insert_one, unique_
 from headgate_django.store.vendor import db_now
 
 __all__ = [
+    "UNKNOWN_COUNTED_UP_TO",
     "ClaimedJob",
     "EvictionPass",
     "Inserted",

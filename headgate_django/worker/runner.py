@@ -736,9 +736,9 @@ class Worker:
         )
         for kind, count in sorted(waiting.items()):
             log.warning(
-                "%d available job(s) of kind %r have no handler in this worker; "
+                "%s available job(s) of kind %r have no handler in this worker; "
                 "they wait for a worker that registers it",
-                count,
+                f"{count:,}+" if count >= store.UNKNOWN_COUNTED_UP_TO else count,
                 kind,
             )
 

@@ -353,3 +353,25 @@ def test_unknown_kind_is_left_untouched_and_reported():
     # A worker of other queues is not told about it: the job is not its to run.
     assert store.unknown_kinds_waiting(registered_kinds(), queues=["elsewhere"]) == {}
     assert store.job_claim(worker_id=WORKER, limit=10, lease_ttl=LONG, kinds=[]) == []
+
+
+def test_unknown_kinds_are_counted_each_up_to_a_cap_and_only_while_available(monkeypatch):
+    from headgate_django.store import maintenance
+
+    monkeypatch.setattr(maintenance, "UNKNOWN_COUNTED_UP_TO", 2)
+    enqueue([Envelope(kind="test.zz-unknown") for _ in range(3)])
+    enqueue(Envelope(kind="test.aa-unknown"))
+    [finished] = enqueue(Envelope(kind="test.mm-unknown"))
+    Job.objects.filter(pk=finished).update(state="completed")
+    enqueue([Envelope(kind="test.noop") for _ in range(3)])
+    # Kinds before, between and after the known ones are all found; a kind with no
+    # available job is not reported, and each count stops at the cap.
+    assert store.unknown_kinds_waiting(registered_kinds()) == {
+        "test.aa-unknown": 1,
+        "test.zz-unknown": 2,
+    }
+    assert store.unknown_kinds_waiting([]) == {
+        "test.aa-unknown": 1,
+        "test.noop": 2,
+        "test.zz-unknown": 2,
+    }

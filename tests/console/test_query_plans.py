@@ -407,3 +407,29 @@ def test_a_backpressure_count_reads_the_queue_s_unfinished_jobs_through_indexes(
         analyze(cursor, "postgresql")
     admission.set_backpressure("q1", DUTY_RETAINED)
     assert _unindexed_scans(lambda: enqueue_job(queue="q1")) == {}
+
+
+def test_the_unknown_kinds_report_does_not_read_the_waiting_jobs_of_known_kinds(
+    unprepared: None,
+) -> None:
+    """A worker whose claims come back short (behind a rate limit, say) reports the kinds
+    nobody here can run, once a minute. Counting every available job and dropping the
+    known kinds read the whole backlog each time; the kinds are walked through the kind
+    index instead, and only unknown kinds' jobs are counted."""
+    from benchmarks.fill import KINDS
+
+    with connection.cursor() as cursor:
+        fill(cursor, "postgresql", terminal=DUTY_RETAINED)
+        cursor.execute(
+            "UPDATE headgate_job SET state = 'available', expires_at = NULL "
+            "WHERE id IN (SELECT id FROM headgate_job ORDER BY id LIMIT %s)",
+            [DUTY_RETAINED // 2],
+        )
+        analyze(cursor, "postgresql")
+    enqueue_job(kind=RARE_KIND)
+    known = [f"bench.k{i}" for i in range(KINDS)]
+    with CaptureQueriesContext(connection) as captured:
+        assert store.unknown_kinds_waiting(known) == {RARE_KIND: 1}
+    statements = [q["sql"] for q in captured.captured_queries if "headgate_job" in q["sql"]]
+    assert len(statements) <= KINDS + 3
+    assert {sql[:200]: problems(sql) for sql in statements if problems(sql)} == {}
