@@ -85,10 +85,16 @@ def idempotency_record_save(
 
 
 def idempotency_purge_expired(*, limit: int = PURGE_BATCH, using: str = "default") -> int:
-    """Delete up to ``limit`` expired records; returns how many went."""
+    """Delete up to ``limit`` expired records, the first to expire first; returns how many
+    went.
+
+    In the order of the ``expires_at`` index, the ``LIMIT`` stops after ``limit`` entries;
+    the model's own order (newest first) sorted every expired record for each batch.
+    """
     now = db_now(using)
     rows = IdempotencyRecord.objects.using(using)
-    ids = list(rows.filter(expires_at__lte=now).values_list("pk", flat=True)[:limit])
+    expired = rows.filter(expires_at__lte=now).order_by("expires_at")
+    ids = list(expired.values_list("pk", flat=True)[:limit])
     if not ids:
         return 0
     deleted, _ = rows.filter(pk__in=ids, expires_at__lte=now).delete()

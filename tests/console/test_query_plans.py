@@ -433,3 +433,29 @@ def test_the_unknown_kinds_report_does_not_read_the_waiting_jobs_of_known_kinds(
     statements = [q["sql"] for q in captured.captured_queries if "headgate_job" in q["sql"]]
     assert len(statements) <= KINDS + 3
     assert {sql[:200]: problems(sql) for sql in statements if problems(sql)} == {}
+
+
+def test_the_idempotency_purge_reads_expired_records_in_index_order(unprepared: None) -> None:
+    """The purge takes a batch of expired records a minute. In the model's order (newest
+    first) each batch sorted every expired record; in ``expires_at`` order the index
+    gives the batch at once."""
+    from headgate_django.store.idempotency import idempotency_purge_expired
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'INSERT INTO headgate_idempotency (key_digest, key, "user", method, path, '
+            "body_hash, status_code, response_headers, response_body, created_at, expires_at) "
+            "SELECT md5(g::text) || md5((g + 1)::text), 'k' || g, '1', 'POST', '/api/v1/jobs', "
+            "md5(g::text), 201, '{}', '\\x00', now() - interval '2 days' + g * interval '1 s', "
+            "now() - interval '1 day' + g * interval '1 s' FROM generate_series(1, %s) g",
+            [DUTY_DUE],
+        )
+        cursor.execute("ANALYZE headgate_idempotency")
+    with CaptureQueriesContext(connection) as captured:
+        assert idempotency_purge_expired() > 0
+    [select] = [q["sql"] for q in captured.captured_queries if "LIMIT" in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {select}")
+        raw = cursor.fetchone()[0]
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    assert [n["Node Type"] for n, _ in _nodes(plan) if "Sort" in n["Node Type"]] == []
