@@ -459,3 +459,34 @@ def test_the_idempotency_purge_reads_expired_records_in_index_order(unprepared: 
         raw = cursor.fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     assert [n["Node Type"] for n, _ in _nodes(plan) if "Sort" in n["Node Type"]] == []
+
+
+def test_the_durable_vacuum_reads_expired_executions_in_index_order(unprepared: None) -> None:
+    """The vacuum duty deletes finished executions past their retention a batch at a time.
+    Ordered by ``finished_at`` alone, a backlog of them was read and sorted whole for each
+    batch; in the order of the ``(state, finished_at)`` index the batch comes at once."""
+    from headgate_django.store.durable import execution_vacuum
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO headgate_durable_execution (id, name, version, state, failure_reason, "
+            "suspended_reason, task_queue, meta, last_seq, created_at, updated_at, finished_at, "
+            "parent_close_policy, parent_command_id) SELECT 'e' || g, 'wf', 'v1', "
+            "(ARRAY['succeeded', 'failed', 'cancelled'])[1 + g %% 3], '', '', 'default', '{}', "
+            "1, now() - interval '30 days', now(), now() - interval '20 days' + g * interval "
+            "'1 s', 'terminate', '' FROM generate_series(1, %s) g",
+            [DUTY_DUE],
+        )
+        cursor.execute("ANALYZE headgate_durable_execution")
+    with CaptureQueriesContext(connection) as captured:
+        assert len(execution_vacuum(older_than=timedelta(days=7), limit=100)) == 100
+    [select] = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "FROM headgate_durable_execution" in q["sql"] and "LIMIT" in q["sql"]
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {select}")
+        raw = cursor.fetchone()[0]
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    assert [n["Node Type"] for n, _ in _nodes(plan) if "Sort" in n["Node Type"]] == []
