@@ -5,6 +5,8 @@ worker is SIGKILLed mid-run (its jobs keep their slots until they are reclaimed)
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import threading
 import time
 from datetime import datetime
@@ -98,17 +100,22 @@ def test_ceiling_of_three_across_two_processes(start_worker, kill):
     if kill:
         wait_for(lambda: Execution.objects.filter(label__startswith="end:").count() >= 15)
 
-        def holding_worker():
-            # A worker that holds running jobs now, so the kill strands their slots.
+        def killed_holding():
+            # Killed while it holds running jobs, so the kill strands their slots. Each
+            # worker is frozen first: a worker seen holding a job and then killed could
+            # have acknowledged it in between (seen under load), and a frozen one cannot.
             for worker in workers:
+                os.kill(worker.pid, signal.SIGSTOP)
+                time.sleep(0.05)  # a commit it sent before it froze lands meanwhile
                 if Job.objects.filter(
                     queue=QUEUE, state="running", claimed_by__contains=f":{worker.pid}:"
                 ).exists():
+                    worker.kill()
                     return worker
+                os.kill(worker.pid, signal.SIGCONT)
             return None
 
-        victim = wait_for(holding_worker, interval=0.005)
-        victim.kill()
+        victim = wait_for(killed_holding, interval=0.005)
         killed_at = timezone.now()
 
     def all_completed() -> bool:
