@@ -138,14 +138,14 @@ def _quarantine(
             f"sample_payload, sample_job_id, reason) VALUES (%s, %s, %s, {v.now(conn)}, %s, %s, %s)",
             [fp, kind, crashes, payload, job_id, reason],
         )
-    waiting = sorted(s.value for s in WAITING_STATES)
     # MySQL/MariaDB find waiting jobs by the generated column that is their fingerprint
-    # only while they wait (migration 0020); elsewhere a partial index has that condition.
+    # only while they wait (migration 0020); elsewhere a partial index has that condition,
+    # which the statement repeats in its text for SQLite to match it.
     column = "fp_waiting" if conn.vendor == "mysql" else "fingerprint"
     cursor.execute(
         f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)} "
-        f"WHERE {column} = %s AND state IN ({v.placeholders(len(waiting))})",
-        [State.QUARANTINED.value, fp, *waiting],
+        f"WHERE {column} = %s AND state IN ({v.states_in(sorted(WAITING_STATES))})",
+        [State.QUARANTINED.value, fp],
     )
 
 

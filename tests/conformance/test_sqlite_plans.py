@@ -19,10 +19,11 @@ import pytest
 from django.db import connection
 
 from headgate_django import admission, store
+from headgate_django.kernel.states import State
 from headgate_django.store.claim import job_available
 from headgate_django.store.deadlines import job_archive_past_deadline
 from headgate_django.store.effects import effect_prune
-from tests.conformance.helpers import enqueue_job
+from tests.conformance.helpers import enqueue_job, job_in_state
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -32,6 +33,8 @@ pytestmark = [
 READS: dict[str, Callable[[], Any]] = {
     "promote": lambda: store.job_promote_due(limit=100),
     "reclaim": lambda: store.job_reclaim_expired(limit=100),
+    # a crash past the limit quarantines the fingerprint and every job of it still waiting
+    "quarantine": lambda: job_in_state(State.QUARANTINED),
     "evict": lambda: store.job_evict_retained(limit=100),
     "eviction backlog": store.job_eviction_backlog,
     "deadlines": job_archive_past_deadline,
