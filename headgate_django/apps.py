@@ -16,9 +16,17 @@ class HeadgateConfig(AppConfig):
             checks,  # noqa: F401  (registers system checks)
             deaths,  # noqa: F401  (death handlers' store hook)
         )
-        from headgate_django.conf import headgate_settings
+        from headgate_django.conf import DEFAULTS, headgate_settings
         from headgate_django.console import publish  # noqa: F401  (live console hook)
         from headgate_django.durable import handlers as durable_handlers  # noqa: F401
+        from headgate_django.exceptions import ConfigurationError
         from headgate_django.workflows import handlers, internal  # noqa: F401  (handlers)
 
-        autodiscover_modules(*headgate_settings.AUTODISCOVER_MODULES)
+        try:
+            modules = headgate_settings.AUTODISCOVER_MODULES
+        except ConfigurationError:
+            # A misspelt or unknown key: the system check reports it (headgate.E001), and
+            # every command that runs checks, runworkers and migrate among them, stops on
+            # it. Raising here instead would turn even ``manage.py check`` into a traceback.
+            modules = DEFAULTS["AUTODISCOVER_MODULES"]
+        autodiscover_modules(*modules)

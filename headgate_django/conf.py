@@ -6,6 +6,7 @@ re-read when a test changes settings. Cross-field rules are system checks (``che
 
 from __future__ import annotations
 
+import difflib
 from datetime import timedelta
 from typing import Any
 
@@ -131,6 +132,12 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def _with_guess(key: object) -> str:
+    """``key``, and the known setting it is most likely a misspelling of, if any."""
+    guess = difflib.get_close_matches(str(key).upper(), DEFAULTS, n=1)
+    return f"{key} (did you mean {guess[0]}?)" if guess else str(key)
+
+
 class HeadgateSettings:
     """Attribute access to ``settings.HEADGATE`` merged over :data:`DEFAULTS`."""
 
@@ -141,10 +148,10 @@ class HeadgateSettings:
         user = getattr(django_settings, "HEADGATE", {}) or {}
         if not isinstance(user, dict):
             raise ConfigurationError("settings.HEADGATE must be a dict")
-        unknown = sorted(set(user) - set(DEFAULTS))
+        unknown = sorted(set(user) - set(DEFAULTS), key=str)
         if unknown:
             raise ConfigurationError(
-                f"Unknown HEADGATE setting(s): {', '.join(unknown)}. "
+                f"Unknown HEADGATE setting(s): {', '.join(map(_with_guess, unknown))}. "
                 f"Known settings: {', '.join(sorted(DEFAULTS))}."
             )
         return {**DEFAULTS, **user}

@@ -1,6 +1,10 @@
 """Settings validation: unknown keys, bad values and cross-field rules each get a check id."""
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -8,6 +12,8 @@ from django.test import override_settings
 from headgate_django.checks import check_settings
 from headgate_django.conf import headgate_settings
 from headgate_django.exceptions import ConfigurationError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def ids(**headgate):
@@ -23,6 +29,13 @@ def test_unknown_key_is_an_error():
     assert ids(LEASE_TTLL=timedelta(seconds=1)) == ["headgate.E001"]
     with override_settings(HEADGATE={"NOPE": 1}), pytest.raises(ConfigurationError, match="NOPE"):
         headgate_settings.LEASE_TTL  # noqa: B018
+
+
+def test_an_unknown_key_names_the_setting_it_looks_like() -> None:
+    with override_settings(HEADGATE={"lease_ttll": 5, "XYZZY": 1}):
+        (message,) = [m.msg for m in check_settings()]
+    assert "lease_ttll (did you mean LEASE_TTL?)" in message
+    assert "XYZZY, " in message  # nothing close: no guess
 
 
 def test_bad_duration_and_bad_count_are_reported_together():
@@ -161,3 +174,26 @@ def test_runworkers_runs_these_checks_and_leaves_the_linting_ones_to_manage_py_c
     run = set(Command.requires_system_checks)
     assert set(check_settings.tags) <= run
     assert not run & {Tags.models, Tags.urls, Tags.templates, Tags.caches, Tags.staticfiles}
+
+
+@pytest.mark.parametrize("command", [["check"], ["runworkers", "--burst"]])
+def test_an_unknown_key_stops_commands_with_the_check_not_a_traceback(
+    command: list[str], tmp_path: Path
+) -> None:
+    """The app's ``ready()`` reads the settings; an unknown key must reach the check."""
+    (tmp_path / "typo_settings.py").write_text(
+        "from tests.settings import *  # noqa: F403\nHEADGATE = {'LEASE_TTLL': 5}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(DJANGO_SETTINGS_MODULE="typo_settings", PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *command],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "headgate.E001" in done.stderr and "LEASE_TTLL" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
