@@ -1,6 +1,6 @@
 """The exception tree of headgate-django.
 
-One root, :class:`HeadgateError`; each class's docstring is its default message, so
+One root, :class:`HeadgateError`; each class's docstring's first paragraph is its default message, so
 ``raise LeaseLostError()`` already says something useful. Exceptions that reach the HTTP
 API carry ``status_code`` and ``default_code``, and the API maps them in one place.
 
@@ -12,6 +12,7 @@ This module is pure (no Django import) so the kernel may use it.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 
@@ -22,9 +23,14 @@ class HeadgateError(Exception):
     default_code = "error"
 
     def __init__(self, message: str | None = None, **details: Any) -> None:
-        self.message = message or (self.__doc__ or "").strip().splitlines()[0]
+        self.message = message or _summary(self.__doc__)
         self.details = details
         super().__init__(self.message)
+
+
+def _summary(doc: str | None) -> str:
+    """A docstring's first paragraph on one line: the message an error gives by default."""
+    return " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
 
 
 # -- configuration -------------------------------------------------------------------

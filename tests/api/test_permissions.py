@@ -160,6 +160,11 @@ def test_viewer_finds_the_secret_nowhere(viewer: Api) -> None:
     refused = viewer.get(job, {"include_payload": "1"})
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "payload_permission_required"
+    # the message names the permission to grant, on one line
+    assert refused.json()["error"]["message"] == (
+        "Reading user data (payloads, results, checkpoints, history) needs the "
+        "headgate_django.view_job_payload permission."
+    )
 
 
 def test_the_payload_permission_reveals_every_kind_of_user_data(operator: Api) -> None:
