@@ -15,7 +15,7 @@ from typing import Any
 
 from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope, check_fields, encode_call, with_payload
-from headgate_django.exceptions import DefinitionError, UnknownTaskError
+from headgate_django.exceptions import DefinitionError, TaskArgumentsError, UnknownTaskError
 from headgate_django.kernel.names import internal_kind_error, is_internal_kind, validate_kind
 from headgate_django.waiting import (
     DEFAULT_TIMEOUT,
@@ -98,13 +98,53 @@ class TaskDef:
         check_fields(template)
         return template
 
+    @cached_property
+    def _call_signature(self) -> inspect.Signature | None:
+        """The handler's signature without its first parameter (the context), which is
+        what a job's arguments must fit; None for a batch handler, whose members carry
+        their arguments, or for a callable whose signature cannot be read."""
+        if self.batch_size is not None:
+            return None
+        try:
+            signature = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return None
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+    @cached_property
+    def _needs_arguments(self) -> bool:
+        return self.misfit([], {}) is not None
+
+    def misfit(self, args: Iterable[Any], kwargs: dict[str, Any]) -> str | None:
+        """Why the handler cannot be called with ``args`` and ``kwargs``; None if it can."""
+        signature = self._call_signature
+        if signature is None:
+            return None
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            return f"{self.kind}: the arguments do not fit {_plain_call(self.fn)}: {exc}"
+        return None
+
+    def _payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        if args or kwargs or self._needs_arguments:  # a call without any: known to fit
+            problem = self.misfit(args, kwargs)
+            if problem is not None:
+                raise TaskArgumentsError(problem)
+        return encode_call(args, kwargs)
+
     def envelope(self, *args: Any, **kwargs: Any) -> Envelope:
-        """The job this call would be, not yet enqueued (what ``Workflow.add`` takes)."""
-        return with_payload(self._template, encode_call(args, kwargs))
+        """The job this call would be, not yet enqueued (what ``Workflow.add`` takes).
+
+        The arguments are checked against the handler's signature here, as a call would
+        check them: :class:`~headgate_django.exceptions.TaskArgumentsError` (a
+        ``TypeError``) if they do not fit.
+        """
+        return with_payload(self._template, self._payload(args, kwargs))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> str:
         """Enqueue one job now (joining the caller's transaction) and return its id."""
-        return enqueue(with_payload(self._template, encode_call(args, kwargs)))[0]
+        return enqueue(with_payload(self._template, self._payload(args, kwargs)))[0]
 
     def enqueue_and_wait(
         self, *args: Any, timeout: float | None = DEFAULT_TIMEOUT, **kwargs: Any
@@ -127,6 +167,17 @@ class TaskDef:
         else:
             env = replace(env, scheduled_at=when)
         return enqueue(env)[0]
+
+
+def _plain_call(fn: Callable[..., Any]) -> str:
+    """``name(ctx, a, b=0, *, scale=1)``: a handler's parameters as a caller sees them,
+    without annotations (which ``from __future__ import annotations`` turns into text)."""
+    signature = inspect.signature(fn)
+    plain = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+    return f"{getattr(fn, '__name__', 'handler')}{plain}"
 
 
 def _validate(definition: TaskDef) -> None:

@@ -251,6 +251,12 @@ def _run(
     except _Escaped as exc:
         return failure(exc.exc)
     except Exception as exc:
+        # Stored arguments that the handler cannot take (written by hand, by another
+        # service, or before its signature changed) fail every attempt alike: undecodable,
+        # for an operator to repair, not retried. Asked only once a call has failed.
+        misfit = definition.misfit(args, kwargs) if isinstance(exc, TypeError) else None
+        if misfit is not None:
+            return Undecodable(reason=misfit, traceback=traceback.format_exc())
         return failure(
             exc, connection_lost=not definition.is_async and _connection_lost(exc, conn, watch)
         )

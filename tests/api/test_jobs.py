@@ -126,6 +126,18 @@ def test_create_unknown_kind_is_404(operator: Api) -> None:
     assert response.json()["error"]["code"] == "unknown_task"
 
 
+def test_create_with_arguments_the_handler_cannot_take_is_422(operator: Api) -> None:
+    response = operator.post("/api/v1/jobs", {"kind": "test.noop", "kwargs": {"user": 1}})
+    assert response.status_code == 422
+    assert response.json()["error"] == {
+        "code": "invalid_arguments",
+        "message": "test.noop: the arguments do not fit noop(ctx): "
+        "got an unexpected keyword argument 'user'",
+        "detail": None,
+    }
+    assert not Job.objects.exists()
+
+
 def test_operator_verbs_move_jobs(operator: Api) -> None:
     pending = enqueue_job(pending=True)
     body = {"scheduled_at": "2099-01-01T00:00:00Z"}

@@ -20,6 +20,7 @@ from headgate_django.exceptions import (
     InvalidKindError,
     PayloadError,
     PayloadTooLargeError,
+    TaskArgumentsError,
 )
 from headgate_django.models import LIVE_JOB_STATES, Job
 from headgate_django.registry import find_task, registered_kinds
@@ -100,6 +101,47 @@ def test_non_json_arguments_fail_when_the_envelope_is_built(no_new_rows):
         tasks.echo.envelope(value=float("nan"))
     with pytest.raises(PayloadError):
         tasks.echo.enqueue(value={1, 2})
+
+
+@task(kind="test.conformance.add")
+def add(ctx, a: int, b: int = 0, *, scale: int = 1) -> int:
+    return (a + b) * scale
+
+
+@task(kind="test.conformance.anything")
+def anything(ctx, *args, **kwargs) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, problem",
+    [
+        ((), {"a": 1, "c": 2}, "got an unexpected keyword argument 'c'"),
+        ((), {}, "missing a required argument: 'a'"),
+        ((1, 2, 3), {}, "too many positional arguments"),
+        ((1,), {"a": 1}, "multiple values for argument 'a'"),
+        ((1, 2, 3), {"scale": 2}, "too many positional arguments"),
+    ],
+)
+def test_arguments_that_do_not_fit_the_handler_fail_when_the_envelope_is_built(
+    args, kwargs, problem, no_new_rows
+):
+    for make in (add.envelope, add.enqueue, add.enqueue_and_wait):
+        with pytest.raises(TaskArgumentsError) as info:
+            make(*args, **kwargs)
+        assert str(info.value) == (
+            "test.conformance.add: the arguments do not fit "
+            f"add(ctx, a, b=0, *, scale=1): {problem}"
+        )
+        assert isinstance(info.value, TypeError)  # as calling add() with them would be
+
+
+def test_arguments_that_fit_are_enqueued_and_run():
+    job_id = add.enqueue(2, b=3, scale=10)
+    assert testing.run_one() == (job_id, "completed")
+    assert row(job_id)["result"] == 50
+    anything.enqueue(1, 2, x=3)
+    tasks.noop.enqueue()
 
 
 def test_duplicate_ids_in_one_batch(no_new_rows):

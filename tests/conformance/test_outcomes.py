@@ -32,11 +32,20 @@ def bad_result(ctx):
     return {1, 2}
 
 
+@task(kind="test.conformance.type-error")
+def adds_text(ctx, n: int = 1):
+    return "n=" + n  # a TypeError of the handler's own
+
+
 UNDECODABLE = {
     "newer-schema-version": Envelope(kind="test.echo", schema_version=2),
     "undecodable-bytes": Envelope(kind="test.echo", payload=b"\xff\xfe\x00"),
     "not-an-args-object": Envelope(kind="test.echo", payload=b"[1, 2]"),
     "missing-upcaster": Envelope(kind="test.conformance.v2-no-upcaster", schema_version=1),
+    # stored arguments the handler cannot take: written by hand, or before a signature change
+    "unexpected-argument": Envelope(kind="test.noop", payload=encode_call((), {"user": 1})),
+    "too-many-positional": Envelope(kind="test.fail", payload=encode_call(("a", "b"), {})),
+    "async-unexpected-argument": Envelope(kind="test.async", payload=b'{"nope": 1}'),
 }
 
 
@@ -49,6 +58,24 @@ def test_undecodable_payloads_are_parked_not_retried(env: Envelope):
     assert after["attempt"] == 0
     assert [e["kind"] for e in after["errors"]] == ["undecodable"]
     assert testing.run_jobs(include_scheduled=True).outcomes == []
+
+
+def test_an_undecodable_misfit_says_which_arguments_the_handler_refused():
+    [job_id] = enqueue(UNDECODABLE["unexpected-argument"])
+    testing.run_one()
+    [error] = row(job_id)["errors"]
+    assert error["error"] == (
+        "test.noop: the arguments do not fit noop(ctx): got an unexpected keyword argument 'user'"
+    )
+
+
+def test_a_type_error_inside_a_handler_is_an_ordinary_failure():
+    """Only arguments that cannot be bound are undecodable; a handler's own TypeError is
+    retried like any failure."""
+    job_id = adds_text.enqueue(n=7)
+    assert testing.run_one() == (job_id, "retried")
+    [error] = row(job_id)["errors"]
+    assert error["kind"] == "error" and "TypeError" in error["error"], error
 
 
 def test_an_older_schema_version_is_upcast():
