@@ -83,6 +83,12 @@ def run_of(job_id: str) -> str:
     return job_id[: job_id.rindex(f":{OP_PREFIX}")]
 
 
+def is_operation_of(job_id: str, run_id: str) -> bool:
+    """Whether ``job_id`` is an Operation job of run ``run_id``. Exactly, not by prefix:
+    ids may contain ``:``, so ``<run>:`` also begins the Operations of a run ``<run>:x``."""
+    return f":{OP_PREFIX}" in job_id and run_of(job_id) == run_id
+
+
 def command_of(job_id: str) -> str:
     """The command id (``op:<n>``) of an Operation job id."""
     return job_id[job_id.rindex(f":{OP_PREFIX}") + 1 :]

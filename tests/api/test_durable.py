@@ -97,6 +97,17 @@ def test_resolve_uncertain(operator: Api) -> None:
         f"{base}/resolve-uncertain", {"job_id": "other:op:1", "decision": "retry"}
     )
     assert foreign.status_code == 404
+    # an execution whose id extends this one's: its Operations are not this one's
+    other = start(operator, name="api-unsure", workflow_id=f"{wf}:op:x").json()["workflow_id"]
+    for _ in range(5):
+        testing.run_jobs()
+    assert operator.get(f"/api/v1/durable/executions/{other}").json()["state"] == "suspended"
+    for job_id in (f"{other}:op:1", f"{wf}:x", f"{wf}"):
+        refused = operator.post(
+            f"{base}/resolve-uncertain", {"job_id": job_id, "decision": "retry"}
+        )
+        assert refused.status_code == 404, job_id
+    assert operator.get(f"/api/v1/durable/executions/{other}").json()["state"] == "suspended"
     neither = operator.post(f"{base}/resolve-uncertain", {"decision": "retry"})
     assert neither.status_code == 400
     done = operator.post(

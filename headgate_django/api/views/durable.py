@@ -36,6 +36,7 @@ from headgate_django.api.serializers import durable as s
 from headgate_django.durable import Client, Manager
 from headgate_django.exceptions import NotFoundError
 from headgate_django.models import DURABLE_STATES, Execution
+from headgate_django.store.durable_runs import is_operation_of
 
 FILTERS = [
     query.choice("state", DURABLE_STATES, "The execution's state."),
@@ -285,7 +286,7 @@ class ExecutionViewSet(HeadgateViewSet):
         data = serializer.validated_data
         run_id = Manager().get(workflow_id).run_id  # 404 for an unknown execution first
         job_id = data.get("job_id") or f"{run_id}:{data['command_id']}"
-        if not job_id.startswith(f"{run_id}:"):
+        if not is_operation_of(job_id, run_id):
             raise NotFoundError(f"{job_id} is not an Operation of execution {workflow_id}")
         Manager().resolve_uncertain(job_id, data["decision"], data["result"], data["error"])
         return _view(request, workflow_id)
