@@ -307,11 +307,16 @@ class QuarantineAdmin(ReadOnlyAdmin):
 class EffectAdmin(ReadOnlyAdmin):
     list_display = ["name", "job", "fence", "created_at"]
     search_fields = ["=job_id", "^name"]
-    exclude = ["result"]  # user data: the API's effects route shows it to payload viewers
+    readonly_fields = ["result_view"]
+    private = ("result_view",)  # as the API's effects route shows it: to payload viewers
 
     @admin.display(description="job")
     def job(self, obj: Effect) -> Any:
         return job_link(obj.job_id, self.site_name)
+
+    @admin.display(description="result")
+    def result_view(self, obj: Effect) -> Any:
+        return pretty_json(obj.result)
 
 
 @admin.register(UniqueWindow)

@@ -36,6 +36,9 @@ PRIVATE_FIELDS: dict[str, frozenset[str]] = {
     "signalemission": frozenset({"payload", "source", "content_hash"}),
     "execution": frozenset({"input", "result", "meta"}),
     "historyevent": frozenset({"payload"}),
+    "executionrun": frozenset({"input"}),  # the input of a run that continued as new
+    "runhistoryevent": frozenset({"payload"}),
+    "effect": frozenset({"result"}),  # what an at-most-once effect returned
     "signalinbox": frozenset({"payload"}),
     "idempotencyrecord": frozenset({"response_body"}),
 }

@@ -40,6 +40,14 @@ def answer_with_secret(ctx: durable.Context, order: Any) -> Any:
     return {"input": order, "signal": go.result()}
 
 
+@durable.workflow("user-data-runs", version="1")
+def continue_with_secret(ctx: durable.Context, order: Any) -> Any:
+    """Continues as new once: the first run's input and history are archived."""
+    if order.get("run", 0) == 0:
+        ctx.continue_as_new({**order, "run": 1})
+    return order
+
+
 @answer_with_secret.query("order")
 def order_of(ctx: durable.Context) -> Any:
     return ctx.state["order"]
@@ -79,6 +87,9 @@ def seed_user_data() -> UserData:
     client.signal(done, "go", {"go": SECRET}, message_id="m-1")
     testing.run_jobs()
     assert durable.Manager().get(done).state == "succeeded"
+    runs = client.start("user-data-runs", "1", {"order": SECRET}).workflow_id
+    testing.run_jobs()
+    assert durable.Manager().get(runs).state == "succeeded"
     Quarantine.objects.create(
         fingerprint="e" * 32,
         kind="test.crash",
