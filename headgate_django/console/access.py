@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 VIEW_JOBS = "headgate_django.view_job"
+#: DAG workflows (their coordinators' state, history and signal emissions), as the API's
+#: ``/workflows`` routes ask for it.
+VIEW_WORKFLOWS = "headgate_django.view_workflowcheckpoint"
 VIEW_EXECUTIONS = "headgate_django.view_execution"
 VIEW_WORKERS = "headgate_django.view_worker"
 VIEW_SCHEDULES = "headgate_django.view_schedule"

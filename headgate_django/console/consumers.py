@@ -186,6 +186,7 @@ class WorkflowConsumer(LiveConsumer):
     message, answered with the graph drawn again for it (``{"type": "drawing"}``)."""
 
     id_kwarg = "workflow_id"
+    permission = access.VIEW_WORKFLOWS
     expanded: frozenset[str] = frozenset()
 
     async def connect(self) -> None:

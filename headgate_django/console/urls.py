@@ -48,11 +48,13 @@ def job_console_urls(site: AdminSite) -> list[URLPattern]:
             "admission/", _page(site, views.admission_page, jobs), name="headgate_django_admission"
         ),
         path(
-            "workflows/", _page(site, views.workflow_list, jobs), name="headgate_django_workflows"
+            "workflows/",
+            _page(site, views.workflow_list, access.VIEW_WORKFLOWS),
+            name="headgate_django_workflows",
         ),
         path(
             "workflows/<path:workflow_id>/graph/",
-            _page(site, views.workflow_page, jobs),
+            _page(site, views.workflow_page, access.VIEW_WORKFLOWS),
             name="headgate_django_workflow",
         ),
     ]

@@ -124,6 +124,25 @@ def test_everyone_but_staff_is_refused(who: str, request: pytest.FixtureRequest)
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_workflow_socket_needs_the_workflow_view_permission(db: Any) -> None:
+    from tests.console.conftest import make_user
+
+    signal_workflow("perm-wf")
+    jobs_only = make_user("jobs-only", staff=True, perms=["view_job"])
+    flows = make_user("flows", staff=True, perms=["view_workflowcheckpoint"])
+
+    async def scenario() -> None:
+        comm = communicator("/ws/headgate/workflows/perm-wf/", jobs_only)
+        assert await comm.connect(timeout=5) == (False, 4403)
+        comm = communicator("/ws/headgate/workflows/perm-wf/", flows)
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_sample_project_validates_origin_and_reads_the_session(viewer: Any) -> None:
     from sampleproject.asgi import application
 

@@ -180,17 +180,38 @@ def test_workflow_page_snapshot(viewer: Any, console_data: Any) -> None:
 def test_signal_payloads_need_the_payload_permission(console_data: Any) -> None:
     from tests.console.conftest import make_user
 
-    signals = make_user("signals", staff=True, perms=["view_job", "view_signalemission"])
+    signals = make_user("signals", staff=True, perms=["view_workflowcheckpoint"])
     client = Client()
     client.force_login(signals)
     url = reverse("admin:headgate_django_workflow", args=[console_data.workflow_id])
     snap = snapshot_of(client.get(url).content.decode())
     assert snap["signals_revealed"] is False
     assert "payload" not in snap["signals"][0] and "source" not in snap["signals"][0]
-    payloads = make_user("payloads", staff=True, perms=["view_job", "view_job_payload"])
+    payloads = make_user(
+        "payloads", staff=True, perms=["view_workflowcheckpoint", "view_job_payload"]
+    )
     client.force_login(payloads)
     signal = snapshot_of(client.get(url).content.decode())["signals"][0]
     assert signal["payload"] == {"ok": True} and signal["source"] == {"by": "ops"}
+
+
+@pytest.mark.django_db
+def test_workflow_pages_need_the_workflow_view_permission_as_the_api_does(
+    console_data: Any,
+) -> None:
+    """The graph shows a coordinator's history and signal emissions: the API's
+    ``/workflows`` routes ask for ``view_workflowcheckpoint``, so the pages do too."""
+    from tests.console.conftest import make_user
+
+    pages = [
+        reverse("admin:headgate_django_workflows"),
+        reverse("admin:headgate_django_workflow", args=[console_data.workflow_id]),
+    ]
+    client = Client()
+    client.force_login(make_user("jobs", staff=True, perms=["view_job"]))
+    assert [client.get(url).status_code for url in pages] == [403, 403]
+    client.force_login(make_user("flows", staff=True, perms=["view_workflowcheckpoint"]))
+    assert [client.get(url).status_code for url in pages] == [200, 200]
 
 
 @pytest.mark.django_db
