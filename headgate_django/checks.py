@@ -231,7 +231,9 @@ def _queue_weights() -> list[Any]:
 def _schedules(s: Any) -> list[Any]:
     """Declared schedules are checked as ``runworkers`` would sync them (headgate.E008), so
     a typo in a spec or a task path fails ``manage.py check``, not a worker start."""
-    from headgate_django.exceptions import ScheduleError
+    # DefinitionError, not only ScheduleError: a target's arguments that do not fit its
+    # task, or a payload over the limit, are refused by the envelope's own checks.
+    from headgate_django.exceptions import DefinitionError
     from headgate_django.schedules.declared import declared, options
 
     problems: list[Any] = []
@@ -241,12 +243,12 @@ def _schedules(s: Any) -> list[Any]:
             problems.append(Error(f"HEADGATE[{key!r}] must be a timedelta ≥ 0", id="headgate.E008"))
     try:
         entries = declared()
-    except ScheduleError as exc:
+    except DefinitionError as exc:
         return [*problems, Error(str(exc), id="headgate.E008")]
     for name, entry in entries.items():
         try:
             options(name, entry)
-        except ScheduleError as exc:
+        except DefinitionError as exc:
             problems.append(Error(str(exc), id="headgate.E008", hint="See HEADGATE['SCHEDULES']."))
     return problems
 

@@ -19,6 +19,7 @@ from typing import Any
 from headgate_django.exceptions import (
     DefinitionError,
     PayloadNotJSONError,
+    PayloadTooLargeError,
     ResultTooLargeError,
 )
 from headgate_django.kernel.names import (
@@ -137,6 +138,36 @@ def check_result(result: Any) -> int:
             limit=limit,
         )
     return size
+
+
+def check_payload(value: Any, what: str) -> bytes:
+    """``value`` as the store keeps it (canonical JSON), refusing what it must not keep:
+    :class:`PayloadNotJSONError` when it is not JSON, :class:`PayloadTooLargeError` over
+    ``HEADGATE["MAX_PAYLOAD_BYTES"]``.
+
+    The store checks a job's payload at enqueue; every other value a caller hands over to be
+    kept (a durable start's input and meta, a signal's or an update's payload, a query's
+    arguments, a child's or a new run's input, a schedule's target) is checked here, so the
+    limit is one rule wherever the value comes from. ``what`` names the value in the error.
+    """
+    data = canonical_json(value)
+    check_payload_size(len(data), what)
+    return data
+
+
+def check_payload_size(size: int, what: str) -> None:
+    """Refuse ``size`` bytes of ``what`` over ``HEADGATE["MAX_PAYLOAD_BYTES"]``: the
+    :func:`check_payload` rule, for a value already encoded (an envelope's payload)."""
+    from headgate_django.conf import headgate_settings
+
+    limit = headgate_settings.MAX_PAYLOAD_BYTES
+    if size > limit:
+        raise PayloadTooLargeError(
+            f"the {what} is {size} bytes, over the {limit}-byte limit "
+            "(HEADGATE['MAX_PAYLOAD_BYTES'])",
+            size=size,
+            limit=limit,
+        )
 
 
 #: What :func:`encode_call` writes for a call without arguments.

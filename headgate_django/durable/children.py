@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from headgate_django.conf import headgate_settings
 from headgate_django.durable.registry import check_name, require_workflow
-from headgate_django.envelope import canonical_json
-from headgate_django.exceptions import InvalidTransitionError, NotFoundError, PayloadTooLargeError
+from headgate_django.envelope import check_payload
+from headgate_django.exceptions import InvalidTransitionError, NotFoundError
 from headgate_django.kernel.replay import MAX_EXECUTION_ID
 from headgate_django.kernel.replay_events import CANCEL_REQUESTED, StartChild
 from headgate_django.store import durable as store
@@ -36,14 +35,7 @@ def check_child(command: StartChild) -> None:
     """Refuse a child start this process cannot make: an unregistered workflow, an input
     that is not JSON or is over ``HEADGATE['MAX_PAYLOAD_BYTES']``, a malformed key."""
     require_workflow(command.name, command.version)
-    size = len(canonical_json(command.input))
-    limit = headgate_settings.MAX_PAYLOAD_BYTES
-    if size > limit:
-        raise PayloadTooLargeError(
-            f"the input of child {command.command_id} ({command.name}) is {size} bytes, over "
-            f"the {limit}-byte limit (HEADGATE['MAX_PAYLOAD_BYTES'])",
-            size=size,
-        )
+    check_payload(command.input, f"input of child {command.command_id} ({command.name})")
     check_name("child workflow id", command.child_id, MAX_EXECUTION_ID)
 
 

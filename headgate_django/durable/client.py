@@ -1,8 +1,11 @@
 """``durable.Client``: start executions and deliver signals to them (or both at once).
 
 Each verb validates everything before it writes, so bad input is a clear error and leaves
-no trace; each write is one transaction (the header, ``WorkflowStarted`` and the first
-task; the inbox row, ``SignalReceived`` and the wake-up; for signal-with-start, both).
+no trace: an input, ``meta`` or signal payload that is not JSON or is over
+``HEADGATE["MAX_PAYLOAD_BYTES"]`` is refused here, the one door a caller's starts and
+signals (the API's routes and schedule ticks too) come through. Each write is one
+transaction (the header, ``WorkflowStarted`` and the first task; the inbox row,
+``SignalReceived`` and the wake-up; for signal-with-start, both).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headgate_django.durable.registry import check_name, require_workflow
-from headgate_django.envelope import canonical_json, new_id
+from headgate_django.envelope import check_payload, new_id
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.replay import MAX_EXECUTION_ID
@@ -112,10 +115,10 @@ class Client:
     ) -> dict[str, Any]:
         """The validated arguments of ``store.execution_start``; raises before any write."""
         require_workflow(name, version)
-        canonical_json(input)  # PayloadError when it is not JSON
+        check_payload(input, "start's input")
         if meta is not None and not isinstance(meta, dict):
             raise DefinitionError("meta must be a dict of JSON values")
-        canonical_json(meta or {})
+        check_payload(meta or {}, "start's meta")
         if business_idempotency_key is not None:
             check_name("business idempotency key", business_idempotency_key, 255)
         execution_id = new_id() if workflow_id is None else workflow_id
@@ -151,4 +154,4 @@ class Client:
         check_name("signal name", name, 128)
         if message_id is not None:
             check_name("message id", message_id, 255)
-        canonical_json(payload)
+        check_payload(payload, f"payload of signal {name!r}")

@@ -12,13 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from headgate_django.conf import headgate_settings
 from headgate_django.durable.registry import WorkflowDef, check_name, find_workflow
-from headgate_django.envelope import canonical_json, check_result
+from headgate_django.envelope import check_payload, check_result
 from headgate_django.exceptions import (
     DefinitionError,
     NotFoundError,
-    PayloadTooLargeError,
     QueryFailedError,
     ResultTooLargeError,
     UnknownHandlerError,
@@ -73,20 +71,6 @@ def snapshot(workflow_id: str, *, using: str = "default") -> Snapshot:
     return Snapshot(header, history, definition)
 
 
-def sized(value: Any, what: str) -> Any:
-    """``value`` if it is JSON within ``HEADGATE["MAX_PAYLOAD_BYTES"]``."""
-    data = canonical_json(value)
-    limit = headgate_settings.MAX_PAYLOAD_BYTES
-    if len(data) > limit:
-        raise PayloadTooLargeError(
-            f"the {what} is {len(data)} bytes, over the {limit}-byte limit "
-            "(HEADGATE['MAX_PAYLOAD_BYTES'])",
-            size=len(data),
-            limit=limit,
-        )
-    return value
-
-
 def unknown(kind: str, name: str, definition: WorkflowDef, known: Sequence[str]) -> Exception:
     return UnknownHandlerError(
         f"workflow {definition.name!r} version {definition.version!r} has no {kind} {name!r}"
@@ -98,7 +82,7 @@ def unknown(kind: str, name: str, definition: WorkflowDef, known: Sequence[str])
 def query(workflow_id: str, name: str, args: Sequence[Any], *, using: str = "default") -> Any:
     """The value query ``name`` returns for ``args`` on the execution's state now."""
     check_name("query name", name, MAX_HANDLER_NAME)
-    sized(list(args), "query's arguments")
+    check_payload(list(args), "query's arguments")
     snap = snapshot(workflow_id, using=using)
     definition = snap.definition.queries.get(name)
     if definition is None:

@@ -19,12 +19,11 @@ from typing import Any
 from headgate_django.durable.queries import (
     MAX_HANDLER_NAME,
     Snapshot,
-    sized,
     snapshot,
     unknown,
 )
 from headgate_django.durable.registry import check_name
-from headgate_django.envelope import canonical_json, new_id
+from headgate_django.envelope import canonical_json, check_payload, new_id
 from headgate_django.exceptions import (
     IdConflictError,
     InvalidTransitionError,
@@ -88,7 +87,7 @@ def send(
     check_name("update name", name, MAX_HANDLER_NAME)
     update_id = new_id() if update_id is None else update_id
     check_name("update id", update_id, MAX_UPDATE_ID)
-    sized(payload, "update's payload")
+    check_payload(payload, "update's payload")
     for _ in range(MAX_RACES):
         known = update_read(workflow_id, update_id, using=using)  # needs no code here
         if known is None:

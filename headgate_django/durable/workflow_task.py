@@ -44,12 +44,18 @@ from headgate_django.durable.registry import (
     find_workflow,
     registered_workflows,
 )
-from headgate_django.envelope import Envelope, canonical_json, check_result, new_id
+from headgate_django.envelope import (
+    Envelope,
+    canonical_json,
+    check_payload,
+    check_payload_size,
+    check_result,
+    new_id,
+)
 from headgate_django.exceptions import (
     InvalidTransitionError,
     NondeterminismError,
     PayloadError,
-    PayloadTooLargeError,
     ResultTooLargeError,
     RevisionConflictError,
 )
@@ -360,7 +366,8 @@ def _checked(
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
         if isinstance(outcome, ContinuedAsNew):
-            _check_next_input(outcome.input)
+            # A new run's input is stored like a start's (see Client.start).
+            check_payload(outcome.input, "input of continue_as_new")
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
     except PayloadError as exc:
@@ -377,17 +384,6 @@ def _bounded(command: Command) -> Command:
         except ResultTooLargeError as exc:
             return replace(command, result=None, error=f"{type(exc).__name__}: {exc}")
     return command
-
-
-def _check_next_input(input: Any) -> None:
-    """A new run's input is stored like a start's: JSON, within ``MAX_PAYLOAD_BYTES``."""
-    size = len(canonical_json(input))
-    limit = headgate_settings.MAX_PAYLOAD_BYTES
-    if size > limit:
-        raise PayloadTooLargeError(
-            f"the input of continue_as_new is {size} bytes, over the {limit}-byte limit "
-            "(HEADGATE['MAX_PAYLOAD_BYTES'])"
-        )
 
 
 def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation) -> Envelope:
@@ -407,12 +403,7 @@ def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation
         queue=(definition.queue if definition else None) or task_queue,
         max_attempts=max(attempts, headgate_settings.MAX_ATTEMPTS),
     )
-    limit = headgate_settings.MAX_PAYLOAD_BYTES
-    if len(envelope.payload) > limit:
-        raise PayloadTooLargeError(
-            f"the input of {command.command_id} ({command.name}) is {len(envelope.payload)} "
-            f"bytes, over the {limit}-byte limit (HEADGATE['MAX_PAYLOAD_BYTES'])"
-        )
+    check_payload_size(len(envelope.payload), f"input of {command.command_id} ({command.name})")
     return envelope
 
 

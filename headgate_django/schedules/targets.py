@@ -12,15 +12,14 @@ User code (a factory) runs in :func:`prepare`, before the scheduler's transactio
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from headgate_django.envelope import Envelope, check_fields
-from headgate_django.exceptions import IdConflictError, ScheduleError
+from headgate_django.envelope import Envelope, check_fields, check_payload, check_payload_size
+from headgate_django.exceptions import IdConflictError, PayloadNotJSONError, ScheduleError
 from headgate_django.kernel.schedule_origin import tick_id
 
 log = logging.getLogger("headgate_django.schedules")
@@ -80,7 +79,9 @@ def _origin(fn: Callable[..., Any]) -> str:
 
 
 def encode(target: Target) -> dict[str, Any]:
-    """The JSON a schedule stores for ``target``; :class:`ScheduleError` if it cannot fire."""
+    """The JSON a schedule stores for ``target``; :class:`ScheduleError` if it cannot fire,
+    :class:`PayloadTooLargeError` if its payload or input is over
+    ``HEADGATE["MAX_PAYLOAD_BYTES"]`` (every tick would be refused: better said at upsert)."""
     if isinstance(target, Envelope):
         return _encode_envelope(target)
     if isinstance(target, WorkflowTarget):
@@ -92,7 +93,7 @@ def encode(target: Target) -> dict[str, Any]:
 
         if find_workflow(target.name, target.version) is None:
             raise ScheduleError(f"no durable workflow {target.name!r} {target.version!r}")
-        _json(target.input)
+        _durable_input(target)
         return {"type": "durable", **{f.name: getattr(target, f.name) for f in fields(target)}}
     raise ScheduleError(
         "a schedule target is an Envelope (task.envelope(...)), schedules.workflow(name) "
@@ -105,6 +106,9 @@ def _encode_envelope(env: Envelope) -> dict[str, Any]:
     if set_per_tick:
         raise ScheduleError(f"a schedule's envelope cannot set {', '.join(set_per_tick)}")
     check_fields(env)
+    # The store checks a job's payload at enqueue, at every tick: too late to tell the
+    # caller, so the template is held to the same limit here.
+    check_payload_size(len(env.payload), f"payload (args and kwargs) of task target {env.kind!r}")
     try:
         payload = bytes(env.payload).decode()
     except UnicodeDecodeError as exc:
@@ -116,11 +120,12 @@ def _encode_envelope(env: Envelope) -> dict[str, Any]:
     return out
 
 
-def _json(value: Any) -> None:
+def _durable_input(target: DurableTarget) -> None:
+    """Refuse an input each tick's start would refuse (``Client.start``'s rule)."""
     try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ScheduleError(f"a durable target's input must be JSON: {exc}") from exc
+        check_payload(target.input, f"input of durable target {target.name!r}")
+    except PayloadNotJSONError as exc:
+        raise ScheduleError(f"a durable target's input must be JSON: {exc.__cause__}") from exc
 
 
 def target_label(target: dict[str, Any]) -> tuple[str, str]:

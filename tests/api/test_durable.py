@@ -220,3 +220,57 @@ def test_the_execution_view_shows_parent_and_children(operator: Api) -> None:
     child = operator.get("/api/v1/durable/executions/p%3A1%3Achild%3A1").json()
     assert child["parent_id"] == wf
     assert child["children"] == []
+
+
+# -- values over HEADGATE["MAX_PAYLOAD_BYTES"]: 413, nothing written ---------------------
+
+
+def too_large(response: Any, message: str) -> None:
+    assert response.status_code == 413, response.content
+    error = response.json()["error"]
+    assert error["code"] == "payload_too_large"
+    assert f"{message}, over the 1000-byte limit" in error["message"]
+    assert error["detail"]["limit"] == 1000
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"input": "x" * 999}, "the start's input is 1001 bytes"),
+        ({"meta": {"m": "x" * 999}}, "the start's meta is 1007 bytes"),
+    ],
+)
+def test_a_start_over_the_payload_limit_is_413_and_writes_nothing(
+    operator: Api, settings: Any, body: dict[str, Any], message: str
+) -> None:
+    from headgate_django.models import Execution
+    from tests.durable.helpers import counts
+
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
+    before = counts()
+    too_large(start(operator, workflow_id="big:1", **body), message)
+    assert counts() == before
+    assert not Execution.objects.filter(pk="big:1").exists()
+
+
+def test_a_signal_over_the_payload_limit_is_413_and_writes_nothing(
+    operator: Api, settings: Any
+) -> None:
+    from headgate_django.models import SignalInbox
+    from tests.durable.helpers import counts
+
+    wf = start(operator, input="o-1", workflow_id="big:2").json()["workflow_id"]
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
+    before = counts()
+    path = f"/api/v1/durable/executions/{wf}"
+    sent = operator.post(f"{path}/signal", {"name": "go", "payload": "x" * 999})
+    too_large(sent, "the payload of signal 'go' is 1001 bytes")
+    sws = {"name": "api-wait", "version": "1", "business_idempotency_key": "order:9"}
+    for body, message in [
+        ({"input": "x" * 999, "signal": "go"}, "the start's input is 1001 bytes"),
+        ({"signal": "go", "payload": "x" * 999}, "the payload of signal 'go' is 1001 bytes"),
+    ]:
+        response = operator.post("/api/v1/durable/executions/signal-with-start", {**sws, **body})
+        too_large(response, message)
+    assert counts() == before
+    assert not SignalInbox.objects.filter(workflow_id=wf).exists()

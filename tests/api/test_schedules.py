@@ -3,6 +3,8 @@ refused in the error envelope with nothing written, run deduplicated by Idempote
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from headgate_django.models import Job, Schedule, ScheduleEvent
@@ -46,6 +48,36 @@ def test_bad_input_is_refused_and_writes_nothing(operator: Api, body: dict, code
     response = operator.put(PATH, body)
     assert 400 <= response.status_code < 500
     assert response.json()["error"]["code"] == code
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"task": "test.echo", "kwargs": {"value": "x" * 1000}},
+            "the payload (args and kwargs) of task target 'test.echo' is 1033 bytes",
+        ),
+        (
+            {"task": "test.echo", "args": ["x" * 1000]},
+            "the payload (args and kwargs) of task target 'test.echo' is 1025 bytes",
+        ),
+        (
+            {"durable": {"name": "api-wait", "version": "1", "input": "x" * 999}},
+            "the input of durable target 'api-wait' is 1001 bytes",
+        ),
+    ],
+)
+def test_a_target_over_the_payload_limit_is_413_and_writes_nothing(
+    operator: Api, settings: Any, body: dict[str, Any], message: str
+) -> None:
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
+    response = operator.put(PATH, {"spec": "@hourly", **body})
+    assert response.status_code == 413, response.content
+    error = response.json()["error"]
+    assert error["code"] == "payload_too_large"
+    assert error["message"].startswith(f"{message}, over the 1000-byte limit")
+    assert error["detail"] == {"size": int(message.split()[-2]), "limit": 1000}
     assert not Schedule.objects.exists()
 
 

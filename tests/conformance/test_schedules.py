@@ -7,6 +7,7 @@ A schedule's past is made by moving its ``next_run_at`` back (the test's stand-i
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -16,7 +17,7 @@ from django.test import override_settings
 
 from headgate_django import schedules, testing
 from headgate_django.envelope import Envelope
-from headgate_django.exceptions import NotFoundError, ScheduleError
+from headgate_django.exceptions import NotFoundError, PayloadTooLargeError, ScheduleError
 from headgate_django.kernel.schedule_origin import tick_id
 from headgate_django.kernel.schedule_spec import next_tick, parse_spec, previous_ticks
 from headgate_django.models import Execution as DurableExecution
@@ -109,6 +110,44 @@ def test_bad_targets_are_refused(target):
         schedules.upsert("bad", "@hourly", target)
     with pytest.raises(ScheduleError):
         schedules.upsert("bad name!", "@hourly", tasks.periodic.envelope())
+    assert not Schedule.objects.exists()
+
+
+@override_settings(HEADGATE={"MAX_PAYLOAD_BYTES": 1000})
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (
+            tasks.echo.envelope(value="x" * 1000),
+            "the payload (args and kwargs) of task target 'test.echo' is 1033 bytes",
+        ),
+        (
+            tasks.echo.envelope("x" * 1000),
+            "the payload (args and kwargs) of task target 'test.echo' is 1025 bytes",
+        ),
+        (
+            schedules.durable("test-scheduled", "1", "x" * 999),
+            "the input of durable target 'test-scheduled' is 1001 bytes",
+        ),
+    ],
+)
+def test_a_target_over_the_payload_limit_is_refused_and_writes_nothing(target, message):
+    with pytest.raises(PayloadTooLargeError, match=re.escape(message)) as info:
+        schedules.upsert("big", "@hourly", target)
+    assert info.value.details["limit"] == 1000
+    assert not Schedule.objects.exists()
+
+
+def test_a_declared_target_over_the_payload_limit_writes_nothing():
+    declared = {
+        "good": {"task": "test.periodic", "spec": "@hourly"},
+        "big": {"task": "test.echo", "spec": "@hourly", "kwargs": {"value": "x" * 1000}},
+    }
+    with (
+        override_settings(HEADGATE={"MAX_PAYLOAD_BYTES": 1000, "SCHEDULES": declared}),
+        pytest.raises(PayloadTooLargeError, match=r"task target 'test\.echo' is 1033 bytes"),
+    ):
+        schedules.sync_declared()
     assert not Schedule.objects.exists()
 
 

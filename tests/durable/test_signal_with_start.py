@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from headgate_django import DefinitionError, durable
-from headgate_django.exceptions import PayloadError
+from headgate_django.exceptions import PayloadError, PayloadTooLargeError
 from tests.durable.helpers import counts, drive, history, view
 
 pytestmark = pytest.mark.django_db
@@ -104,3 +104,35 @@ def test_bad_input_is_refused_before_anything_is_written(call: Any, error: str) 
     ):
         call()
     assert counts() == before
+
+
+@pytest.mark.parametrize(
+    ("input", "payload", "meta", "message"),
+    [
+        ("x" * 999, "apple", None, "the start's input is 1001 bytes"),
+        ("opened", "x" * 999, None, "the payload of signal 'item' is 1001 bytes"),
+        ("opened", "apple", {"m": "x" * 999}, "the start's meta is 1007 bytes"),
+    ],
+)
+def test_a_value_over_the_payload_limit_is_refused_before_anything_is_written(
+    settings: Any, input: Any, payload: Any, meta: Any, message: str
+) -> None:
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
+    before = counts()
+    with pytest.raises(PayloadTooLargeError, match=f"{message}, over the 1000-byte limit"):
+        durable.Client().signal_with_start(
+            "sws-collect", "1", input, "item", payload, business_idempotency_key="k", meta=meta
+        )
+    assert counts() == before
+
+
+def test_a_signal_over_the_payload_limit_to_the_live_execution_writes_nothing(
+    settings: Any,
+) -> None:
+    wf = sws("apple").workflow_id
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
+    before = counts()
+    with pytest.raises(PayloadTooLargeError, match="signal 'item' is 1001 bytes"):
+        sws("x" * 999)
+    assert counts() == before
+    assert [t for t, _ in history(wf)] == ["WorkflowStarted", "SignalReceived"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from headgate_django import DefinitionError, NotFoundError, durable, testing
-from headgate_django.exceptions import IdConflictError, PayloadError
+from headgate_django.exceptions import IdConflictError, PayloadError, PayloadTooLargeError
 from headgate_django.models import Execution, SignalInbox
 from tests.durable.helpers import counts, drive, history, live_jobs, start, task_job, types, view
 
@@ -230,3 +230,44 @@ def test_signal_with_bad_input_writes_nothing() -> None:
     with pytest.raises(DefinitionError):
         durable.Client().signal(wf, "approval", "x", message_id="")
     assert counts() == before
+
+
+# -- values over HEADGATE["MAX_PAYLOAD_BYTES"]: refused, nothing written ----------------
+
+LIMIT = 1000
+#: A JSON string of exactly ``LIMIT`` bytes (the quotes count), and one a byte over.
+AT_LIMIT, OVER_LIMIT = "x" * (LIMIT - 2), "x" * (LIMIT - 1)
+
+
+@pytest.mark.parametrize(
+    ("options", "what", "size"),
+    [({"input": OVER_LIMIT}, "input", 1001), ({"meta": {"m": OVER_LIMIT}}, "meta", 1007)],
+)
+def test_a_start_over_the_payload_limit_writes_nothing(
+    settings: Any, options: dict[str, Any], what: str, size: int
+) -> None:
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": LIMIT}
+    before = counts()
+    input = options.pop("input", None)
+    message = f"the start's {what} is {size} bytes, over the 1000-byte limit"
+    with pytest.raises(PayloadTooLargeError, match=message) as info:
+        durable.Client().start("sig-one-op", "1", input, workflow_id="too-big", **options)
+    assert info.value.details == {"size": size, "limit": LIMIT}
+    assert counts() == before
+    assert not Execution.objects.filter(pk="too-big").exists()
+    # At the limit exactly, it is kept ({"m":"…"} is six bytes and a quote more).
+    durable.Client().start("sig-one-op", "1", AT_LIMIT, meta={"m": AT_LIMIT[6:]})
+
+
+def test_a_signal_over_the_payload_limit_writes_nothing(settings: Any) -> None:
+    wf = start("sig-approval")
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": LIMIT}
+    before = counts()
+    with pytest.raises(
+        PayloadTooLargeError,
+        match="the payload of signal 'approval' is 1001 bytes, over the 1000-byte limit",
+    ):
+        durable.Client().signal(wf, "approval", OVER_LIMIT, message_id="m-big")
+    assert counts() == before
+    assert not SignalInbox.objects.filter(workflow_id=wf).exists()
+    assert durable.Client().signal(wf, "approval", AT_LIMIT, message_id="m-big") is True

@@ -197,3 +197,19 @@ def test_an_unknown_key_stops_commands_with_the_check_not_a_traceback(
     assert done.returncode != 0
     assert "headgate.E001" in done.stderr and "LEASE_TTLL" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "entry, problem",
+    [
+        ({"task": "test.noop", "spec": "@hourly", "kwargs": {"user": 1}}, "do not fit noop(ctx)"),
+        ({"task": "test.echo", "spec": "@hourly", "kwargs": {"value": "x" * 200}}, "over the"),
+        ({"task": "tests.app.tasks.no_such_task", "spec": "@hourly"}, "unknown task"),
+    ],
+)
+def test_a_declared_schedule_that_could_not_fire_is_e008(entry, problem) -> None:
+    """Every refusal of the target, not only the schedule's own, is a check error rather
+    than a traceback from ``manage.py check``."""
+    with override_settings(HEADGATE={"MAX_PAYLOAD_BYTES": 100, "SCHEDULES": {"s": entry}}):
+        [error] = check_settings()
+    assert error.id == "headgate.E008" and problem in error.msg, error.msg
