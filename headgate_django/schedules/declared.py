@@ -91,7 +91,7 @@ def _task(name: str, path: Any) -> TaskDef:
             candidate = None
         found = candidate if isinstance(candidate, TaskDef) else None
     if found is None:
-        raise ScheduleError(f"schedule {name!r}: unknown task path {path!r}")
+        raise ScheduleError(f"schedule {name!r}: no task has the kind or import path {path!r}")
     return found
 
 

@@ -411,7 +411,7 @@ def test_declared_schedules_with_a_bad_entry_write_nothing():
     }
     with (
         override_settings(HEADGATE={"SCHEDULES": declared}),
-        pytest.raises(ScheduleError, match="unknown task path"),
+        pytest.raises(ScheduleError, match="no task has the kind or import path"),
     ):
         schedules.sync_declared()
     assert not Schedule.objects.exists()

@@ -204,7 +204,7 @@ def test_an_unknown_key_stops_commands_with_the_check_not_a_traceback(
     [
         ({"task": "test.noop", "spec": "@hourly", "kwargs": {"user": 1}}, "do not fit noop(ctx)"),
         ({"task": "test.echo", "spec": "@hourly", "kwargs": {"value": "x" * 200}}, "over the"),
-        ({"task": "tests.app.tasks.no_such_task", "spec": "@hourly"}, "unknown task"),
+        ({"task": "tests.app.tasks.no_such_task", "spec": "@hourly"}, "no task has the kind"),
     ],
 )
 def test_a_declared_schedule_that_could_not_fire_is_e008(entry, problem) -> None:
