@@ -18,6 +18,7 @@ from typing import Any
 
 from headgate_django.exceptions import (
     DefinitionError,
+    PayloadError,
     PayloadNotJSONError,
     PayloadTooLargeError,
     ResultTooLargeError,
@@ -140,8 +141,32 @@ def check_result(result: Any) -> int:
     return size
 
 
+#: How deep lists and objects may nest in a value the store keeps as JSON (a durable
+#: input, a signal's payload…). MariaDB's ``JSON_VALID`` refuses 32 levels, and the store
+#: wraps a value in a few levels of its own (a history event's payload, the signals a new
+#: run carries); 24 leaves room for those, holds on every database alike, and keeps what
+#: is kept walkable by every reader (the console, replay).
+MAX_JSON_DEPTH = 24
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and dicts in ``value`` nest more than ``limit`` deep, found without
+    recursion: the value may be nested too deeply for any recursive walk."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list | tuple):
+            if depth == limit:
+                return True
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
+
 def check_payload(value: Any, what: str) -> bytes:
     """``value`` as the store keeps it (canonical JSON), refusing what it must not keep:
+    :class:`PayloadError` when it nests deeper than :data:`MAX_JSON_DEPTH`,
     :class:`PayloadNotJSONError` when it is not JSON, :class:`PayloadTooLargeError` over
     ``HEADGATE["MAX_PAYLOAD_BYTES"]``.
 
@@ -150,6 +175,10 @@ def check_payload(value: Any, what: str) -> bytes:
     arguments, a child's or a new run's input, a schedule's target) is checked here, so the
     limit is one rule wherever the value comes from. ``what`` names the value in the error.
     """
+    if nested_deeper_than(value, MAX_JSON_DEPTH):
+        raise PayloadError(
+            f"the {what} nests lists and objects deeper than {MAX_JSON_DEPTH} levels"
+        )
     data = canonical_json(value)
     check_payload_size(len(data), what)
     return data

@@ -1,8 +1,8 @@
 """One error envelope for every 4xx and 5xx the API produces, mapped in one place.
 
 Every failure — a Headgate exception from the store, DRF's own (validation, 401/403,
-405, 406, 415, 429), Django's (404, ``RequestDataTooBig``) or a database that is down —
-becomes::
+405, 406, 415, 429), Django's (404, a request past its size or field-count limits) or a
+database that is down — becomes::
 
     {"error": {"code": "revision_conflict", "message": "…", "detail": {…} | null}}
 
@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -87,6 +87,12 @@ class RequestTooLarge(ApiError):
     default_code = "request_too_large"
 
 
+class TooManyFields(ApiError):
+    """The request has more query parameters, form fields or files than the API accepts."""
+
+    default_code = "too_many_fields"
+
+
 class UnsupportedMediaType(ApiError):
     """A request body must be JSON (Content-Type: application/json)."""
 
@@ -144,6 +150,10 @@ def classify(exc: BaseException) -> tuple[int, str, str, Any, dict[str, str]]:
         return 403, "permission_denied", "You do not have permission.", None, {}
     if isinstance(exc, RequestDataTooBig):
         return 413, "request_too_large", RequestTooLarge.__doc__ or "", None, {}
+    # Django's refusal of a request past DATA_UPLOAD_MAX_NUMBER_FIELDS / _FILES: the
+    # client's fault, raised by the first read of request.GET, before authentication.
+    if isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        return 400, "too_many_fields", TooManyFields.__doc__ or "", None, {}
     if isinstance(exc, OperationalError | InterfaceError):
         return 503, "database_unavailable", DatabaseUnavailable.__doc__ or "", None, _retry()
     if isinstance(exc, DataError):

@@ -4,8 +4,8 @@ Search is a prefix match on id or kind, not ``LIKE '%…%'``: prefixes use the p
 and can be served from an index on a large table; a substring scan cannot.
 
 The filters are as strict as their OpenAPI declarations (:mod:`headgate_django.api.query`):
-an empty value is an error, text has no control characters, an instant is RFC 3339 with
-its offset, and a bad ``state`` lists the valid ones. Errors are 400
+an empty or blank value is an error, text has no control characters, an instant is RFC 3339
+with its offset, and a bad ``state`` lists the valid ones. Errors are 400
 ``invalid_query_parameter`` keyed by parameter, raised by :class:`StrictFilterBackend`.
 """
 
@@ -49,8 +49,13 @@ class InstantFilter(django_filters.IsoDateTimeFilter):
 
 
 class TextFilter(django_filters.CharFilter):
+    """Text read exactly as sent, like :func:`query.text`: the form field's default strip
+    would drop control characters at either end unchecked (``?kind=%1fx`` filtered by
+    ``x``) and turn a blank value into no filter at all."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("validators", [NO_CONTROL])
+        kwargs.setdefault("strip", False)
         super().__init__(*args, **kwargs)
 
 
@@ -58,14 +63,18 @@ STATES = [value for value, _ in STATE_CHOICES]
 
 
 class StrictFilterBackend(DjangoFilterBackend):
-    """Refuses empty filter values and answers filter errors as ``invalid_query_parameter``."""
+    """Refuses empty filter values and answers filter errors as ``invalid_query_parameter``.
+
+    A blank value (only whitespace, which to Python includes the control characters
+    U+001C–U+001F) is empty too: ``?kind=%20`` names no kind, and a list that ignored it
+    would answer with every job."""
 
     def filter_queryset(self, request: Request, queryset: Any, view: Any) -> Any:
         filterset = self.get_filterset(request, queryset, view)
         if filterset is None:
             return queryset
         for name in filterset.filters:
-            if "" in request.query_params.getlist(name):
+            if any(not value.strip() for value in request.query_params.getlist(name)):
                 raise InvalidQueryParameter.of(name, f"{name} must not be empty")
         if not filterset.is_valid():
             name, messages = next(iter(filterset.errors.items()))

@@ -128,7 +128,9 @@ class RepeatedParam(QueryParam):
 
 def json_or_text(name: str, description: str = "") -> RepeatedParam:
     """Values read as JSON when they parse as JSON (``3``, ``"3"``, ``[1]``), otherwise
-    taken as text (``tea``): every value the schema allows means something."""
+    taken as text (``tea``): every value the schema allows means something. JSON nested
+    too deeply for the parser is a 400, as in a body: read as text instead, it would mean
+    something other than what the caller sent."""
 
     def parse(raw: str) -> Any:
         check_text(raw)
@@ -136,6 +138,8 @@ def json_or_text(name: str, description: str = "") -> RepeatedParam:
             return json.loads(raw, parse_constant=_not_json)
         except ValueError:
             return raw
+        except RecursionError:
+            raise ValueError("is nested too deeply to read as JSON") from None
 
     schema = {"type": "string", "pattern": TEXT_PATTERN}
     return RepeatedParam(name, schema, parse, description)

@@ -29,10 +29,14 @@ from django.utils.safestring import SafeString
 
 from headgate_django.console import links
 from headgate_django.console.groups import DURABLE_PREFIX
+from headgate_django.envelope import nested_deeper_than
 from headgate_django.visibility import may_see_payloads, private_fields
 
 #: Longer JSON is cut: a detail page must stay light even for a 32 MiB result.
 MAX_JSON_CHARS = 20_000
+#: Deeper JSON is not shown: the indenting encoder recurses once per level, and the API
+#: stores values nested almost as deep as Python can recurse (the page would be a 500).
+MAX_SHOWN_DEPTH = 100
 #: The most rows an admin list counts (see :class:`CappedPaginator`).
 COUNT_CAP = 10_000
 HIDDEN = "hidden — needs the “Can view job payloads” permission"
@@ -149,6 +153,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 def pretty_json(value: Any) -> SafeString | str:
     if value is None or value == {} or value == []:
         return "—"
+    if nested_deeper_than(value, MAX_SHOWN_DEPTH):
+        return f"(too deeply nested to display: more than {MAX_SHOWN_DEPTH} levels)"
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
     if len(text) > MAX_JSON_CHARS:
         text = text[:MAX_JSON_CHARS] + f"\n… ({len(text) - MAX_JSON_CHARS} more characters)"
@@ -163,6 +169,8 @@ def pretty_bytes(raw: bytes | memoryview | None) -> SafeString | str:
         return pretty_json(json.loads(data))
     except ValueError:
         return f"{len(data)} bytes (not JSON)"
+    except RecursionError:
+        return f"{len(data)} bytes (too deeply nested to display)"
 
 
 def link(url: str | None, text: str) -> SafeString | str:

@@ -42,6 +42,12 @@ _DURATION = re.compile(r"(?:\d+[smhd])+\Z")
 _PART = re.compile(r"(\d+)([smhd])")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-.:]*\Z")
 MAX_NAME = 128
+#: The longest ``@every`` interval: about the 50 years over which a cron spec's next tick
+#: is searched (cronsim gives up there, and :func:`parse_spec` refuses a spec that never
+#: fires). A slower schedule would not fire in the life of a deployment, and the bound
+#: keeps its ticks (and the durations that reach them) inside ``datetime``'s range.
+MAX_EVERY = timedelta(days=50 * 365)
+_MAX_EVERY_SECONDS = MAX_EVERY // _SECOND
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,9 @@ def parse_spec(spec: str | timedelta, tz: str | None = None) -> ScheduleSpec:
     """Parse ``spec`` (cron, ``@every``, a shorthand or a ``timedelta``) in zone ``tz``.
 
     Raises :class:`ScheduleError` for anything it cannot fire: a malformed expression, an
-    unknown zone, an interval that is not a positive whole number of seconds, a cron
-    expression that never matches, or two different zones (prefix and argument).
+    unknown zone, an interval that is not a positive whole number of seconds or is longer
+    than :data:`MAX_EVERY`, a cron expression that never matches, or two different zones
+    (prefix and argument).
     """
     if isinstance(spec, timedelta):
         return _interval(spec, f"@every {_seconds(spec)}s", tz)
@@ -103,13 +110,31 @@ def parse_spec(spec: str | timedelta, tz: str | None = None) -> ScheduleSpec:
 def _seconds(every: timedelta) -> int:
     if every <= timedelta(0) or every % _SECOND:
         raise ScheduleError(f"an interval is a positive whole number of seconds, not {every}")
+    if every > MAX_EVERY:
+        raise _too_long(str(every))
     return int(every.total_seconds())
 
 
 def _duration(text: str) -> timedelta:
     if not _DURATION.match(text):
         raise ScheduleError(f"@every takes a duration such as 30s, 15m, 1h30m: {text!r}")
-    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(text)))
+    # Bounded while still integers: timedelta overflows past 999,999,999 days, and int()
+    # refuses thousands of digits. A number longer than the bound in seconds is over it.
+    numbers = _PART.findall(text)
+    if any(len(n.lstrip("0")) > len(str(_MAX_EVERY_SECONDS)) for n, _ in numbers):
+        raise _too_long(text)
+    seconds = sum(int(n) * _UNITS[u] for n, u in numbers)
+    if seconds > _MAX_EVERY_SECONDS:
+        raise _too_long(text)
+    return timedelta(seconds=seconds)
+
+
+def _too_long(shown: str) -> ScheduleError:
+    if len(shown) > 40:
+        shown = shown[:40] + "…"
+    return ScheduleError(
+        f"an @every interval is at most {MAX_EVERY.days}d (about 50 years), not {shown}"
+    )
 
 
 def _interval(every: timedelta, text: str, tz: str | None) -> ScheduleSpec:
@@ -165,9 +190,8 @@ def _forward(spec: ScheduleSpec, after: datetime) -> Iterator[datetime]:
     if spec.every is not None:
         step = spec.every * 1_000_000
         k = (after - EPOCH) // timedelta(microseconds=1) // step + 1
-        while True:
-            yield EPOCH + timedelta(microseconds=k * step)
-            k += 1
+        yield from _epoch_ticks(k, step, 1)
+        return
     assert spec.cron is not None
     zone = ZoneInfo(spec.tz)
     start = after.astimezone(zone).replace(tzinfo=None)
@@ -183,9 +207,8 @@ def _backward(spec: ScheduleSpec, at: datetime) -> Iterator[datetime]:
     if spec.every is not None:
         step = spec.every * 1_000_000
         k = (at - EPOCH) // timedelta(microseconds=1) // step
-        while True:
-            yield EPOCH + timedelta(microseconds=k * step)
-            k -= 1
+        yield from _epoch_ticks(k, step, -1)
+        return
     assert spec.cron is not None
     zone = ZoneInfo(spec.tz)
     local = at.astimezone(zone)
@@ -200,6 +223,19 @@ def _backward(spec: ScheduleSpec, at: datetime) -> Iterator[datetime]:
         instant = _instant(wall, zone)
         if instant is not None and instant <= at:
             yield instant
+
+
+def _epoch_ticks(k: int, step: int, direction: int) -> Iterator[datetime]:
+    """Ticks ``k``, ``k + direction``, … of an interval of ``step`` microseconds, ending
+    where ``datetime`` does (years 1–9999): a backfill of 10,000 yearly ticks walks back
+    past year 1, and that is the end of the ticks, not an ``OverflowError``."""
+    while True:
+        try:
+            tick = EPOCH + timedelta(microseconds=k * step)
+        except OverflowError:
+            return
+        yield tick
+        k += direction
 
 
 def _instant(wall: datetime, zone: ZoneInfo) -> datetime | None:

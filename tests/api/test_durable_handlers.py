@@ -96,6 +96,17 @@ def test_bad_queries_and_updates_get_the_error_envelope(operator: Api) -> None:
     assert operator.get(f"{base}/queries/notes").status_code == 200
 
 
+def test_a_query_argument_nested_too_deeply_is_a_400(operator: Api) -> None:
+    # json.loads ran out of stack: a RecursionError, answered with a 500.
+    base = waiting()
+    deep = "[" * 100_000 + "]" * 100_000
+    response = operator.get(f"{base}/queries/notes", {"arg": deep})
+    assert (response.status_code, code(response)) == (400, "invalid_query_parameter")
+    assert response.json()["error"]["detail"] == {
+        "arg": ["arg is nested too deeply to read as JSON"]
+    }
+
+
 def test_update_detail_names_its_update(operator: Api) -> None:
     base = waiting()
     durable.Manager().update("h:1", "note", "hi", update_id="u-1", wait=False)

@@ -4,6 +4,7 @@ the API's own, DRF's, Django's, and a database that is down."""
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 from unittest import mock
 
@@ -52,6 +53,41 @@ def test_400_json_strings_with_nul(operator: Api) -> None:
 def test_400_bad_query_parameters(operator: Api, query: str) -> None:
     error = envelope(operator.get(f"/api/v1/jobs?{query}"), 400, "invalid_query_parameter")
     assert list(error["detail"]) == [query.split("=")[0]]
+
+
+def test_400_too_many_query_parameters_not_logged_as_a_server_error(anon: Api, caplog: Any) -> None:
+    # Django refuses more than DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000) at the first read of
+    # request.GET, before authentication: it was a 500 with a traceback per request.
+    with caplog.at_level(logging.INFO):
+        response = anon.get("/api/v1/jobs?" + "&".join(["x=1"] * 1001))
+    envelope(response, 400, "too_many_fields")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/v1/jobs", "kind=%20"),
+        ("/api/v1/jobs", "workflow_id=%1f"),
+        ("/api/v1/jobs", "queue=%09%20"),
+        ("/api/v1/jobs", "q=%20"),
+        ("/api/v1/quarantine", "kind=%20"),
+    ],
+)
+def test_400_blank_filter_value_is_empty(operator: Api, path: str, query: str) -> None:
+    # Stripped to nothing, it filtered nothing: the list answered with every row.
+    enqueue_job()
+    name = query.split("=")[0]
+    error = envelope(operator.get(f"{path}?{query}"), 400, "invalid_query_parameter")
+    assert error["detail"] == {name: [f"{name} must not be empty"]}
+
+
+def test_400_filter_value_with_a_control_character_at_its_end(operator: Api) -> None:
+    # The strip dropped it unchecked, and the jobs of kind test.noop were listed.
+    enqueue_job()
+    response = operator.get("/api/v1/jobs?kind=test.noop%1f")
+    error = envelope(response, 400, "invalid_query_parameter")
+    assert list(error["detail"]) == ["kind"] and "control characters" in error["message"]
 
 
 @pytest.mark.parametrize(
@@ -198,6 +234,14 @@ def test_415_body_that_is_not_json(operator: Api, content_type: str) -> None:
 def test_422_invalid_definition(operator: Api) -> None:
     response = operator.post("/api/v1/jobs", {"kind": "test.noop", "queue": "no spaces"})
     envelope(response, 422, "invalid_definition")
+
+
+@pytest.mark.parametrize("every", ["3000000d", "999999999d", "99999999999999999999s"])
+def test_422_schedule_interval_over_the_maximum(operator: Api, every: str) -> None:
+    # Such an interval overflowed datetime arithmetic: a 500.
+    body = {"spec": f"@every {every}", "task": "test.noop", "paused": True}
+    error = envelope(operator.put("/api/v1/schedules/far", body), 422, "invalid_schedule")
+    assert "at most 18250d" in error["message"]
 
 
 def test_423_quarantined_fingerprint(operator: Api) -> None:

@@ -7,6 +7,10 @@ import json
 
 import pytest
 from django.test import override_settings
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from headgate_django.models import Job
 
 pytestmark = pytest.mark.django_db
 
@@ -50,6 +54,41 @@ def test_a_trailing_slash_on_no_route_is_the_envelope_404(viewer):
     response = viewer.get("/api/v1/nothing-here/")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+@pytest.mark.parametrize(
+    ("path", "status"), [("/api/v1/jobs/", 308), ("/api/v1/nothing-here/", 404)]
+)
+def test_a_trailing_slash_answers_a_token_mutation_like_a_read(operator_user, method, path, status):
+    # Django's CSRF check applies to plain views: it answered these with its HTML 403.
+    token = Token.objects.create(user=operator_user)
+    client = APIClient(enforce_csrf_checks=True)
+    response = client.generic(
+        method,
+        path,
+        b'{"kind": "test.noop"}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {token.key}",
+        HTTP_IDEMPOTENCY_KEY="k",
+    )
+    assert response.status_code == status, response.content
+    if status == 308:
+        assert response["Location"] == "/api/v1/jobs"
+    else:
+        assert response.json()["error"]["code"] == "not_found"
+
+
+def test_the_redirect_opens_no_csrf_hole_for_a_session(operator_user):
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(operator_user)
+    body = {"data": b'{"kind": "test.noop"}', "content_type": "application/json"}
+    redirected = client.post("/api/v1/jobs/", **body, HTTP_IDEMPOTENCY_KEY="k")
+    assert (redirected.status_code, redirected["Location"]) == (308, "/api/v1/jobs")
+    refused = client.post(redirected["Location"], **body, HTTP_IDEMPOTENCY_KEY="k")
+    assert refused.status_code == 403  # the route itself checks CSRF for a session
+    assert refused.json()["error"]["code"] == "permission_denied"
+    assert not Job.objects.exists()
 
 
 @pytest.mark.parametrize(

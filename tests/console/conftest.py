@@ -41,6 +41,15 @@ def superuser(db: Any) -> User:
 
 
 @pytest.fixture
+def reader(db: Any) -> User:
+    """The viewer plus ``view_job_payload`` (not a superuser)."""
+    codenames = Permission.objects.filter(
+        content_type__app_label="headgate_django", codename__startswith="view_"
+    ).values_list("codename", flat=True)
+    return make_user("reader", staff=True, perms=list(codenames))
+
+
+@pytest.fixture
 def viewer(db: Any) -> User:
     """Staff with the view permission of every headgate model, nothing else."""
     codenames = list(

@@ -16,7 +16,6 @@ from django.urls import reverse
 
 from headgate_django.visibility import PRIVATE_FIELDS
 from headgate_django.workflows import SignalEmission, emit_signal_with
-from tests.console.conftest import make_user
 from tests.console.test_admin import HEADGATE_ADMINS
 from tests.console.test_consumers import communicator
 from tests.user_data import SECRET, UserData, seed_user_data
@@ -29,17 +28,6 @@ HOLDERS = set(PRIVATE_FIELDS)
 @pytest.fixture
 def user_data(db: Any) -> UserData:
     return seed_user_data()
-
-
-@pytest.fixture
-def reader(db: Any) -> Any:
-    """The viewer plus ``view_job_payload`` (not a superuser)."""
-    from django.contrib.auth.models import Permission
-
-    codenames = Permission.objects.filter(
-        content_type__app_label="headgate_django", codename__startswith="view_"
-    ).values_list("codename", flat=True)
-    return make_user("reader", staff=True, perms=list(codenames))
 
 
 def admin_pages(model: Any) -> list[str]:

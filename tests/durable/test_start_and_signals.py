@@ -259,6 +259,31 @@ def test_a_start_over_the_payload_limit_writes_nothing(
     durable.Client().start("sig-one-op", "1", AT_LIMIT, meta={"m": AT_LIMIT[6:]})
 
 
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"in": value}
+    return value
+
+
+def test_values_nested_deeper_than_every_database_keeps_are_refused_first() -> None:
+    """MariaDB's JSON_VALID refuses 32 levels, with the store's own wrapping included; the
+    store refuses deeper values on every database, with a clear error."""
+    with pytest.raises(PayloadError, match=r"start's input nests .* deeper than 24 levels"):
+        durable.Client().start("sig-one-op", "1", nested(25), workflow_id="too-deep")
+    assert not Execution.objects.filter(pk="too-deep").exists()
+    wf = start("sig-approval")
+    before = counts()
+    with pytest.raises(PayloadError, match="payload of signal 'approval' nests"):
+        durable.Client().signal(wf, "approval", [nested(24)])
+    assert counts() == before
+    kept = durable.Client().start("sig-one-op", "1", nested(24)).workflow_id
+    durable.Client().signal(wf, "approval", nested(24))
+    drive()
+    assert durable.Manager().get(kept).result == nested(24)
+    assert durable.Manager().get(wf).state == "succeeded"
+
+
 def test_a_signal_over_the_payload_limit_writes_nothing(settings: Any) -> None:
     wf = start("sig-approval")
     settings.HEADGATE = {"MAX_PAYLOAD_BYTES": LIMIT}

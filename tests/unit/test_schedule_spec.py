@@ -14,6 +14,7 @@ import pytest
 from headgate_django.exceptions import DefinitionError, ScheduleError
 from headgate_django.kernel.schedule_origin import origin_of, tick_id
 from headgate_django.kernel.schedule_spec import (
+    MAX_EVERY,
     next_tick,
     next_ticks,
     parse_spec,
@@ -88,6 +89,23 @@ def test_bad_specs_raise_schedule_error(spec: str | timedelta, tz: str | None) -
     assert isinstance(info.value, DefinitionError)
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "@every 18250d1s",
+        "@every 3000000d",  # past year 9999 from the epoch: OverflowError at the first tick
+        "@every 999999999d",
+        "@every 99999999999999999999s",  # past timedelta's range
+        "@every " + "9" * 5000 + "s",  # past int()'s digits
+        timedelta(days=3_000_000),
+    ],
+)
+def test_an_interval_over_the_maximum_is_refused_naming_it(spec: str | timedelta) -> None:
+    with pytest.raises(ScheduleError, match="at most 18250d"):
+        parse_spec(spec)
+    assert parse_spec("@every 18250d").every == MAX_EVERY.total_seconds() == 18250 * 86400
+
+
 def test_bad_on_missed_and_backfill_limit() -> None:
     spec = parse_spec("@every 1s")
     kw = {"next_run_at": utc(2027, 1, 1), "now": utc(2027, 1, 1), "grace": timedelta(0)}
@@ -113,6 +131,28 @@ def test_every_is_epoch_aligned_in_utc() -> None:
         utc(2027, 5, 1, 10, 15),
         utc(2027, 5, 1, 10, 0),
     ]
+
+
+def test_every_ticks_end_where_datetime_does() -> None:
+    yearly = parse_spec("@every 365d")
+    # A backfill may walk back past year 1: the walk ends there, not in an OverflowError.
+    ticks = previous_ticks(yearly, utc(2027, 1, 1), 10_000)
+    assert len(ticks) == 2028 and ticks[-1] == utc(1, 4, 23)
+    passed = plan_pass(
+        yearly,
+        next_run_at=utc(2000, 1, 1),
+        now=utc(2027, 1, 1),
+        grace=timedelta(0),
+        on_missed="backfill",
+        backfill_limit=10_000,
+        cap=100,
+    )
+    assert passed.fire == tuple(reversed(ticks[:27])) and passed.fire[0] >= utc(2000, 1, 1)
+    assert passed.next_run_at == utc(2027, 12, 18)
+    # And forward: the last tick before year 10000 is the last one.
+    longest = parse_spec("@every 18250d")
+    assert next_ticks(longest, utc(9900, 1, 1), 3) == [utc(9914, 9, 22), utc(9964, 9, 9)]
+    assert next_tick(longest, utc(9964, 9, 9)) is None
 
 
 def test_six_field_cron_has_seconds() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.urls import Resolver404, resolve, reverse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -54,8 +55,14 @@ class _RedirectKeepingMethod(HttpResponsePermanentRedirect):
     status_code = 308
 
 
+@csrf_exempt
 def strip_slash(request: HttpRequest, path: str, **kwargs: Any) -> HttpResponse:
-    """``…/jobs/`` → ``…/jobs`` when that route exists; the envelope's 404 otherwise."""
+    """``…/jobs/`` → ``…/jobs`` when that route exists; the envelope's 404 otherwise.
+
+    Exempt from Django's CSRF check, like every API view: a token-authenticated POST must
+    get its redirect, not Django's HTML 403. It changes nothing, and the route it sends
+    the request on to checks CSRF itself for a session user (DRF's SessionAuthentication).
+    """
     target = request.path[:-1]
     try:
         match = resolve(target)
