@@ -16,6 +16,10 @@ a client retrying after a 409 revision conflict or a 503 wants.
 
 The body is hashed as canonical JSON when it parses, so re-indenting a request does not
 make it "different".
+
+A replay never shows more than a fresh answer would: a response recorded while the user
+held ``view_job_payload`` (so it may carry user data) is not replayed once they no longer
+do (403 ``payload_permission_required``; the mutation itself was done).
 """
 
 from __future__ import annotations
@@ -31,7 +35,11 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from headgate_django.api.errors import IdempotencyKeyRequired, IdempotencyKeyReused
+from headgate_django.api.errors import (
+    IdempotencyKeyRequired,
+    IdempotencyKeyReused,
+    PayloadPermissionRequired,
+)
 from headgate_django.conf import headgate_settings
 from headgate_django.envelope import canonical_json
 from headgate_django.store.idempotency import (
@@ -40,12 +48,16 @@ from headgate_django.store.idempotency import (
     idempotency_record_find,
     idempotency_record_save,
 )
+from headgate_django.visibility import may_see_payloads
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
 #: Response headers that are part of what is replayed.
 KEPT_HEADERS = ("Content-Type", "Location", "X-Released-Jobs")
 REPLAYED_HEADER = "Idempotent-Replayed"
+#: Kept with a record, never sent: the response was rendered for a user who could see
+#: user data.
+_REVEALED = "X-Headgate-Revealed"
 
 
 class _KeyTaken(Exception):
@@ -87,13 +99,19 @@ def _same_request(record: Any, identity: RequestIdentity) -> bool:
     )
 
 
-def _replay(record: Any, identity: RequestIdentity) -> HttpResponse:
+def _replay(record: Any, identity: RequestIdentity, request: Request) -> HttpResponse:
     if not _same_request(record, identity):
         raise IdempotencyKeyReused(idempotency_key=identity.key)
+    headers = dict(record.response_headers)
+    if headers.pop(_REVEALED, None) and not may_see_payloads(request.user):
+        raise PayloadPermissionRequired(
+            "This key's response was recorded with user data, which you may no longer see "
+            "(headgate_django.view_job_payload); the request it answered was carried out."
+        )
     response = HttpResponse(bytes(record.response_body), status=record.status_code)
-    if "Content-Type" not in record.response_headers:
+    if "Content-Type" not in headers:
         del response["Content-Type"]
-    for name, value in record.response_headers.items():
+    for name, value in headers.items():
         response[name] = value
     response[REPLAYED_HEADER] = "true"
     return response
@@ -123,7 +141,7 @@ def run_idempotent(
     identity = identity_of(request, key)
     found = idempotency_record_find(identity.key_digest)
     if found is not None:
-        return _replay(found, identity)
+        return _replay(found, identity, request)
     try:
         with transaction.atomic():
             try:
@@ -133,6 +151,8 @@ def run_idempotent(
             response = _freeze(handler())
             if 200 <= response.status_code < 300:
                 headers = {h: response[h] for h in KEPT_HEADERS if response.has_header(h)}
+                if may_see_payloads(request.user):
+                    headers[_REVEALED] = "1"
                 idempotency_record_save(
                     record,
                     status_code=response.status_code,
@@ -149,4 +169,4 @@ def run_idempotent(
                 "A concurrent request with this Idempotency-Key failed; retry.",
                 idempotency_key=key,
             ) from None
-        return _replay(winner, identity)
+        return _replay(winner, identity, request)

@@ -153,3 +153,35 @@ def test_a_read_does_not_touch_the_records(operator: Api) -> None:
     with CaptureQueriesContext(connection) as queries:
         assert operator.get("/api/v1/jobs").status_code == 200
     assert not any("headgate_idempotency" in q["sql"] for q in queries.captured_queries)
+
+
+def test_a_replay_shows_no_more_than_a_fresh_answer_would(
+    operator: Api, operator_user: Any
+) -> None:
+    """A response recorded with user data is not replayed to its user once the payload
+    permission is gone: the mutation stays done, its answer is refused."""
+    from django.contrib.auth.models import Permission, User
+
+    from tests.api.conftest import _api
+
+    started = operator.post(
+        "/api/v1/durable/executions", {"name": "api-wait", "version": "1", "input": "4111"}
+    )
+    base = f"/api/v1/durable/executions/{started.json()['workflow_id']}"
+    first = operator.post(f"{base}/cancel", {}, key="cancel-1")
+    assert first.status_code == 200 and first.json()["input"] == "4111"
+    again = operator.post(f"{base}/cancel", {}, key="cancel-1")
+    assert again.content == first.content and again["Idempotent-Replayed"] == "true"
+    assert not again.has_header("X-Headgate-Revealed")  # kept with the record, never sent
+    operator_user.user_permissions.remove(Permission.objects.get(codename="view_job_payload"))
+    revoked = _api(User.objects.get(pk=operator_user.pk))
+    assert revoked.get(base).json()["input"] is None  # a fresh answer is redacted
+    replayed = revoked.post(f"{base}/cancel", {}, key="cancel-1")
+    assert replayed.status_code == 403
+    assert replayed.json()["error"]["code"] == "payload_permission_required"
+    assert "4111" not in replayed.content.decode()
+    # a response recorded without user data replays to anyone it was recorded for
+    paused = revoked.post("/api/v1/queues/q/pause?create=true", key="pause-1")
+    assert revoked.post("/api/v1/queues/q/pause?create=true", key="pause-1").status_code == (
+        paused.status_code
+    )
