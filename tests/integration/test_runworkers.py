@@ -45,10 +45,23 @@ def test_the_status_line_accounts_for_every_claim(start_worker):
     ), worker.output()
 
 
-def test_a_refused_option_exits_one_with_the_reason(start_worker):
-    worker = start_worker("--burst", "--concurrency", "0")
+@pytest.mark.parametrize(
+    "option, reason",
+    [
+        (["--concurrency", "0"], "--concurrency must be at least 1, not 0"),
+        (["--processes", "-1"], "--processes must be at least 1, not -1"),
+        (["--queue", ""], "--queue: a queue name must be a non-empty string"),
+        (["--queue", "a b"], "--queue: invalid queue name 'a b'"),
+        (["--lease-ttl", "0"], "--lease-ttl must be positive"),
+    ],
+)
+def test_a_refused_option_exits_one_with_the_reason_before_the_start_line(
+    start_worker, option, reason
+):
+    worker = start_worker("--burst", *option)
     assert worker.proc.wait(timeout=60) == 1
-    assert "--concurrency and --processes must be at least 1" in worker.output()
+    assert reason in worker.output()
+    assert "handler threads" not in worker.output()  # refused before announcing a start
 
 
 def test_call_command_returns_to_its_caller():

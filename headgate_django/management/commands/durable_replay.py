@@ -16,7 +16,13 @@ class Command(BaseCommand):
     help = "Replay exported durable histories (Manager.history() JSON) against the current code."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("files", nargs="+", metavar="FILE", type=Path)
+        parser.add_argument(
+            "files",
+            nargs="+",
+            metavar="FILE",
+            type=Path,
+            help="A history exported with Manager().history() or GET …/history (JSON).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         failed = 0

@@ -14,7 +14,8 @@ from django.db import DatabaseError
 
 from headgate_django.conf import headgate_settings
 from headgate_django.durable import handlers as durable_modes
-from headgate_django.exceptions import ConfigurationError
+from headgate_django.exceptions import ConfigurationError, DefinitionError
+from headgate_django.kernel.names import validate_queue
 from headgate_django.store.schema import schema_problem
 from headgate_django.worker import logs
 from headgate_django.worker.exit import exit_code, exit_now
@@ -100,11 +101,17 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         logs.configure(options["verbosity"], settings.LOGGING)
-        if options["concurrency"] < 1 or options["processes"] < 1:
-            raise CommandError("--concurrency and --processes must be at least 1")
-        logs.announce(options["processes"], options["concurrency"])
+        for name in ("concurrency", "processes"):
+            if options[name] < 1:
+                raise CommandError(f"--{name} must be at least 1, not {options[name]}")
         if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
             raise CommandError("--lease-ttl must be positive")
+        for queue in options["queues"] or ():
+            try:
+                validate_queue(queue)
+            except DefinitionError as exc:
+                raise CommandError(f"--queue: {exc}") from None
+        logs.announce(options["processes"], options["concurrency"])
         self._check_schema()
         self._sync_schedules(options["verbosity"])
         self._apply_admission(options["verbosity"])

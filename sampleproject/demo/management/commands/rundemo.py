@@ -42,6 +42,8 @@ DEFAULT_OPERATOR_ADDR = "127.0.0.1:8080"
 START_TIMEOUT = 60.0
 #: The worker's drain window (SHUTDOWN_TIMEOUT, 25 s) and some.
 STOP_TIMEOUT = 40.0
+#: After a second Ctrl-C: how long the children get to exit before they are killed.
+HURRY_TIMEOUT = 5.0
 
 
 class Command(BaseCommand):
@@ -91,13 +93,11 @@ class Command(BaseCommand):
                     _wait_listening(addr, proc)
                 children.append(_start([*manage, "runworkers", "--concurrency", "4"], env))
                 self.stdout.write(
-                    self.style.SUCCESS(
-                        f"Console: http://{options['addr']}/admin/  (Ctrl-C to stop)"
-                    )
+                    self.style.SUCCESS(f"Console: {_url(options['addr'])}/admin/  (Ctrl-C to stop)")
                 )
                 if operator_addr:
                     self.stdout.write(
-                        f"API as the demo operator, no credentials: http://{operator_addr}/api/v1/"
+                        f"API as the demo operator, no credentials: {_url(operator_addr)}/api/v1/"
                     )
                 stopped = _wait_any(children)
                 raise CommandError(
@@ -105,9 +105,12 @@ class Command(BaseCommand):
                     "stopping the demo"
                 )
             except KeyboardInterrupt:
-                self.stdout.write("Stopping: the worker drains, then the demo exits.")
+                self.stdout.write(
+                    "Stopping: the worker drains, then the demo exits (Ctrl-C again: at once)."
+                )
             finally:
-                _stop(children)
+                if not _stop(children):
+                    self.stdout.write("Stopped at once: unfinished jobs go back to their queues.")
 
 
 def _operator_addr(given: str | None) -> str:
@@ -129,6 +132,13 @@ def _split(addr: str) -> tuple[str, int]:
     if not port.isdigit():
         raise CommandError(f"{addr!r} is not a host:port address")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _url(addr: str) -> str:
+    """Where a browser finds ``addr`` (``8001`` alone is ``127.0.0.1:8001``, as runserver
+    reads it)."""
+    host, port = _split(addr)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _check_free(addr: str) -> None:
@@ -174,13 +184,34 @@ def _wait_any(children: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes
         time.sleep(0.2)
 
 
-def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+def _stop(children: list[subprocess.Popen[bytes]]) -> bool:
+    """Stop the children: the worker drains. A second Ctrl-C (or SIGTERM) while it does
+    is passed on, as the worker's own message invites, and it exits at once (its jobs'
+    leases lapse and they run again); nothing is left running when this returns. False
+    when the drain was cut short so."""
+    _signal(children)
+    try:
+        _wait(children, STOP_TIMEOUT)
+        return True
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the next few seconds are bounded
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _signal(children)
+        _wait(children, HURRY_TIMEOUT)
+        return False
+
+
+def _signal(children: list[subprocess.Popen[bytes]]) -> None:
     for proc in children:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+
+
+def _wait(children: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
     for proc in children:
         try:
-            proc.wait(timeout=STOP_TIMEOUT)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -1,0 +1,99 @@
+"""The demo launcher: the addresses it prints, and its shutdown (one Ctrl-C drains, a
+second one stops every child at once).
+
+The launcher's stop runs here in a process of its own over a stand-in worker that, like
+``runworkers``, drains on the first SIGTERM and exits on the second, so the test can send
+the second Ctrl-C while the drain is under way (the end-to-end single Ctrl-C is
+``test_demo.py``'s)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+WORKER = textwrap.dedent(
+    """
+    import signal, sys, time
+    def on_term(*_):
+        if getattr(on_term, "seen", False):
+            print("worker: second signal, exiting", flush=True); sys.exit(1)
+        on_term.seen = True
+        print("worker: draining", flush=True)
+    signal.signal(signal.SIGTERM, on_term)
+    print("worker: up", flush=True)
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+LAUNCHER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    from sampleproject.demo.management.commands import rundemo
+    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True)
+    print("launcher: worker", worker.pid, flush=True)
+    try:
+        while True:
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+    print("launcher: drained" if rundemo._stop([worker]) else "launcher: cut short", flush=True)
+    print("launcher: worker exit", worker.poll(), flush=True)
+    """
+)
+
+
+def test_a_second_ctrl_c_stops_the_draining_worker_at_once_without_a_traceback() -> None:
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, WORKER],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert launcher.stdout is not None
+    lines: list[str] = []
+
+    def read_until(text: str) -> None:
+        while not any(text in line for line in lines):
+            line = launcher.stdout.readline()  # type: ignore[union-attr]
+            assert line, "".join(lines)
+            lines.append(line)
+
+    try:
+        read_until("launcher: worker ")
+        read_until("worker: up")
+        launcher.send_signal(signal.SIGINT)  # the first Ctrl-C: the worker drains
+        read_until("worker: draining")
+        started = time.monotonic()
+        launcher.send_signal(signal.SIGINT)  # the second: at once
+        out, _ = launcher.communicate(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        for line in lines:  # never leave the stand-in worker behind, whatever failed
+            if line.startswith("launcher: worker ") and line.split()[2].isdigit():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(line.split()[2]), signal.SIGKILL)
+    text = "".join(lines) + out
+    assert launcher.returncode == 0, text
+    assert time.monotonic() - started < 10, text  # not the 40 s drain window
+    assert "worker: second signal, exiting" in text and "launcher: cut short" in text
+    assert "launcher: worker exit 1" in text  # nothing left running
+    assert "Traceback" not in text, text
+
+
+def test_the_printed_address_is_one_a_browser_opens() -> None:
+    from sampleproject.demo.management.commands.rundemo import _url
+
+    assert _url("8001") == "http://127.0.0.1:8001"  # a port alone, as runserver reads it
+    assert _url("127.0.0.1:8000") == "http://127.0.0.1:8000"
+    assert _url("[::1]:8080") == "http://[::1]:8080"
