@@ -49,6 +49,7 @@ from headgate_django.worker import batches, events, execute, logs
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import wake_source
+from headgate_django.worker.outage import OutageLog
 from headgate_django.worker.presence import FLUSH_EVERY, Presence
 from headgate_django.worker.settle import completion, settle
 from headgate_django.worker.status import status_line
@@ -192,6 +193,9 @@ class Worker:
         # Bumped on every database error this worker sees; a handler thread that has not
         # seen the latest value replaces its connection before its next attempt.
         self._db_errors = 0
+        self._outage = OutageLog()
+        #: Set when a burst run gave up on an unreachable database (the command exits 1).
+        self.gave_up = False
         self._thread_seen = threading.local()
         self._acks: queue.SimpleQueue[tuple[_Held, Completion] | None] = queue.SimpleQueue()
         self._handlers = [
@@ -283,6 +287,8 @@ class Worker:
             self._wake.clear()
             jobs = self._claim(limit)
             if jobs is None:  # database unavailable
+                if self.burst and self._burst_gives_up():
+                    return
                 idle = min(idle * 2, idle_max)
                 self._stopping.wait(idle)
                 continue
@@ -349,9 +355,10 @@ class Worker:
                 using=self.using,
             )
         except DatabaseError as exc:
-            log.warning("claim failed (%s); backing off", exc)
+            self._outage.failed("claim", exc)
             self._reset_connection()
             return None
+        self._outage.succeeded()
         self.stats.count("claimed", len(jobs))
         metrics.observe_claims(jobs)
         if tracing.ENABLED and jobs and tracing.active():
@@ -362,6 +369,17 @@ class Worker:
                 or {}
             )
         return jobs
+
+    def _burst_gives_up(self) -> bool:
+        """A burst run is for a cron job or a CI step, which must end: once the database has
+        been unreachable for twice the lease TTL with no job held (nothing a wait could
+        still save), it stops, and ``runworkers`` exits 1."""
+        limit = 2 * self.lease_ttl.total_seconds()
+        if self._held or self._outage.down_for() < limit:
+            return False
+        log.error("database unreachable for %.0f s: the burst run gives up", limit)
+        self.gave_up = True
+        return True
 
     def _burst_done(self) -> bool:
         if any(not r.settled for r in list(self._held.values())):
@@ -893,14 +911,17 @@ class Worker:
 
     def _safe(self, fn):  # type: ignore[no-untyped-def]
         try:
-            return fn()
+            result = fn()
         except DatabaseError as exc:
-            log.warning("database call failed (%s); will retry", exc)
+            self._outage.failed("housekeeping", exc)
             self._reset_connection()
             return None
         except Exception:  # the heartbeat must outlive any bug, or every lease lapses
             log.exception("worker housekeeping failed; will retry")
             return None
+        # Not the end of an outage: many of these calls need no database when they have
+        # nothing to write. A claim that went through is (see _claim).
+        return result
 
     def _reset_connection(self) -> None:
         self._db_errors += 1

@@ -221,6 +221,8 @@ class Command(BaseCommand):
             # came in meanwhile is handled now, by the handler above.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
             worker.run()
+        if worker.gave_up:
+            raise CommandError("the database stayed unreachable; nothing was run")
         if worker.handlers_running:
             # Handlers that outlived the drain window were released back to their queues;
             # do not let the interpreter wait for their threads at exit.
