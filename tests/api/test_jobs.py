@@ -120,6 +120,18 @@ def test_create_pending_delayed_and_by_payload(operator: Api) -> None:
     assert bytes(Job.objects.get(pk="job:custom").payload) == encode_call((), {"value": "raw"})
 
 
+def test_a_chosen_id_must_be_one_a_route_can_address(operator: Api) -> None:
+    """``/jobs/{id}`` cannot match an id with ``/``: refused before anything is stored."""
+    refused = operator.post("/api/v1/jobs", {"kind": "test.noop", "id": "import/2026"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["detail"] == {"id": ["control characters and / are not allowed"]}
+    started = operator.post(
+        "/api/v1/durable/executions", {"name": "api-wait", "version": "1", "workflow_id": "a/b"}
+    )
+    assert started.status_code == 400 and "workflow_id" in started.json()["error"]["detail"]
+    assert not Job.objects.exists()
+
+
 def test_create_unknown_kind_is_404(operator: Api) -> None:
     response = operator.post("/api/v1/jobs", {"kind": "not.registered"})
     assert response.status_code == 404

@@ -90,6 +90,9 @@ class AnyJSONField(serializers.JSONField):
 
 #: No control characters; drf-spectacular states it as the field's ``pattern``.
 NO_CONTROL = RegexValidator(r"^[^\x00-\x1f]*\Z", "control characters are not allowed")
+NO_CONTROL_OR_SLASH = RegexValidator(
+    r"^[^/\x00-\x1f]*\Z", "control characters and / are not allowed"
+)
 #: A queue or rate class name, stated as the field's ``pattern`` too: a name the store
 #: would refuse is refused by the schema as well, not only by the body's validation.
 SIMPLE_NAME = RegexValidator(
@@ -105,6 +108,15 @@ class NameField(serializers.CharField):
         kwargs.setdefault("max_length", 255)
         kwargs.setdefault("trim_whitespace", False)
         kwargs.setdefault("validators", [NO_CONTROL])
+        super().__init__(**kwargs)
+
+
+class RouteIdField(NameField):
+    """An id the caller chooses for something the API then addresses by it in a path
+    (``/jobs/{id}``, ``/durable/executions/{id}``): no ``/``, which no route could match."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("validators", [NO_CONTROL_OR_SLASH])
         super().__init__(**kwargs)
 
 

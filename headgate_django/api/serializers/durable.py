@@ -12,6 +12,7 @@ from headgate_django.api.serializers.common import (
     NameField,
     RedactingSerializer,
     RequestSerializer,
+    RouteIdField,
     exactly_one,
 )
 from headgate_django.kernel.replay_events import PARENT_CLOSE_POLICIES
@@ -93,7 +94,7 @@ class StartSerializer(RequestSerializer):
     version = NameField(max_length=64)
     input = AnyJSONField(required=False, allow_null=True, default=None)
     business_idempotency_key = NameField(required=False, allow_null=True, default=None)
-    workflow_id = NameField(max_length=200, required=False, allow_null=True, default=None)
+    workflow_id = RouteIdField(max_length=200, required=False, allow_null=True, default=None)
     task_queue = NameField(max_length=128, required=False, default="default")
     meta = serializers.DictField(child=AnyJSONField(allow_null=True), required=False)
 

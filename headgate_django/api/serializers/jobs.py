@@ -18,6 +18,7 @@ from headgate_django.api.serializers.common import (
     InstantField,
     NameField,
     RequestSerializer,
+    RouteIdField,
     exactly_one,
     needed_by,
     not_together,
@@ -146,7 +147,7 @@ class JobCreateSerializer(RequestSerializer):
     kwargs = serializers.DictField(child=AnyJSONField(), required=False)
     payload = Base64Field(required=False)
     schema_version = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
-    id = NameField(required=False)
+    id = RouteIdField(required=False)
     queue = NameField(max_length=128, required=False)
     priority = serializers.IntegerField(min_value=-INT32_MAX, max_value=INT32_MAX, required=False)
     max_attempts = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
