@@ -25,6 +25,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def manage(
+    *args: str, settings: str, pythonpath: str = "", database_url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``manage.py *args`` in a process of its own, with the settings module ``settings``
+    (found on ``pythonpath`` too) and ``database_url`` (None: the settings' default), as a
+    user runs it; its output captured."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(
+        DJANGO_SETTINGS_MODULE=settings,
+        PYTHONPATH=os.pathsep.join(filter(None, [pythonpath, str(ROOT)])),
+    )
+    if database_url is not None:
+        env["DATABASE_URL"] = database_url
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 #: ``host:port`` of the PostgreSQL server behind the transaction-pooling proxy that
 #: DATABASE_URL goes through (the PgBouncer leg); unset otherwise.
 POOLER_BYPASS = os.environ.get("HEADGATE_TEST_POOLER_BYPASS", "")

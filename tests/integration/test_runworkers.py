@@ -177,27 +177,15 @@ def test_completion_that_does_not_land_is_reported_and_the_worker_goes_on(start_
 def test_a_burst_run_on_an_unreachable_database_says_so_once_then_gives_up() -> None:
     """A burst run is for cron or CI: it must end. With nothing held, it waits twice the
     lease TTL (here 1 s) for the database, warning once, then exits 1."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.conftest import free_port, manage
 
-    from tests.conftest import free_port
-
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="tests.settings",
-        DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere",
-        PYTHONPATH=str(root),
-    )
-    done = subprocess.run(
-        [sys.executable, "manage.py", "runworkers", "--burst", "--lease-ttl", "1"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = manage(
+        "runworkers",
+        "--burst",
+        "--lease-ttl",
+        "1",
+        settings="tests.settings",
+        database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere",
     )
     assert done.returncode == 1, done.stderr
     assert done.stderr.count("database unavailable") == 1, done.stderr

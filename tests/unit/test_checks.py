@@ -1,8 +1,5 @@
 """Settings validation: unknown keys, bad values and cross-field rules each get a check id."""
 
-import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,8 +9,7 @@ from django.test import override_settings
 from headgate_django.checks import check_settings
 from headgate_django.conf import headgate_settings
 from headgate_django.exceptions import ConfigurationError
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import manage
 
 
 def ids(**headgate):
@@ -184,16 +180,7 @@ def test_an_unknown_key_stops_commands_with_the_check_not_a_traceback(
     (tmp_path / "typo_settings.py").write_text(
         "from tests.settings import *  # noqa: F403\nHEADGATE = {'LEASE_TTLL': 5}\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(DJANGO_SETTINGS_MODULE="typo_settings", PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *command],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = manage(*command, settings="typo_settings", pythonpath=str(tmp_path))
     assert done.returncode != 0
     assert "headgate.E001" in done.stderr and "LEASE_TTLL" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
