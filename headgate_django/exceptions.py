@@ -166,16 +166,6 @@ class UnknownTaskError(DefinitionError):
     default_code = "unknown_task"
 
 
-class TaskArgumentsError(DefinitionError, TypeError):
-    """The arguments do not fit the task's handler.
-
-    A ``TypeError`` too, as calling the function with them would raise: the mistake is
-    reported where the job is made, not by every attempt of a job that can never run.
-    """
-
-    default_code = "invalid_arguments"
-
-
 # -- store ---------------------------------------------------------------------------
 
 

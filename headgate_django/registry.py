@@ -7,6 +7,7 @@ a worker hours later.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -15,7 +16,7 @@ from typing import Any
 
 from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope, check_fields, encode_call, with_payload
-from headgate_django.exceptions import DefinitionError, TaskArgumentsError, UnknownTaskError
+from headgate_django.exceptions import DefinitionError, UnknownTaskError
 from headgate_django.kernel.names import internal_kind_error, is_internal_kind, validate_kind
 from headgate_django.waiting import (
     DEFAULT_TIMEOUT,
@@ -23,6 +24,8 @@ from headgate_django.waiting import (
     aenqueue_and_wait,
     enqueue_and_wait,
 )
+
+log = logging.getLogger("headgate_django")
 
 #: ``upcaster(stored_version, args, kwargs) -> (args, kwargs)`` for the current version.
 Upcaster = Callable[[int, list[Any], dict[str, Any]], tuple[list[Any], dict[str, Any]]]
@@ -130,15 +133,17 @@ class TaskDef:
         if args or kwargs or self._needs_arguments:  # a call without any: known to fit
             problem = self.misfit(args, kwargs)
             if problem is not None:
-                raise TaskArgumentsError(problem)
+                # Said now, where the call is made; not refused, because an envelope may be
+                # built before it is complete (a workflow sketched node by node). The job
+                # goes to undecodable on its first attempt, for an operator to repair.
+                log.warning("%s; a job made so is undecodable when it runs", problem)
         return encode_call(args, kwargs)
 
     def envelope(self, *args: Any, **kwargs: Any) -> Envelope:
         """The job this call would be, not yet enqueued (what ``Workflow.add`` takes).
 
-        The arguments are checked against the handler's signature here, as a call would
-        check them: :class:`~headgate_django.exceptions.TaskArgumentsError` (a
-        ``TypeError``) if they do not fit.
+        Arguments that do not fit the handler's signature are logged as a warning here;
+        the job they make goes to ``undecodable`` when a worker takes it.
         """
         return with_payload(self._template, self._payload(args, kwargs))
 

@@ -78,6 +78,9 @@ def _target(name: str, kind: str, entry: dict[str, Any]) -> Target:
     args, kwargs = entry.get("args", []), entry.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise ScheduleError(f"schedule {name!r}: args is a list and kwargs a dict")
+    problem = task.misfit(args, kwargs)
+    if problem is not None:  # every tick would make an undecodable job
+        raise ScheduleError(f"schedule {name!r}: {problem}")
     return task.envelope(*args, **kwargs)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from headgate_django import store
+from headgate_django import store, testing
 from headgate_django.envelope import encode_call
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
@@ -138,16 +138,14 @@ def test_create_unknown_kind_is_404(operator: Api) -> None:
     assert response.json()["error"]["code"] == "unknown_task"
 
 
-def test_create_with_arguments_the_handler_cannot_take_is_422(operator: Api) -> None:
+def test_create_with_arguments_the_handler_cannot_take_makes_an_undecodable_job(
+    operator: Api,
+) -> None:
     response = operator.post("/api/v1/jobs", {"kind": "test.noop", "kwargs": {"user": 1}})
-    assert response.status_code == 422
-    assert response.json()["error"] == {
-        "code": "invalid_arguments",
-        "message": "test.noop: the arguments do not fit noop(ctx): "
-        "got an unexpected keyword argument 'user'",
-        "detail": None,
-    }
-    assert not Job.objects.exists()
+    assert response.status_code == 201
+    job_id = response.json()["id"]
+    assert testing.run_one() == (job_id, "undecodable")
+    assert operator.get(f"/api/v1/jobs/{job_id}").json()["state"] == "undecodable"
 
 
 def test_operator_verbs_move_jobs(operator: Api) -> None:

@@ -4,6 +4,7 @@ unique keys are deduplicated by the store; enqueue joins the caller's transactio
 from __future__ import annotations
 
 import dataclasses
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,7 +21,6 @@ from headgate_django.exceptions import (
     InvalidKindError,
     PayloadError,
     PayloadTooLargeError,
-    TaskArgumentsError,
 )
 from headgate_django.models import LIVE_JOB_STATES, Job
 from headgate_django.registry import find_task, registered_kinds
@@ -123,17 +123,21 @@ def anything(ctx, *args, **kwargs) -> None:
         ((1, 2, 3), {"scale": 2}, "too many positional arguments"),
     ],
 )
-def test_arguments_that_do_not_fit_the_handler_fail_when_the_envelope_is_built(
-    args, kwargs, problem, no_new_rows
+def test_arguments_that_do_not_fit_the_handler_are_said_where_the_call_is_made(
+    args, kwargs, problem, caplog
 ):
-    for make in (add.envelope, add.enqueue, add.enqueue_and_wait):
-        with pytest.raises(TaskArgumentsError) as info:
-            make(*args, **kwargs)
-        assert str(info.value) == (
-            "test.conformance.add: the arguments do not fit "
-            f"add(ctx, a, b=0, *, scale=1): {problem}"
-        )
-        assert isinstance(info.value, TypeError)  # as calling add() with them would be
+    """Warned, not refused (an envelope may be built before it is complete); the job is
+    undecodable on its first attempt instead of failing every retry."""
+    message = (
+        f"test.conformance.add: the arguments do not fit add(ctx, a, b=0, *, scale=1): "
+        f"{problem}; a job made so is undecodable when it runs"
+    )
+    assert add.misfit(list(args), kwargs) == message.split("; a job")[0]
+    with caplog.at_level(logging.WARNING, logger="headgate_django"):
+        job_id = add.enqueue(*args, **kwargs)
+    assert [r.getMessage() for r in caplog.records] == [message]
+    assert testing.run_one() == (job_id, "undecodable")
+    assert row(job_id)["errors"][0]["error"] == message.split("; a job")[0]
 
 
 def test_arguments_that_fit_are_enqueued_and_run():
