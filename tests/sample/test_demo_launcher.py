@@ -41,6 +41,7 @@ LAUNCHER = textwrap.dedent(
     worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True)
     print("launcher: worker", worker.pid, flush=True)
     try:
+        print("launcher: waiting", flush=True)  # from here, a Ctrl-C is the first
         while True:
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -52,37 +53,37 @@ LAUNCHER = textwrap.dedent(
 
 
 def test_a_second_ctrl_c_stops_the_draining_worker_at_once_without_a_traceback() -> None:
-    launcher = subprocess.Popen(
+    lines: list[str] = []
+    with subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, WORKER],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
-    assert launcher.stdout is not None
-    lines: list[str] = []
+    ) as launcher:
+        assert launcher.stdout is not None
 
-    def read_until(text: str) -> None:
-        while not any(text in line for line in lines):
-            line = launcher.stdout.readline()  # type: ignore[union-attr]
-            assert line, "".join(lines)
-            lines.append(line)
+        def read_until(text: str) -> None:
+            while not any(text in line for line in lines):
+                line = launcher.stdout.readline()  # type: ignore[union-attr]
+                assert line, "".join(lines)
+                lines.append(line)
 
-    try:
-        read_until("launcher: worker ")
-        read_until("worker: up")
-        launcher.send_signal(signal.SIGINT)  # the first Ctrl-C: the worker drains
-        read_until("worker: draining")
-        started = time.monotonic()
-        launcher.send_signal(signal.SIGINT)  # the second: at once
-        out, _ = launcher.communicate(timeout=30)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-        for line in lines:  # never leave the stand-in worker behind, whatever failed
-            if line.startswith("launcher: worker ") and line.split()[2].isdigit():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(line.split()[2]), signal.SIGKILL)
+        try:
+            read_until("worker: up")
+            read_until("launcher: waiting")
+            launcher.send_signal(signal.SIGINT)  # the first Ctrl-C: the worker drains
+            read_until("worker: draining")
+            started = time.monotonic()
+            launcher.send_signal(signal.SIGINT)  # the second: at once
+            out, _ = launcher.communicate(timeout=30)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+            for line in lines:  # never leave the stand-in worker behind, whatever failed
+                if line.startswith("launcher: worker ") and line.split()[2].isdigit():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(line.split()[2]), signal.SIGKILL)
     text = "".join(lines) + out
     assert launcher.returncode == 0, text
     assert time.monotonic() - started < 10, text  # not the 40 s drain window

@@ -189,8 +189,8 @@ def _stop(children: list[subprocess.Popen[bytes]]) -> bool:
     is passed on, as the worker's own message invites, and it exits at once (its jobs'
     leases lapse and they run again); nothing is left running when this returns. False
     when the drain was cut short so."""
-    _signal(children)
-    try:
+    try:  # a second Ctrl-C may come at any point from here on, even mid-signalling
+        _signal(children)
         _wait(children, STOP_TIMEOUT)
         return True
     except KeyboardInterrupt:
