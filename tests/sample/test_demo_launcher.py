@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -21,14 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = textwrap.dedent(
     """
-    import signal, sys, time
+    import os, signal, sys, time
+    def say(text):  # os.write: a handler may run inside print's own write
+        os.write(1, (text + "\\n").encode())
     def on_term(*_):
         if getattr(on_term, "seen", False):
-            print("worker: second signal, exiting", flush=True); sys.exit(1)
+            say("worker: second signal, exiting"); sys.exit(1)
         on_term.seen = True
-        print("worker: draining", flush=True)
+        say("worker: draining")
     signal.signal(signal.SIGTERM, on_term)
-    print("worker: up", flush=True)
+    say("worker: up")
     while True:
         time.sleep(0.05)
     """
@@ -62,6 +65,8 @@ def test_a_second_ctrl_c_stops_the_draining_worker_at_once_without_a_traceback()
         text=True,
     ) as launcher:
         assert launcher.stdout is not None
+        watchdog = threading.Timer(60, launcher.kill)  # a stuck launcher fails, not hangs
+        watchdog.start()
 
         def read_until(text: str) -> None:
             while not any(text in line for line in lines):
@@ -78,6 +83,7 @@ def test_a_second_ctrl_c_stops_the_draining_worker_at_once_without_a_traceback()
             launcher.send_signal(signal.SIGINT)  # the second: at once
             out, _ = launcher.communicate(timeout=30)
         finally:
+            watchdog.cancel()
             if launcher.poll() is None:
                 launcher.kill()
             for line in lines:  # never leave the stand-in worker behind, whatever failed
