@@ -9,6 +9,7 @@ proportional to it. Everything is iterative: a 999-node chain is as cheap as a f
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
@@ -240,7 +241,7 @@ def validate(graph: GraphSpec) -> GraphSpec:
         if node.name in names:
             raise DuplicateNodeError(f"node {node.name!r} is declared twice", node=node.name)
         names.add(node.name)
-        _check_job_id(node, job_ids)
+        _check_job_id(node, job_ids, graph.workflow_id)
         _check_kind_fields(node, graph.workflow_id, len(graph.nodes))
     for node in graph.nodes:
         _check_deps(node, names)
@@ -280,18 +281,39 @@ def _check_name(value: str, what: str, node: str) -> None:
         )
 
 
-def _check_job_id(node: NodeSpec, seen: dict[str, str]) -> None:
+def _check_job_id(node: NodeSpec, seen: dict[str, str], workflow_id: str) -> None:
     try:
         validate_job_id(node.job_id)
         validate_kind(node.job_kind)
     except (DefinitionError, UnicodeEncodeError) as exc:
         raise GraphError(f"node {node.name!r}: {exc}", node=node.name) from exc
+    if is_reserved_job_id(workflow_id, node.job_id):
+        # The coordinator's own row, or where a graft or retry receipt will be written:
+        # the node would collide with it (a node called ``coordinator`` or ``graft:2``).
+        raise GraphError(
+            f"node {node.name!r}: job id {node.job_id!r} is reserved for the workflow's "
+            "coordinator and its graft and retry receipts; choose another node name or id",
+            node=node.name,
+        )
     # Two nodes on one job would let one job's completion satisfy both.
     other = seen.setdefault(node.job_id, node.name)
     if other != node.name:
         raise DuplicateNodeError(
             f"nodes {other!r} and {node.name!r} share job id {node.job_id!r}", node=node.name
         )
+
+
+def is_reserved_job_id(workflow_id: str, job_id: str) -> bool:
+    """Whether ``job_id`` is one the workflow layer writes itself: ``{id}:coordinator``,
+    ``{id}:graft:{n}`` or ``{id}:retry:{n}``."""
+    prefix = f"{workflow_id}:"
+    if not job_id.startswith(prefix):
+        return False
+    rest = job_id[len(prefix) :]
+    return rest == "coordinator" or _RECEIPT_SUFFIX.fullmatch(rest) is not None
+
+
+_RECEIPT_SUFFIX = re.compile(r"(?:graft|retry):[0-9]+")
 
 
 def _check_kind_fields(node: NodeSpec, workflow_id: str, node_count: int) -> None:

@@ -362,9 +362,14 @@ def workflow_coordinator_lock(workflow_id: str, *, using: str = "default") -> Jo
     )
 
 
-def workflow_pending_receipt(job_id: str, *, using: str = "default") -> Job | None:
-    """A receipt job waiting for the coordinator (a point read, never a scan)."""
-    return Job.objects.using(using).filter(pk=job_id, state=State.PENDING.value).first()
+def workflow_pending_receipt(job_id: str, kind: str, *, using: str = "default") -> Job | None:
+    """A receipt job of ``kind`` waiting for the coordinator (a point read, never a scan).
+
+    The kind is checked because only the library writes receipt kinds: another pending
+    job that happens to sit at a receipt's id is not a receipt, and must be neither
+    accepted nor deleted as one.
+    """
+    return Job.objects.using(using).filter(pk=job_id, state=State.PENDING.value, kind=kind).first()
 
 
 def workflow_graft_decide(

@@ -34,6 +34,8 @@ from headgate_django.kernel.workflow import (
 from headgate_django.models import Job, WorkflowCheckpoint
 from headgate_django.store import db_now
 from headgate_django.store.workflows import (
+    GRAFT_KIND,
+    RETRY_KIND,
     checkpoint_from_row,
     coordinator_job_id,
     graft_receipt_id,
@@ -161,7 +163,7 @@ class Tick:
     def _retry(self, row: WorkflowCheckpoint, checkpoint: Checkpoint, graph: GraphSpec) -> Outcome:
         """Open the next generation if a retry receipt (or an automatic retry) is due."""
         revision = checkpoint.revision + 1
-        receipt = workflow_pending_receipt(retry_receipt_id(self.workflow_id, revision))
+        receipt = workflow_pending_receipt(retry_receipt_id(self.workflow_id, revision), RETRY_KIND)
         automatic = row.outcome == Outcome.RETRY_PENDING
         if receipt is None and not automatic:
             raise Skip(_failure_reason(row.history))
@@ -181,7 +183,9 @@ class Tick:
             automatic=automatic,
             nodes=[n.name for n in graph.nodes if n.job_id in reopen],
         )
-        competing = workflow_pending_receipt(graft_receipt_id(self.workflow_id, revision))
+        competing = workflow_pending_receipt(
+            graft_receipt_id(self.workflow_id, revision), GRAFT_KIND
+        )
         competing_ids: list[str] = []
         reason = f"a failed-subgraph retry took revision {revision}"
         if competing is not None:
@@ -206,7 +210,7 @@ class Tick:
     ) -> bool:
         """Accept or reject a pending graft receipt for the next revision."""
         receipt = workflow_pending_receipt(
-            graft_receipt_id(self.workflow_id, checkpoint.revision + 1)
+            graft_receipt_id(self.workflow_id, checkpoint.revision + 1), GRAFT_KIND
         )
         if receipt is None:
             return False
