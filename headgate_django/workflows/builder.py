@@ -57,6 +57,12 @@ def with_waiters(prepared: PreparedWorkflow, link_job_ids: list[str]) -> Prepare
     return replace(prepared, envelopes=[coordinator, *nodes])
 
 
+def _require_timedelta(value: object, what: str) -> None:
+    """A duration must be a ``timedelta``: a bare number has no unit to read it in."""
+    if not isinstance(value, timedelta):
+        raise DefinitionError(f"{what} must be a datetime.timedelta, got {value!r}")
+
+
 def _deps(deps: Iterable[str] | None, name: str) -> tuple[str, ...]:
     if deps is None:
         return ()
@@ -90,6 +96,7 @@ class Workflow:
         return self
 
     def retention(self, retention: timedelta) -> Workflow:
+        _require_timedelta(retention, "workflow retention")
         if retention < timedelta(milliseconds=1):
             raise DefinitionError("workflow retention must be at least 1 ms")
         self._retention = retention
@@ -102,6 +109,11 @@ class Workflow:
 
     def automatic_retry(self, max_generations: int, backoff: timedelta) -> Workflow:
         """Retry the failed subgraph automatically; the limit includes the first run."""
+        if isinstance(max_generations, bool) or not isinstance(max_generations, int):
+            raise DefinitionError(
+                f"automatic_retry max_generations must be an integer, got {max_generations!r}"
+            )
+        _require_timedelta(backoff, "automatic_retry backoff")
         if max_generations < 2:
             raise DefinitionError(
                 "automatic_retry needs max_generations ≥ 2 (the first run counts)"
@@ -157,6 +169,7 @@ class Workflow:
             raise GraphError(
                 f"timer {name!r}: a relative timer needs at least one dependency", node=name
             )
+        _require_timedelta(delay, f"timer {name!r}: the delay")
         delay_ms = int(delay.total_seconds() * 1000)
         return self._node(name, NodeKind.TIMER, deps, TIMER_KIND, delay_ms=delay_ms)
 

@@ -61,7 +61,13 @@ class PreparedGraft:
 
 class WorkflowGraft:
     def __init__(self, workflow_id: str, expected_revision: int) -> None:
-        if not isinstance(expected_revision, int) or expected_revision < 1:
+        if not isinstance(workflow_id, str) or not workflow_id:
+            raise DefinitionError("a workflow id must be a non-empty string")
+        if (
+            isinstance(expected_revision, bool)
+            or not isinstance(expected_revision, int)
+            or expected_revision < 1
+        ):
             raise DefinitionError(
                 "expected_revision must be a positive integer (1 = the initial graph)"
             )

@@ -84,6 +84,11 @@ def request_failed_subgraph_retry(
     expected_revision: int,
     recoveries: Iterable[Recovery | Mapping[str, Any]] = (),
 ) -> RetryReceipt:
+    if isinstance(expected_revision, bool) or not isinstance(expected_revision, int):
+        raise DefinitionError(
+            f"expected_revision must be an integer (1 = the initial graph), "
+            f"got {expected_revision!r}"
+        )
     repairs = [Recovery.from_value(r) for r in recoveries]
     with transaction.atomic():
         coordinator = _coordinator(workflow_id)

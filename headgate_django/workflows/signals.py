@@ -117,7 +117,9 @@ def list_signals(
     workflow_id: str, before: int | None = None, limit: int = 100
 ) -> list[SignalRecord]:
     """Newest first; at most the latest 100 are kept per workflow."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise DefinitionError(f"limit must be between 1 and {MAX_PAGE}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise DefinitionError(f"limit must be an integer between 1 and {MAX_PAGE}")
+    if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+        raise DefinitionError(f"before must be an emission id (an integer), got {before!r}")
     load_graph_of(workflow_id)
     return [_record(row) for row in signal_list(workflow_id, before=before, limit=limit)]
