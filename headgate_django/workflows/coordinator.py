@@ -167,6 +167,12 @@ class Tick:
         automatic = row.outcome == Outcome.RETRY_PENDING
         if receipt is None and not automatic:
             raise Skip(_failure_reason(row.history))
+        if automatic:
+            # As a manual request does: a failed child workflow is retried before its
+            # link is reopened, or the link would only fail again.
+            from headgate_django.workflows.retry import retry_children_automatically
+
+            retry_children_automatically(graph.nodes)
         rows = workflow_nodes_read({n.name: n.job_id for n in graph.nodes})
         states = node_states(graph, checkpoint, rows)
         reopen = [

@@ -169,6 +169,34 @@ def _repair(repair: Recovery, by_name: dict[str, Any], jobs: dict[str, Job]) -> 
     return None
 
 
+def retry_children_automatically(nodes: Iterable[Any]) -> list[str]:
+    """What an automatic retry does for failed child links before reopening them: request
+    each failed child workflow's own retry, as the manual request does (a link reopened
+    while its child stays archived would only fail again and burn a generation).
+
+    A child that cannot be retried (not prepared with ``failed_subgraph_retry()``, or a
+    node needing an operator's repair) is left as it is: its link fails again, as it would
+    have. Returns the child workflow ids whose retry was requested.
+    """
+    links = [n for n in nodes if n.kind is NodeKind.CHILD_WORKFLOW]
+    jobs = job_get_many(n.job_id for n in links)
+    requested: list[str] = []
+    for node in links:
+        job = jobs.get(node.job_id)
+        if job is None or job.state != State.ARCHIVED:
+            continue
+        child = node.child_workflow_id or ""
+        if job_state(coordinator_job_id(child)) != State.ARCHIVED:
+            continue
+        child_cp = checkpoint_from_row(workflow_checkpoint_load(child))
+        try:
+            request_failed_subgraph_retry(child, child_cp.revision)
+        except (DefinitionError, InvalidTransitionError, RevisionConflictError, NotFoundError):
+            continue
+        requested.append(child)
+    return requested
+
+
 def _retry_children(nodes: Iterable[Any], jobs: dict[str, Job]) -> None:
     """A failed child link is reopened only after its child workflow's own retry."""
     for node in nodes:

@@ -275,6 +275,42 @@ def test_a_parent_retry_first_retries_its_failed_child_workflow():
 
 
 @pytest.mark.django_db
+def test_an_automatic_parent_retry_first_retries_its_failed_child_workflow():
+    child = Workflow("billing:43").failed_subgraph_retry().add("charge", once_failing(), [])
+    parent = (
+        Workflow("checkout:43")
+        .automatic_retry(3, timedelta(milliseconds=10))
+        .add_child("billing", "billing:43", [])
+        .add("receipt", tasks.record_run.envelope(label="receipt"), ["billing"])
+    )
+    enqueue(prepare_bundle([parent, child]))
+    for _ in range(4):  # the parent's backoff snoozes are due at once in run()
+        run()
+    assert inspect_workflow("billing:43").generation == 2
+    assert inspect_workflow("billing:43").coordinator_state == "completed"
+    parent_snapshot = inspect_workflow("checkout:43")
+    assert (parent_snapshot.coordinator_state, parent_snapshot.generation) == ("completed", 2)
+    assert [r.label for r in runs("checkout:43:receipt")] == ["receipt"]
+
+
+@pytest.mark.django_db
+def test_an_automatic_retry_leaves_a_child_that_cannot_be_retried_failed():
+    child = Workflow("billing:44").add("charge", once_failing(), [])  # no failed_subgraph_retry
+    parent = (
+        Workflow("checkout:44")
+        .automatic_retry(2, timedelta(milliseconds=10))
+        .add_child("billing", "billing:44", [])
+        .add("receipt", tasks.record_run.envelope(label="receipt"), ["billing"])
+    )
+    enqueue(prepare_bundle([parent, child]))
+    for _ in range(4):
+        run()
+    assert inspect_workflow("billing:44").coordinator_state == "archived"
+    assert inspect_workflow("checkout:44").coordinator_state == "archived"
+    assert event_names("checkout:44")[-1] == "workflow_failed"
+
+
+@pytest.mark.django_db
 def test_grafted_nodes_are_repaired_and_checked_like_the_others():
     from headgate_django.workflows import SignalEmission, WorkflowGraft, emit_signal_with
 
