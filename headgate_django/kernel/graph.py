@@ -35,6 +35,10 @@ MAX_EDGES = 10_000
 MAX_NAME_BYTES = 128
 #: Millisecond values are stored in signed 64-bit columns.
 MAX_MS = 2**63 - 1
+#: 9999-12-31T23:59:59.999Z: the last instant a job's ``scheduled_at`` (a DATETIME on
+#: every backend, and a Python ``datetime``) can hold, so the latest an absolute timer can
+#: wake, and where a relative timer whose deadline lies beyond it is scheduled.
+LAST_INSTANT_MS = 253_402_300_799_999
 
 
 class NodeKind(StrEnum):
@@ -352,8 +356,12 @@ def _check_timer(node: NodeSpec) -> None:
         raise GraphError(
             f"timer node {name!r} needs exactly one of wake_at_ms and delay_ms", node=name
         )
-    if node.wake_at_ms is not None and not 0 <= node.wake_at_ms <= MAX_MS:
-        raise GraphError(f"timer node {name!r}: wake_at_ms is out of range", node=name)
+    if node.wake_at_ms is not None and not 0 <= node.wake_at_ms <= LAST_INSTANT_MS:
+        raise GraphError(
+            f"timer node {name!r}: wake_at_ms must be 0 to {LAST_INSTANT_MS} "
+            "(9999-12-31T23:59:59.999Z), the instants a job can be scheduled at",
+            node=name,
+        )
     if node.delay_ms is not None:
         if not 1 <= node.delay_ms <= MAX_MS:
             raise GraphError(f"timer node {name!r}: delay_ms must be at least 1", node=name)

@@ -28,6 +28,7 @@ from typing import Any
 from headgate_django.exceptions import ConditionEvaluationError
 from headgate_django.kernel import cel
 from headgate_django.kernel.graph import (
+    LAST_INSTANT_MS,
     GraphSpec,
     NodeKind,
     NodeSpec,
@@ -246,10 +247,11 @@ def _advance(
             _condition(node, checkpoint, cel_states, completed_map, plan)
         elif node.kind is NodeKind.TIMER and node.delay_ms is not None:
             anchor = max(done[d] for d in node.deps)
-            plan.schedule.append((node.job_id, anchor + node.delay_ms))
-            checkpoint.record(
-                "timer_scheduled", None, node=node.name, fire_at_ms=anchor + node.delay_ms
-            )
+            # A deadline past the last storable instant could never be written (nor
+            # reached): it is scheduled at that instant, which is as good as never.
+            fire_at = min(anchor + node.delay_ms, LAST_INSTANT_MS)
+            plan.schedule.append((node.job_id, fire_at))
+            checkpoint.record("timer_scheduled", None, node=node.name, fire_at_ms=fire_at)
         # Signal nodes wait for an emission; absolute timers were enqueued scheduled.
 
 

@@ -9,7 +9,7 @@ is promoted, in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -40,8 +40,13 @@ def to_ms(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def from_ms(value: int) -> datetime:
-    return datetime.fromtimestamp(value / 1000, tz=UTC)
+    """Exact: dividing by 1000 in floating point is off by up to a millisecond's
+    fraction for distant instants (9999-12-31T23:59:59.999 became …59.998993)."""
+    return _EPOCH + timedelta(milliseconds=value)
 
 
 def workflow_nodes_read(

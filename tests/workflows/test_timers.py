@@ -152,3 +152,33 @@ def test_relative_timers_need_a_dependency_and_a_positive_delay():
         )
     with pytest.raises(DefinitionError):
         Workflow("t").add_timer_at("t", -1, []).prepare()
+
+
+#: 9999-12-31T23:59:59.999Z, the last instant a job's ``scheduled_at`` can hold.
+LAST_INSTANT_MS = 253_402_300_799_999
+
+
+def test_an_absolute_timer_past_the_last_storable_instant_is_refused_at_prepare():
+    assert from_ms(LAST_INSTANT_MS).isoformat() == "9999-12-31T23:59:59.999000+00:00"
+    Workflow("t").add_timer_at("t", LAST_INSTANT_MS, []).prepare()
+    for too_late in (LAST_INSTANT_MS + 1, 2**62, 2**63 - 1):
+        with pytest.raises(DefinitionError, match="wake_at_ms"):
+            Workflow("t").add_timer_at("t", too_late, []).prepare()
+
+
+@pytest.mark.django_db
+def test_a_relative_timer_beyond_the_last_storable_instant_waits_instead_of_failing_the_tick():
+    enqueue(
+        Workflow("t:far")
+        .add("a", tasks.noop.envelope(), [])
+        .add_timer_after("t", timedelta(days=999_999_999), ["a"])
+        .add("b", tasks.noop.envelope(), ["t"])
+        .prepare()
+    )
+    testing.run_jobs()  # not include_scheduled: the timer must stay scheduled
+    assert coordinator("t:far").state == "scheduled"  # snoozing, not retrying an error
+    assert coordinator("t:far").errors == []
+    assert job("t:far:t").state == "scheduled"
+    assert ms(job("t:far:t").scheduled_at) == LAST_INSTANT_MS
+    (scheduled,) = [e for e in workflow_events("t:far") if e["event"] == "timer_scheduled"]
+    assert scheduled["fire_at_ms"] == LAST_INSTANT_MS
