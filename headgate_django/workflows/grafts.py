@@ -52,6 +52,9 @@ class PreparedGraft:
     receipt_job_id: str
     nodes: tuple[NodeSpec, ...]
     envelopes: list[Envelope] = field(repr=False)
+    #: Whether ``.queue()`` chose the receipt's queue; if not, :func:`submit_graft` puts
+    #: the receipt on the workflow's coordinator queue, which its workers serve.
+    receipt_queue_chosen: bool = field(default=False, repr=False)
 
     def enqueue_with(self, *, using: str = "default") -> list[str]:
         """What ``enqueue(graft)`` does: :func:`submit_graft`, returning every job id."""
@@ -137,7 +140,14 @@ class WorkflowGraft:
             )
             for node, env in self._nodes
         ]
-        return PreparedGraft(self.workflow_id, revision, receipt_id, nodes, [receipt, *tasks])
+        return PreparedGraft(
+            self.workflow_id,
+            revision,
+            receipt_id,
+            nodes,
+            [receipt, *tasks],
+            receipt_queue_chosen=self._queue is not None,
+        )
 
 
 def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
@@ -173,6 +183,16 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
             )
         graph, _ = current_graph(coordinator, row)
         combine(graph, graft.nodes)  # CycleError, DuplicateNodeError, … name the nodes
-        job_insert_many(graft.envelopes, using=using)
+        job_insert_many(_on_coordinator_queue(graft, coordinator.queue), using=using)
         workflow_wake(graft.workflow_id, using=using)
     return graft.receipt_job_id
+
+
+def _on_coordinator_queue(graft: PreparedGraft, queue: str) -> list[Envelope]:
+    """The graft's envelopes, its receipt moved to the coordinator's ``queue`` unless
+    ``.queue()`` chose one: a receipt released on a queue no worker of the workflow serves
+    would stay ``available`` for ever (a retry receipt uses the coordinator's queue too)."""
+    receipt, *tasks = graft.envelopes
+    if graft.receipt_queue_chosen or receipt.queue == queue:
+        return graft.envelopes
+    return [internal(replace(receipt, queue=queue)), *tasks]

@@ -366,3 +366,32 @@ def test_a_graft_that_loses_its_revision_to_a_retry_is_removed_and_recorded():
     assert "retry took revision 2" in rejected["reason"]
     audit = Graft.objects.get(receipt_job_id="auto:graft:2")
     assert (audit.status, audit.revision) == ("rejected", 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_graft_receipt_runs_on_the_workflows_coordinator_queue_by_default():
+    # Workers serve the coordinator's queue and the tasks' queue, not the default
+    # workflow queue: the receipt must not be left available where nobody claims it.
+    served = ["workflows", "default"]
+    enqueue(
+        Workflow("q:1")
+        .coordinator_queue("workflows")
+        .add("a", tasks.record_run.envelope(label="a"), [])
+        .add_signal("s", "go", ["a"])
+        .prepare()
+    )
+    testing.run_jobs(queues=served)
+    receipt_id = submit_graft(
+        WorkflowGraft("q:1", 1).add("b", tasks.record_run.envelope(label="b"), ["a"]).prepare()
+    )
+    assert Job.objects.get(pk=receipt_id).queue == "workflows"
+    testing.run_jobs(queues=served)
+    assert Job.objects.get(pk=receipt_id).state == "completed"
+    assert inspect_workflow("q:1").node("b").state == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_explicit_graft_queue_is_kept():
+    enqueue(Workflow("q:2").coordinator_queue("workflows").add_signal("s", "go").prepare())
+    graft = WorkflowGraft("q:2", 1).queue("receipts").add("b", tasks.noop.envelope()).prepare()
+    assert Job.objects.get(pk=submit_graft(graft)).queue == "receipts"
