@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from django.db import transaction
 
@@ -27,6 +28,7 @@ from headgate_django.exceptions import (
 from headgate_django.kernel.graph import NodeKind, NodeSpec, combine
 from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.states import State
+from headgate_django.models import Job
 from headgate_django.store import job_insert_many
 from headgate_django.store.workflows import (
     GRAFT_KIND,
@@ -183,16 +185,32 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
             )
         graph, _ = current_graph(coordinator, row)
         combine(graph, graft.nodes)  # CycleError, DuplicateNodeError, … name the nodes
-        job_insert_many(_on_coordinator_queue(graft, coordinator.queue), using=using)
+        job_insert_many(_fitted(graft, coordinator), using=using)
         workflow_wake(graft.workflow_id, using=using)
     return graft.receipt_job_id
 
 
-def _on_coordinator_queue(graft: PreparedGraft, queue: str) -> list[Envelope]:
-    """The graft's envelopes, its receipt moved to the coordinator's ``queue`` unless
-    ``.queue()`` chose one: a receipt released on a queue no worker of the workflow serves
-    would stay ``available`` for ever (a retry receipt uses the coordinator's queue too)."""
+def _fitted(graft: PreparedGraft, coordinator: Job) -> list[Envelope]:
+    """The graft's envelopes fitted to the workflow, which ``prepare()`` cannot read:
+
+    - the receipt goes on the coordinator's queue unless ``.queue()`` chose one (a receipt
+      released on a queue no worker of the workflow serves would stay ``available`` for
+      ever; a retry receipt uses the coordinator's queue too);
+    - every retention is raised to at least the workflow's own (``Workflow.retention``),
+      as the workflow's declared nodes were, not only to the default workflow retention.
+    """
+    keep = coordinator.retention
     receipt, *tasks = graft.envelopes
-    if graft.receipt_queue_chosen or receipt.queue == queue:
-        return graft.envelopes
-    return [internal(replace(receipt, queue=queue)), *tasks]
+    changes: dict[str, Any] = {}
+    if not graft.receipt_queue_chosen and receipt.queue != coordinator.queue:
+        changes["queue"] = coordinator.queue
+    if keep is not None and (receipt.retention is None or receipt.retention < keep):
+        changes["retention"] = keep
+    if changes:
+        receipt = internal(replace(receipt, **changes))
+    if keep is not None:
+        tasks = [
+            replace(t, retention=keep) if t.retention is None or t.retention < keep else t
+            for t in tasks
+        ]
+    return [receipt, *tasks]

@@ -395,3 +395,12 @@ def test_an_explicit_graft_queue_is_kept():
     enqueue(Workflow("q:2").coordinator_queue("workflows").add_signal("s", "go").prepare())
     graft = WorkflowGraft("q:2", 1).queue("receipts").add("b", tasks.noop.envelope()).prepare()
     assert Job.objects.get(pk=submit_graft(graft)).queue == "receipts"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_grafted_tasks_keep_at_least_the_workflows_own_retention():
+    enqueue(Workflow("r:1").retention(timedelta(days=30)).add_signal("s", "go").prepare())
+    graft = WorkflowGraft("r:1", 1).add("b", tasks.noop.envelope()).prepare()
+    receipt_id = submit_graft(graft)
+    assert Job.objects.get(pk="r:1:b").retention >= timedelta(days=30)
+    assert Job.objects.get(pk=receipt_id).retention >= timedelta(days=30)
