@@ -58,13 +58,21 @@ def retry_accepted(ctx: JobContext, **_: Any) -> None:
 @internal_task(kind=CHILD_KIND, queue="headgate-workflow")
 def child_link(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any) -> dict[str, Any]:
     """Waits for the linked child workflow: completes with it, archives when it fails."""
+    from headgate_django.kernel.workflow import Outcome
     from headgate_django.store.reads import job_state
-    from headgate_django.store.workflows import coordinator_job_id
+    from headgate_django.store.workflows import coordinator_job_id, workflow_checkpoint_load
     from headgate_django.workflows.inspect import load_graph_of
 
     graph = load_graph_of(workflow_id)
     child_id = graph.node(node).child_workflow_id or ""
     state = job_state(coordinator_job_id(child_id))
+    if state is None:
+        # The child may have succeeded long ago and had its rows evicted since (the link
+        # starts watching only once its own dependencies complete): its checkpoint, which
+        # is kept, is the evidence.
+        checkpoint = workflow_checkpoint_load(child_id)
+        if checkpoint is not None and checkpoint.outcome == Outcome.SUCCEEDED:
+            state = State.COMPLETED.value
     if state == State.COMPLETED:
         return {"child_workflow_id": child_id, "outcome": "succeeded"}
     if state is None or State(state) in _FAILED:

@@ -3,11 +3,13 @@ releases the parent's downstream work, a failed child fails the parent."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
-from headgate_django import IdConflictError, enqueue, testing
+from headgate_django import IdConflictError, enqueue, store, testing
 from headgate_django.envelope import decode_call
 from headgate_django.exceptions import BatchError, CycleError, GraphError
 from headgate_django.models import Job
@@ -161,3 +163,34 @@ def test_a_bundle_tells_each_child_which_links_wait_for_it():
         for p in bundle.workflows
     }
     assert waiters == {"a:1": None, "b:1": None, "c:1": ["a:1:x", "b:1:y"], "d:1": ["b:1:z"]}
+
+
+@pytest.mark.django_db
+def test_a_link_still_sees_a_succeeded_child_after_its_rows_were_evicted():
+    # The child finishes at once; the parent only starts watching it after a signal,
+    # by which time the child's rows (coordinator included) have passed their retention.
+    child = (
+        Workflow("billing:ev")
+        .retention(timedelta(milliseconds=1))
+        .add("charge", tasks.record_run.envelope(label="charge"), [])
+    )
+    parent = (
+        Workflow("checkout:ev")
+        .add_signal("go", "go", [])
+        .add_child("billing", "billing:ev", ["go"])
+        .add("receipt", tasks.record_run.envelope(label="receipt"), ["billing"])
+    )
+    enqueue(prepare_bundle([parent, child]))
+    run()
+    assert inspect_workflow("billing:ev").coordinator_state == "completed"
+    time.sleep(0.01)
+    store.job_evict_retained()
+    assert job_state("billing:ev:coordinator") is None
+
+    emit_signal("checkout:ev", "go")
+    run()
+    assert node_states("checkout:ev") == {
+        "go": "completed",
+        "billing": "completed",
+        "receipt": "completed",
+    }
