@@ -31,6 +31,7 @@ from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store import job_insert_many
 from headgate_django.store.workflows import (
+    COORDINATOR_KIND,
     GRAFT_KIND,
     checkpoint_from_row,
     graft_receipt_id,
@@ -163,7 +164,7 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
     """
     with transaction.atomic(using=using):
         coordinator = workflow_coordinator_lock(graft.workflow_id, using=using)
-        if coordinator is None:
+        if coordinator is None or coordinator.kind != COORDINATOR_KIND:
             raise NotFoundError(f"workflow {graft.workflow_id!r} does not exist")
         if coordinator.state not in _LIVE:
             raise InvalidTransitionError(

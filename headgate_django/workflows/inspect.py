@@ -17,6 +17,7 @@ from headgate_django.kernel.workflow import node_states
 from headgate_django.models import Job, WorkflowCheckpoint
 from headgate_django.store.reads import job_get
 from headgate_django.store.workflows import (
+    COORDINATOR_KIND,
     checkpoint_from_row,
     coordinator_job_id,
     from_ms,
@@ -91,7 +92,9 @@ class WorkflowPage:
 
 def _coordinator(workflow_id: str) -> Job:
     job = job_get(coordinator_job_id(workflow_id))
-    if job is None:
+    # Only the library writes the coordinator kind: any other job at that id (an
+    # application's "report:coordinator") is not a workflow.
+    if job is None or job.kind != COORDINATOR_KIND:
         raise NotFoundError(f"workflow {workflow_id!r} does not exist", workflow_id=workflow_id)
     return job
 

@@ -47,3 +47,19 @@ def test_a_pending_job_at_a_receipt_id_is_not_taken_for_a_receipt() -> None:
     assert node_states("reserved:4") == {"a": "completed"}
     assert "workflow_graft_rejected" not in event_names("reserved:4")
     assert job_state("reserved:4:graft:2") == "pending"  # not deleted as a refused receipt
+
+
+def test_a_plain_job_at_a_coordinator_id_is_not_a_workflow() -> None:
+    from headgate_django import NotFoundError
+    from headgate_django.workflows import cancel_workflow, emit_signal, inspect_workflow
+
+    enqueue(replace(tasks.record_run.envelope(label="x"), id="plain:coordinator"))
+    for call in (
+        lambda: inspect_workflow("plain"),
+        lambda: emit_signal("plain", "go"),
+        lambda: cancel_workflow("plain"),
+        lambda: enqueue(WorkflowGraft("plain", 1).add("b", tasks.noop.envelope()).prepare()),
+    ):
+        with pytest.raises(NotFoundError, match="workflow 'plain' does not exist"):
+            call()
+    assert job_state("plain:coordinator") == "available"
