@@ -184,8 +184,10 @@ def workflow_events(workflow_id: str) -> list[dict[str, Any]]:
 
 def list_workflows(cursor: str | None = None, limit: int = 50) -> WorkflowPage:
     """Coordinators ordered by workflow id; pass ``next_cursor`` back for the next page."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise DefinitionError(f"limit must be between 1 and {MAX_PAGE}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise DefinitionError(f"limit must be an integer between 1 and {MAX_PAGE}")
+    if cursor is not None and not isinstance(cursor, str):
+        raise DefinitionError(f"cursor must be a workflow id (a string), got {cursor!r}")
     rows = workflow_coordinators(after=cursor, limit=limit + 1)
     items = [
         WorkflowSummary(

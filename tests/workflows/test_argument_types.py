@@ -13,6 +13,7 @@ from headgate_django.workflows import (
     Workflow,
     WorkflowGraft,
     list_signals,
+    list_workflows,
     request_failed_subgraph_retry,
 )
 from tests.app import tasks
@@ -60,3 +61,11 @@ def test_retry_refuses_a_revision_that_is_not_an_integer() -> None:
     enqueue(Workflow("t:3").failed_subgraph_retry().add("a", a_task(), []).prepare())
     with pytest.raises(DefinitionError, match="expected_revision must be an integer"):
         request_failed_subgraph_retry("t:3", "1")
+
+
+@pytest.mark.django_db
+def test_workflow_list_refuses_a_limit_or_cursor_of_the_wrong_type() -> None:
+    with pytest.raises(DefinitionError, match="limit must be an integer"):
+        list_workflows(limit="10")
+    with pytest.raises(DefinitionError, match="cursor must be a workflow id"):
+        list_workflows(cursor=5)
