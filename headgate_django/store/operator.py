@@ -241,17 +241,36 @@ def job_cancel_many(job_ids: list[str], *, using: str = "default") -> int:
     """Cancel every listed job that has not finished; return how many were cancelled.
 
     Running handlers learn at their next fenced write or renewal (their lease is cleared).
+    The finish hooks run in the same commit, as for :func:`job_cancel`: a cancelled
+    workflow node wakes its coordinator, a cancelled coordinator the links waiting for
+    its workflow.
     """
     if not job_ids:
         return 0
-    live = [State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE]
+    live = [s.value for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE)] + [
+        s.value for s in (State.RUNNING, State.RETRYABLE)
+    ]
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
+        # Lock the rows to cancel first, so the hooks get exactly the jobs this call
+        # finished (an UPDATE's RETURNING is not available on every backend).
+        cursor.execute(
+            f"SELECT id, workflow_id FROM headgate_job "
+            f"WHERE id IN ({v.placeholders(len(job_ids))}) "
+            f"AND state IN ({v.placeholders(len(live))}){v.for_update(conn)}",
+            [*job_ids, *live],
+        )
+        finished = {job_id: workflow_id for job_id, workflow_id in cursor.fetchall()}
+        if not finished:
+            return 0
+        ids = sorted(finished)
         cursor.execute(
             f"UPDATE {v.jobs_by_id(conn)} SET state = %s, finalized_at = {v.now(conn)}, "
             f"expires_at = {v.plus_duration_column(conn, 'retention')}, "
-            f"lease_id = NULL, lease_expires_at = NULL WHERE id IN ({v.placeholders(len(job_ids))}) "
+            f"lease_id = NULL, lease_expires_at = NULL WHERE id IN ({v.placeholders(len(ids))}) "
             f"AND state IN ({v.placeholders(len(live))})",
-            [State.CANCELLED.value, *job_ids, *(s.value for s in live)],
+            [State.CANCELLED.value, *ids, *live],
         )
-        return cursor.rowcount
+        cancelled = cursor.rowcount
+        after_finish(cursor, conn, finished)
+        return cancelled

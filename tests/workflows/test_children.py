@@ -8,12 +8,19 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.test import override_settings
 
 from headgate_django import IdConflictError, enqueue, store, testing
 from headgate_django.envelope import decode_call
 from headgate_django.exceptions import BatchError, CycleError, GraphError
 from headgate_django.models import Job
-from headgate_django.workflows import Workflow, emit_signal, inspect_workflow, prepare_bundle
+from headgate_django.workflows import (
+    Workflow,
+    cancel_workflow,
+    emit_signal,
+    inspect_workflow,
+    prepare_bundle,
+)
 from tests.app import tasks
 from tests.workflows.helpers import coordinator, job, job_state, last_error, node_states, run, runs
 
@@ -194,3 +201,22 @@ def test_a_link_still_sees_a_succeeded_child_after_its_rows_were_evicted():
         "billing": "completed",
         "receipt": "completed",
     }
+
+
+@pytest.mark.django_db
+@override_settings(HEADGATE={"COORDINATOR_POLL": timedelta(hours=1)})
+def test_cancelling_a_child_workflow_wakes_its_waiting_link_at_once():
+    child = Workflow("billing:cx").add_signal("paid", "paid", [])
+    parent = (
+        Workflow("checkout:cx")
+        .add_child("billing", "billing:cx", [])
+        .add("receipt", tasks.record_run.envelope(label="receipt"), ["billing"])
+    )
+    enqueue(prepare_bundle([parent, child]))
+    testing.run_jobs()  # the link runs, finds the child running, snoozes for the poll
+    assert job("checkout:cx:billing").state == "scheduled"
+
+    cancel_workflow("billing:cx")
+    assert job("checkout:cx:billing").state == "available"  # woken, not left for an hour
+    testing.run_jobs()
+    assert node_states("checkout:cx") == {"billing": "archived", "receipt": "missing"}
