@@ -125,12 +125,22 @@ def workflow_tick_save(
     checkpoint: Checkpoint,
     plan: Plan,
     outcome: str | None = None,
+    graft_receipt: str | None = None,
     using: str = "default",
-) -> None:
-    """Save the checkpoint, then apply the plan's mutations: one fenced transaction."""
+) -> bool:
+    """Save the checkpoint, then apply the plan's mutations: one fenced transaction.
+
+    A plan that ends the workflow is not saved (``False``) while ``graft_receipt`` is
+    waiting: it was submitted after the tick read the nodes, under the coordinator row's
+    lock this takes too, and must be decided before the workflow may finish (a finished
+    workflow would leave it pending for ever).
+    """
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         lock_held(cursor, conn, ref, "id")  # LeaseLostError if the coordinator moved on
+        final = (outcome or plan.outcome.value) != "waiting"
+        if final and graft_receipt is not None and _is_pending(cursor, graft_receipt, GRAFT_KIND):
+            return False
         _save_checkpoint(
             cursor, conn, ref.job_id, workflow_id, checkpoint, outcome or plan.outcome.value, None
         )
@@ -138,6 +148,15 @@ def workflow_tick_save(
         _promote(cursor, conn, plan.promote)
         _schedule(cursor, conn, plan.schedule)
         _fail_pending(cursor, conn, plan.fail)
+    return True
+
+
+def _is_pending(cursor: Any, job_id: str, kind: str) -> bool:
+    cursor.execute(
+        "SELECT 1 FROM headgate_job WHERE id = %s AND state = %s AND kind = %s",
+        [job_id, State.PENDING.value, kind],
+    )
+    return cursor.fetchone() is not None
 
 
 def _save_checkpoint(

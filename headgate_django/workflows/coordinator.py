@@ -140,9 +140,16 @@ class Tick:
             retry_due=self._auto_retry_due(checkpoint, rows),
         )
         if plan.changed or row is None or plan.outcome is not Outcome.WAITING:
-            workflow_tick_save(
-                self.ctx.lease, workflow_id=self.workflow_id, checkpoint=checkpoint, plan=plan
+            saved = workflow_tick_save(
+                self.ctx.lease,
+                workflow_id=self.workflow_id,
+                checkpoint=checkpoint,
+                plan=plan,
+                graft_receipt=graft_receipt_id(self.workflow_id, checkpoint.revision + 1),
             )
+            if not saved:
+                # A graft arrived after this tick read the nodes: decide it first.
+                return Outcome.WAITING, True
         if plan.outcome is Outcome.RETRY_PENDING:
             raise Snooze(timedelta(milliseconds=self.options["automatic_retry"]["backoff_ms"]))
         if plan.outcome is Outcome.FAILED:

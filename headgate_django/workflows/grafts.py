@@ -172,6 +172,11 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
                 "a graft cannot revive it"
             )
         row = workflow_checkpoint_load(graft.workflow_id, using=using)
+        if row is not None and row.outcome == "succeeded":
+            # Recorded, though the coordinator's job has not completed yet.
+            raise InvalidTransitionError(
+                f"workflow {graft.workflow_id!r} has succeeded; a graft cannot revive it"
+            )
         checkpoint = checkpoint_from_row(row)
         if checkpoint.failed:
             raise InvalidTransitionError(

@@ -39,6 +39,7 @@ from tests.workflows.helpers import (
     coordinator,
     event_names,
     job_state,
+    node_states,
     run,
     runs,
 )
@@ -404,3 +405,60 @@ def test_grafted_tasks_keep_at_least_the_workflows_own_retention():
     receipt_id = submit_graft(graft)
     assert Job.objects.get(pk="r:1:b").retention >= timedelta(days=30)
     assert Job.objects.get(pk=receipt_id).retention >= timedelta(days=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_graft_submitted_while_the_coordinator_decides_to_finish_is_not_orphaned(monkeypatch):
+    # The coordinator has read every node as completed and is about to record success
+    # when a graft is submitted (the workflow is still running, so submission accepts
+    # it). The graft must still be decided, not left pending in a finished workflow.
+    from headgate_django.workflows import coordinator as coordinator_module
+
+    enqueue(
+        Workflow("race:1")
+        .add("a", tasks.record_run.envelope(label="a"), [])
+        .add("b", tasks.record_run.envelope(label="b"), ["a"])
+        .prepare()
+    )
+    save = coordinator_module.workflow_tick_save
+    submitted: list[str] = []
+
+    def graft_just_before_the_save(ref, *, plan, **kwargs):
+        if plan.outcome.value == "succeeded" and not submitted:
+            graft = WorkflowGraft("race:1", 1).add("c", tasks.record_run.envelope(label="c"))
+            submitted.append(submit_graft(graft.prepare()))
+        return save(ref, plan=plan, **kwargs)
+
+    monkeypatch.setattr(coordinator_module, "workflow_tick_save", graft_just_before_the_save)
+    run()
+    assert submitted == ["race:1:graft:2"]
+    assert job_state("race:1:graft:2") != "pending"  # decided, not orphaned
+    assert node_states("race:1") == {"a": "completed", "b": "completed", "c": "completed"}
+    assert coordinator("race:1").state == "completed"
+    assert [r.label for r in runs("race:1:c")] == ["c"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_graft_submitted_after_success_is_recorded_is_refused(monkeypatch):
+    # Between the tick that records success and the commit that completes the
+    # coordinator's job, the workflow has finished: a graft must be refused, not queued.
+    from headgate_django.workflows import coordinator as coordinator_module
+
+    enqueue(Workflow("race:2").add("a", tasks.record_run.envelope(label="a"), []).prepare())
+    save = coordinator_module.workflow_tick_save
+    refused: list[Exception] = []
+
+    def graft_just_after_the_save(ref, *, plan, **kwargs):
+        saved = save(ref, plan=plan, **kwargs)
+        if plan.outcome.value == "succeeded" and not refused:
+            graft = WorkflowGraft("race:2", 1).add("c", tasks.record_run.envelope(label="c"))
+            with pytest.raises(InvalidTransitionError, match="has succeeded") as caught:
+                submit_graft(graft.prepare())
+            refused.append(caught.value)
+        return saved
+
+    monkeypatch.setattr(coordinator_module, "workflow_tick_save", graft_just_after_the_save)
+    run()
+    assert refused
+    assert job_state("race:2:graft:2") is None and job_state("race:2:c") is None
+    assert coordinator("race:2").state == "completed"
