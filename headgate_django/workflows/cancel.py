@@ -34,8 +34,10 @@ def cancel_workflow(workflow_id: str, propagate_children: bool = True) -> dict[s
         # Accepted grafted nodes and waiting graft/retry receipts are not in the stored
         # base graph; they carry the workflow id like every node does.
         nodes = {n.job_id for n in graph.nodes} | set(workflow_live_job_ids(current))
-        jobs += job_cancel_many(sorted(nodes - {coordinator}))
-        jobs += job_cancel_many([coordinator])
+        # One transaction for the nodes and the coordinator: cancelled nodes wake the
+        # coordinator, and one that ran between two commits would see them cancelled in a
+        # live workflow and archive it as failed instead of cancelled.
+        jobs += job_cancel_many([*sorted(nodes - {coordinator}), coordinator])
         if propagate_children:
             queue.extend(
                 n.child_workflow_id

@@ -9,7 +9,13 @@ import pytest
 
 from headgate_django import NotFoundError, enqueue, testing
 from headgate_django.models import Job
-from headgate_django.workflows import Workflow, cancel_workflow, inspect_workflow, prepare_bundle
+from headgate_django.workflows import (
+    Workflow,
+    cancel_workflow,
+    inspect_workflow,
+    prepare_bundle,
+    workflow_events,
+)
 from tests.app import tasks
 from tests.workflows.helpers import claim, coordinator, finish, job_state, run
 
@@ -128,3 +134,29 @@ def test_cancel_reaches_grafted_nodes_and_pending_receipts():
     assert not live.exists(), list(live.values_list("id", "state"))
     assert job_state("grown:b") == "cancelled"
     assert run().outcomes == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("retry", [False, True], ids=["plain", "failed-subgraph-retry"])
+def test_a_coordinator_that_ticks_during_the_cancel_does_not_turn_it_into_a_failure(
+    monkeypatch, retry
+):
+    # A worker may run the coordinator the instant the nodes are cancelled: it must not
+    # see cancelled nodes of a live workflow and archive it as failed (which would also
+    # make a failed-subgraph-retry workflow retryable instead of cancelled).
+    from headgate_django.workflows import cancel as cancel_module
+
+    workflow = Workflow("cx").add("a", tasks.echo.envelope(), []).add_signal("s", "go", ["a"])
+    enqueue((workflow.failed_subgraph_retry() if retry else workflow).prepare())
+    run()
+    cancel_many = cancel_module.job_cancel_many
+
+    def coordinator_runs_after_each_call(job_ids):
+        cancelled = cancel_many(job_ids)
+        testing.run_jobs(queues=["headgate-workflow"], include_scheduled=True)
+        return cancelled
+
+    monkeypatch.setattr(cancel_module, "job_cancel_many", coordinator_runs_after_each_call)
+    cancel_workflow("cx")
+    assert coordinator("cx").state == "cancelled"
+    assert "workflow_failed" not in [e["event"] for e in workflow_events("cx")]
