@@ -76,6 +76,23 @@ def _sized(value: Any, limit: int, what: str) -> bytes:
     return data
 
 
+def _refuse_nul(value: Any, what: str) -> None:
+    """U+0000 anywhere in a string (or an object key) of ``value`` is refused: PostgreSQL
+    stores neither it in text nor ``\\u0000`` in jsonb, so it would fail there with a
+    database error while the other backends stored it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise DefinitionError(f"signal {what} contains a NUL character (U+0000)")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
 def emit_signal_with(workflow_id: str, emission: SignalEmission) -> SignalReceipt:
     """Record an emission and release every pending signal node waiting for it."""
     if not isinstance(emission.signal, str) or not emission.signal:
@@ -86,6 +103,10 @@ def emit_signal_with(workflow_id: str, emission: SignalEmission) -> SignalReceip
     source = {} if emission.source is None else emission.source
     payload_bytes = _sized(emission.payload, MAX_PAYLOAD_BYTES, "payload")
     source_bytes = _sized(source, MAX_SOURCE_BYTES, "source")
+    _refuse_nul(emission.signal, "name")
+    _refuse_nul(key, "idempotency key")
+    _refuse_nul(emission.payload, "payload")
+    _refuse_nul(source, "source")
     graph = load_graph_of(workflow_id)
     nodes = [n for n in graph.nodes if n.kind is NodeKind.SIGNAL and n.signal == emission.signal]
     if not nodes:

@@ -153,6 +153,27 @@ def test_payload_and_source_limits(field, limit):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"payload": {"note": "a\x00b"}},
+        {"payload": {"a\x00": 1}},
+        {"source": {"actor": ["ok", "\x00"]}},
+        {"key": "approval\x00"},
+    ],
+    ids=["payload-value", "payload-key", "source", "key"],
+)
+def test_a_nul_character_is_refused_on_every_backend(bad):
+    # PostgreSQL cannot store U+0000 in text or jsonb: it failed there with a DataError
+    # (HTTP 500) while the other backends stored it.
+    enqueue(onboarding().prepare())
+    with pytest.raises(DefinitionError, match="NUL"):
+        emit_signal_with("onboarding:42", emission(**bad))
+    assert list_signals("onboarding:42") == []
+    assert job_state("onboarding:42:approval") == "pending"
+
+
+@pytest.mark.django_db
 def test_the_101st_emission_trims_the_oldest_which_ends_its_idempotency():
     enqueue(onboarding().prepare())
     for i in range(101):
