@@ -27,7 +27,12 @@ from headgate_django.exceptions import (
     UnknownDependencyError,
 )
 from headgate_django.kernel import cel
-from headgate_django.kernel.names import MAX_ID_BYTES, validate_job_id, validate_kind
+from headgate_django.kernel.names import (
+    MAX_ID_BYTES,
+    has_control_characters,
+    validate_job_id,
+    validate_kind,
+)
 from headgate_django.kernel.states import State
 
 MAX_NODES = 999
@@ -330,6 +335,12 @@ def _check_kind_fields(node: NodeSpec, workflow_id: str, node_count: int) -> Non
         if node.signal is None:
             raise GraphError(f"signal node {name!r} needs a signal name", node=name)
         _check_name(node.signal, f"node {name!r}: signal name", name)
+        if has_control_characters(node.signal):
+            # An emission can never carry it (PostgreSQL stores no NUL in text).
+            raise GraphError(
+                f"node {name!r}: signal name {node.signal!r} contains control characters",
+                node=name,
+            )
     elif node.kind is NodeKind.TIMER:
         _check_timer(node)
     elif node.kind is NodeKind.CONDITION:
@@ -346,6 +357,14 @@ def _check_kind_fields(node: NodeSpec, workflow_id: str, node_count: int) -> Non
         if child is None:
             raise GraphError(f"child workflow node {name!r} needs a child workflow id", node=name)
         _check_workflow_id(child, f"node {name!r}: the child workflow id", name)
+        try:
+            # What Workflow(child) accepts: its coordinator's job id must be a valid job
+            # id, or no such workflow can exist and the link could only ever fail.
+            validate_job_id(f"{child}:coordinator")
+        except DefinitionError as exc:
+            raise GraphError(
+                f"node {name!r}: {child[:40]!r} cannot be a workflow id: {exc}", node=name
+            ) from exc
         if child == workflow_id:
             raise CycleError(f"node {name!r} links the workflow to itself", node=name)
 

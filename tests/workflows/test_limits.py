@@ -202,3 +202,18 @@ def test_a_tick_reads_nodes_in_bounded_set_based_queries():
     node_reads = [q for q in large if re.search(r"SELECT .*finalized_at.* IN \(", q)]
     assert node_reads, large
     assert max(q.count("'reads-600:") for q in node_reads) == 500  # chunks of 500 ids
+
+
+@pytest.mark.parametrize(
+    "child",
+    ["x\x00", "billing\n42", "c" * 244],
+    ids=["nul", "newline", "too-long-for-its-coordinator-id"],
+)
+def test_a_child_link_must_name_a_possible_workflow_id(child):
+    with pytest.raises(GraphError, match="cannot be a workflow id"):
+        Workflow("parent:1").add_child("billing", child, []).prepare()
+
+
+def test_a_signal_name_may_not_contain_control_characters():
+    with pytest.raises(GraphError, match="control characters"):
+        Workflow("w:1").add_signal("s", "go\x00", []).prepare()
