@@ -247,8 +247,9 @@ def job_cancel_many(job_ids: list[str], *, using: str = "default") -> int:
     """
     if not job_ids:
         return 0
-    live = [s.value for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE)] + [
-        s.value for s in (State.RUNNING, State.RETRYABLE)
+    live = [
+        s.value
+        for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE)
     ]
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
