@@ -142,9 +142,19 @@ def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
                 )
         except IntegrityError:
             # A concurrent enqueue took a key between our read and our insert: name it.
+            # One that took it for this same job id is what the read would have found a
+            # moment later: the plain insert then decides (an idempotent repeat, or an
+            # id conflict), as above.
             taken = _window_holders(cursor, conn, [r.env.unique_key for r in fresh])
-            key, holder = next(iter(taken.items()))
-            raise _duplicate(holder, key, "holds it for its throttle window") from None
+            for r in fresh:
+                holder = taken.get(r.env.unique_key or "")
+                if holder is not None and holder != r.id:
+                    reason = "holds it for its throttle window"
+                    raise _duplicate(holder, r.env.unique_key, reason) from None
+            left = [r for r in fresh if r.env.unique_key not in taken]
+            if len(left) == len(fresh):
+                raise
+            _hold_windows(conn, left)
 
 
 def _window_holders(cursor: Any, conn: BaseDatabaseWrapper, keys: list[Any]) -> dict[str, str]:

@@ -55,3 +55,20 @@ def test_the_loser_of_a_race_takes_over_the_winner(mode):
         winner.join()
     assert done == store.Inserted("first", True)
     assert list(Job.objects.values_list("id", "payload")) == [("first", b"2")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_throttled_enqueues_of_one_caller_id_are_idempotent():
+    """The same job enqueued twice at once: the loser finds its own id holding the window
+    (as an enqueue a moment later would) and is the idempotent repeat, not a duplicate."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers: the second enqueue waits and finds a holder")
+    env = Envelope(
+        kind="test.noop", id="order-1", unique_key="order", unique_window=timedelta(minutes=1)
+    )
+    winner = _winner_holds(env)
+    try:
+        assert enqueue(env) == ["order-1"]
+    finally:
+        winner.join()
+    assert list(Job.objects.values_list("id", flat=True)) == ["order-1"]
