@@ -16,6 +16,8 @@ when your own rows do — something a broker-backed backend cannot promise.
 
 from __future__ import annotations
 
+import time
+import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -56,6 +58,7 @@ from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
 from headgate_django.store.django_tasks import job_insert_with_task_options
 from headgate_django.store.reads import job_get
+from headgate_django.worker.execute import class_path
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -172,7 +175,7 @@ class HeadgateBackend(BaseTaskBackend):
         """The job's Task with what ``using()`` changed put back: queue and priority from
         their columns, ``run_after`` from ``task_options``, and this backend, which holds
         the job (a task enqueued through another alias is read back through that one)."""
-        task: Task = import_string(job.kind)
+        task = _task_of(job)
         run_after = (job.task_options or {}).get("run_after")
         changes: dict[str, Any] = {}
         if task.queue_name != job.queue:
@@ -184,6 +187,21 @@ class HeadgateBackend(BaseTaskBackend):
         if task.backend != self.alias:
             changes["backend"] = self.alias
         return task.using(**changes) if changes else task
+
+
+def _task_of(job: Job) -> Task:
+    """The Django Task the job's kind names; :class:`TaskResultDoesNotExist` when it names
+    none (a headgate job of another kind, or a task since moved or renamed), which is what
+    ``get_result`` promises for an id that is no result of this backend."""
+    try:
+        task = import_string(job.kind)
+    except ImportError:
+        task = None
+    if not isinstance(task, Task):
+        raise TaskResultDoesNotExist(
+            f"job {job.id} is of kind {job.kind!r}, which names no Django task"
+        )
+    return task
 
 
 def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
@@ -220,6 +238,7 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     result = backend._result(job)
     task = result.task
     task_started.send(type(backend), task_result=result)
+    began = time.monotonic()
     try:
         call_args = (TaskContext(task_result=result), *args) if task.takes_context else args
         if _is_async(task):
@@ -228,15 +247,36 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
             value = task.func(*call_args, **kwargs)
         # Before the signal: a value the store would refuse is a failure, and says so.
         check_result(value)
-    except BaseException:
+    except BaseException as exc:
         if job.attempt + 1 >= job.max_attempts:  # the last attempt: the task has finished
-            failed = replace(result, status=TaskResultStatus.FAILED)  # type: ignore[type-var]
+            # As Django's own backends send it: with the error that ended the task.
+            error = TaskError(
+                exception_class_path=class_path(exc),
+                traceback="".join(traceback.format_exception(exc)),
+            )
+            failed = replace(  # type: ignore[type-var]
+                result,
+                status=TaskResultStatus.FAILED,
+                finished_at=_finished_at(result, began),
+                errors=[*result.errors, error],
+            )
             task_finished.send(type(backend), task_result=failed)
         raise
-    done = replace(result, status=TaskResultStatus.SUCCESSFUL)  # type: ignore[type-var]
+    done = replace(  # type: ignore[type-var]
+        result, status=TaskResultStatus.SUCCESSFUL, finished_at=_finished_at(result, began)
+    )
     object.__setattr__(done, "_return_value", value)
     task_finished.send(type(backend), task_result=done)
     return value
+
+
+def _finished_at(result: TaskResult, began: float) -> datetime | None:
+    """When the run ended, for the ``task_finished`` signal, without a round trip: the
+    claim's instant on the store clock plus the time the task ran. The instant recorded
+    with the outcome (what ``get_result`` reads) comes a moment later."""
+    if result.started_at is None:
+        return None
+    return result.started_at + timedelta(seconds=time.monotonic() - began)
 
 
 def _backend_for(task: Task, using: str) -> HeadgateBackend:
