@@ -29,7 +29,7 @@ try:  # Django 6.x
     from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import task_backends  # type: ignore[no-redef,assignment]
@@ -40,6 +40,9 @@ except ImportError:  # Django 5.2 with the django-tasks backport
         TaskError,
         TaskResult,
         TaskResultStatus,
+    )
+    from django_tasks.exceptions import (  # type: ignore[no-redef,assignment]
+        InvalidTaskError as InvalidTask,
     )
     from django_tasks.exceptions import (  # type: ignore[no-redef,assignment]
         TaskResultDoesNotExist,
@@ -74,6 +77,11 @@ _STATUS = {
 }
 
 
+class InvalidTaskOptionError(InvalidTask, DefinitionError):  # type: ignore[misc]
+    """A headgate option of a task is out of range: Django's ``InvalidTask`` (what code
+    written for any backend catches), and a headgate ``DefinitionError``."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeadgateTask(Task):  # type: ignore[misc]
     """A Task with headgate's per-task options, set on the decorator where Django forwards
@@ -99,10 +107,10 @@ class HeadgateBackend(BaseTaskBackend):
         super().validate_task(task)
         max_attempts = getattr(task, "max_attempts", None)
         if max_attempts is not None and max_attempts < 1:
-            raise DefinitionError(f"{task.module_path}: max_attempts must be at least 1")
+            raise InvalidTaskOptionError(f"{task.module_path}: max_attempts must be at least 1")
         retention = getattr(task, "retention", None)
         if retention is not None and retention < timedelta(0):
-            raise DefinitionError(f"{task.module_path}: retention cannot be negative")
+            raise InvalidTaskOptionError(f"{task.module_path}: retention cannot be negative")
         _register(task)
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:

@@ -248,3 +248,15 @@ def test_get_result_of_an_id_that_is_no_django_task_raises_does_not_exist():
             backend.get_result(result_id)
     with pytest.raises(TaskResultDoesNotExist):
         defs.add.get_result(job_id)
+
+
+def test_bad_headgate_options_on_a_task_are_django_invalid_task_errors():
+    """``validate_task`` refuses with Django's ``InvalidTask`` (what code written for any
+    backend catches); it is a headgate ``DefinitionError`` too."""
+    from headgate_django.exceptions import DefinitionError
+    from headgate_django.tasks import HeadgateTask
+
+    for options in ({"max_attempts": 0}, {"retention": timedelta(seconds=-1)}):
+        with pytest.raises(InvalidTaskError) as info:
+            HeadgateTask(func=defs.add.func, **options)
+        assert isinstance(info.value, DefinitionError)
