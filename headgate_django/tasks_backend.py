@@ -16,6 +16,7 @@ when your own rows do — something a broker-backed backend cannot promise.
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -273,7 +274,8 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     done = replace(  # type: ignore[type-var]
         result, status=TaskResultStatus.SUCCESSFUL, finished_at=_finished_at(result, began)
     )
-    object.__setattr__(done, "_return_value", value)
+    # As the store keeps it and get_result reads it back: JSON (a tuple is a list).
+    object.__setattr__(done, "_return_value", json.loads(json.dumps(value)))
     task_finished.send(type(backend), task_result=done)
     return value
 

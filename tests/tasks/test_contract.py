@@ -260,3 +260,22 @@ def test_bad_headgate_options_on_a_task_are_django_invalid_task_errors():
         with pytest.raises(InvalidTaskError) as info:
             HeadgateTask(func=defs.add.func, **options)
         assert isinstance(info.value, DefinitionError)
+
+
+def test_task_finished_sends_the_return_value_as_get_result_reads_it():
+    """Django normalises a return value to JSON (a tuple becomes a list) before it says
+    SUCCESSFUL; the signal carried the raw tuple while ``get_result`` read a list."""
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append(task_result)
+
+    task_finished.connect(receiver)
+    try:
+        result = defs.returns_a_pair.enqueue()
+        testing.run_jobs()
+    finally:
+        task_finished.disconnect(receiver)
+    [sent] = finished
+    result.refresh()
+    assert sent.return_value == result.return_value == [1, "two"]
