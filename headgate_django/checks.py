@@ -360,8 +360,9 @@ def _mysql_isolation(alias: str, db: dict[str, Any]) -> list[Any]:
     Under REPEATABLE READ a transaction reads the snapshot of its first read. One that lost
     a race on a unique index (an enqueue of the same caller id or unique key, inside the
     caller's transaction) then looks for the winner's row, does not see it, and fails with
-    ``IdConflictError`` instead of the idempotent answer or ``DuplicateError``. Leaving ``isolation_level`` out gives READ COMMITTED; ``None`` keeps
-    the server's default, which is REPEATABLE READ.
+    ``IdConflictError`` instead of the idempotent answer or ``DuplicateError``. Leaving
+    ``isolation_level`` out gives READ COMMITTED; ``None`` keeps the server's default,
+    which is REPEATABLE READ.
     """
     if not db.get("ENGINE", "").endswith("mysql"):
         return []
