@@ -350,7 +350,36 @@ def _environment() -> list[Any]:
                     id="headgate.W001",
                 )
             )
+        problems += _mysql_isolation(alias, db)
     return problems
+
+
+def _mysql_isolation(alias: str, db: dict[str, Any]) -> list[Any]:
+    """MySQL/MariaDB must run in READ COMMITTED (headgate.W004), Django's default there.
+
+    Under REPEATABLE READ a transaction reads the snapshot of its first read. One that lost
+    a race on a unique index (an enqueue of the same caller id or unique key, inside the
+    caller's transaction) then looks for the winner's row, does not see it, and fails with
+    ``IdConflictError`` instead of the idempotent answer or ``DuplicateError``. Leaving
+    ``isolation_level`` out gives READ COMMITTED; ``None`` keeps the server's default,
+    which is REPEATABLE READ.
+    """
+    if not db.get("ENGINE", "").endswith("mysql"):
+        return []
+    options = db.get("OPTIONS") or {}
+    level = options.get("isolation_level", "read committed")
+    if isinstance(level, str) and level.strip().lower() == "read committed":
+        return []
+    return [
+        Warning(
+            f"MySQL/MariaDB database {alias!r} does not use the READ COMMITTED isolation "
+            f"level (isolation_level={level!r})",
+            hint="Remove OPTIONS['isolation_level'] or set it to 'read committed': under "
+            "REPEATABLE READ a transaction that loses a race for a job id or unique key "
+            "cannot see the winner and fails instead of answering idempotently.",
+            id="headgate.W004",
+        )
+    ]
 
 
 _DEMO_OPERATOR_HINT = (

@@ -16,6 +16,9 @@ when your own rows do — something a broker-backed backend cannot promise.
 
 from __future__ import annotations
 
+import json
+import time
+import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -27,7 +30,7 @@ try:  # Django 6.x
     from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import task_backends  # type: ignore[no-redef,assignment]
@@ -38,6 +41,9 @@ except ImportError:  # Django 5.2 with the django-tasks backport
         TaskError,
         TaskResult,
         TaskResultStatus,
+    )
+    from django_tasks.exceptions import (  # type: ignore[no-redef,assignment]
+        InvalidTaskError as InvalidTask,
     )
     from django_tasks.exceptions import (  # type: ignore[no-redef,assignment]
         TaskResultDoesNotExist,
@@ -56,6 +62,7 @@ from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
 from headgate_django.store.django_tasks import job_insert_with_task_options
 from headgate_django.store.reads import job_get
+from headgate_django.worker.execute import class_path
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -69,6 +76,11 @@ _STATUS = {
     State.QUARANTINED: TaskResultStatus.FAILED,
     State.UNDECODABLE: TaskResultStatus.FAILED,
 }
+
+
+class InvalidTaskOptionError(InvalidTask, DefinitionError):  # type: ignore[misc]
+    """A headgate option of a task is out of range: Django's ``InvalidTask`` (what code
+    written for any backend catches), and a headgate ``DefinitionError``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,10 +108,10 @@ class HeadgateBackend(BaseTaskBackend):
         super().validate_task(task)
         max_attempts = getattr(task, "max_attempts", None)
         if max_attempts is not None and max_attempts < 1:
-            raise DefinitionError(f"{task.module_path}: max_attempts must be at least 1")
+            raise InvalidTaskOptionError(f"{task.module_path}: max_attempts must be at least 1")
         retention = getattr(task, "retention", None)
         if retention is not None and retention < timedelta(0):
-            raise DefinitionError(f"{task.module_path}: retention cannot be negative")
+            raise InvalidTaskOptionError(f"{task.module_path}: retention cannot be negative")
         _register(task)
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
@@ -172,7 +184,7 @@ class HeadgateBackend(BaseTaskBackend):
         """The job's Task with what ``using()`` changed put back: queue and priority from
         their columns, ``run_after`` from ``task_options``, and this backend, which holds
         the job (a task enqueued through another alias is read back through that one)."""
-        task: Task = import_string(job.kind)
+        task = _task_of(job)
         run_after = (job.task_options or {}).get("run_after")
         changes: dict[str, Any] = {}
         if task.queue_name != job.queue:
@@ -184,6 +196,21 @@ class HeadgateBackend(BaseTaskBackend):
         if task.backend != self.alias:
             changes["backend"] = self.alias
         return task.using(**changes) if changes else task
+
+
+def _task_of(job: Job) -> Task:
+    """The Django Task the job's kind names; :class:`TaskResultDoesNotExist` when it names
+    none (a headgate job of another kind, or a task since moved or renamed), which is what
+    ``get_result`` promises for an id that is no result of this backend."""
+    try:
+        task = import_string(job.kind)
+    except ImportError:
+        task = None
+    if not isinstance(task, Task):
+        raise TaskResultDoesNotExist(
+            f"job {job.id} is of kind {job.kind!r}, which names no Django task"
+        )
+    return task
 
 
 def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
@@ -220,6 +247,7 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     result = backend._result(job)
     task = result.task
     task_started.send(type(backend), task_result=result)
+    began = time.monotonic()
     try:
         call_args = (TaskContext(task_result=result), *args) if task.takes_context else args
         if _is_async(task):
@@ -228,15 +256,37 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
             value = task.func(*call_args, **kwargs)
         # Before the signal: a value the store would refuse is a failure, and says so.
         check_result(value)
-    except BaseException:
+    except BaseException as exc:
         if job.attempt + 1 >= job.max_attempts:  # the last attempt: the task has finished
-            failed = replace(result, status=TaskResultStatus.FAILED)  # type: ignore[type-var]
+            # As Django's own backends send it: with the error that ended the task.
+            error = TaskError(
+                exception_class_path=class_path(exc),
+                traceback="".join(traceback.format_exception(exc)),
+            )
+            failed = replace(  # type: ignore[type-var]
+                result,
+                status=TaskResultStatus.FAILED,
+                finished_at=_finished_at(result, began),
+                errors=[*result.errors, error],
+            )
             task_finished.send(type(backend), task_result=failed)
         raise
-    done = replace(result, status=TaskResultStatus.SUCCESSFUL)  # type: ignore[type-var]
-    object.__setattr__(done, "_return_value", value)
+    done = replace(  # type: ignore[type-var]
+        result, status=TaskResultStatus.SUCCESSFUL, finished_at=_finished_at(result, began)
+    )
+    # As the store keeps it and get_result reads it back: JSON (a tuple is a list).
+    object.__setattr__(done, "_return_value", json.loads(json.dumps(value)))
     task_finished.send(type(backend), task_result=done)
     return value
+
+
+def _finished_at(result: TaskResult, began: float) -> datetime | None:
+    """When the run ended, for the ``task_finished`` signal, without a round trip: the
+    claim's instant on the store clock plus the time the task ran. The instant recorded
+    with the outcome (what ``get_result`` reads) comes a moment later."""
+    if result.started_at is None:
+        return None
+    return result.started_at + timedelta(seconds=time.monotonic() - began)
 
 
 def _backend_for(task: Task, using: str) -> HeadgateBackend:

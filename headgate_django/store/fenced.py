@@ -254,26 +254,57 @@ def after_finish(
 def job_renew_leases(
     refs: Sequence[LeaseRef], *, lease_ttl: timedelta, using: str = "default"
 ) -> set[str]:
-    """Extend the leases still held; return the ids whose lease was lost."""
+    """Extend the leases still held; return the ids whose lease was lost.
+
+    Rows another transaction holds locked are renewed last, in a transaction of their own.
+    A handler inside ``ctx.once`` keeps its job's row locked while its function runs:
+    waiting for that row first left the jobs after it unrenewed, and a wait longer than
+    what was left of their leases let the reclaim duty take them from a live worker and
+    run them again.
+    """
     if not refs:
         return set()
     conn = v.connection_for(using)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
-    # Not in autocommit, even on PostgreSQL: the rows are locked in id order first (see
-    # _lock_in_id_order), and a renewal is off the hot path (once per lease/3 per worker).
+    kept, behind_locks = _renew(conn, using, refs, ttl_ms, wait=False)
+    if behind_locks:
+        kept |= _renew(conn, using, behind_locks, ttl_ms, wait=True)[0]
+    return {r.job_id for r in refs} - kept
+
+
+def _renew(
+    conn: BaseDatabaseWrapper, using: str, refs: Sequence[LeaseRef], ttl_ms: int, *, wait: bool
+) -> tuple[set[str], list[LeaseRef]]:
+    """Renew ``refs`` in one transaction; return the ids renewed and, unless ``wait``, the
+    refs skipped because another transaction holds their rows (or they are gone).
+
+    Not in autocommit, even on PostgreSQL: the rows are locked in id order first (see
+    :func:`_lock_in_id_order`), and a renewal is off the hot path (once per lease/3 per
+    worker).
+    """
     with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
-        _lock_in_id_order(cursor, conn, refs)
+        locked = _lock_in_id_order(cursor, conn, refs, skip_locked=not wait)
+        skipped: list[LeaseRef] = []
+        if locked is not None and not wait:
+            skipped = [r for r in refs if r.job_id not in locked]
+            refs = [r for r in refs if r.job_id in locked]
+        if not refs:
+            return set(), skipped
         kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
         # A job past its deadline is archived now, and its handler told to stop as if
         # its lease were lost.
         from headgate_django.store.deadlines import archive_held_past_deadline
 
         kept -= archive_held_past_deadline(cursor, conn, [r for r in refs if r.job_id in kept])
-    return {r.job_id for r in refs} - kept
+    return kept, skipped
 
 
-def _lock_in_id_order(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> None:
-    """Lock the rows of ``refs`` in id order before a batch writes them.
+def _lock_in_id_order(
+    cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef], *, skip_locked: bool
+) -> set[str] | None:
+    """Lock the rows of ``refs`` in id order before a batch writes them; the ids locked
+    (``None`` on SQLite, which has no row locks). With ``skip_locked`` a row another
+    transaction holds is left out rather than waited for.
 
     A batch renewal can hold a durable execution's workflow task and its Operation job at
     once (an Operation run on the pass's thread). Recording that Operation's outcome locks
@@ -283,13 +314,14 @@ def _lock_in_id_order(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[Lea
     the renewal never holds the task while it waits for the Operation.
     """
     if not v.for_update(conn):
-        return  # SQLite: one writer at a time, nothing to order
+        return None  # SQLite: one writer at a time, nothing to order
     ids = sorted({r.job_id for r in refs})
+    lock = v.skip_locked(conn) if skip_locked else v.for_update(conn)
     cursor.execute(
-        f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) ORDER BY id"
-        f"{v.for_update(conn)}",
+        f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) ORDER BY id{lock}",
         ids,
     )
+    return {row[0] for row in cursor.fetchall()}
 
 
 def job_release_many(refs: Sequence[LeaseRef], *, using: str = "default") -> set[str]:

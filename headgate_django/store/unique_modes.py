@@ -142,9 +142,19 @@ def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
                 )
         except IntegrityError:
             # A concurrent enqueue took a key between our read and our insert: name it.
+            # One that took it for this same job id is what the read would have found a
+            # moment later: the plain insert then decides (an idempotent repeat, or an
+            # id conflict), as above.
             taken = _window_holders(cursor, conn, [r.env.unique_key for r in fresh])
-            key, holder = next(iter(taken.items()))
-            raise _duplicate(holder, key, "holds it for its throttle window") from None
+            for r in fresh:
+                holder = taken.get(r.env.unique_key or "")
+                if holder is not None and holder != r.id:
+                    reason = "holds it for its throttle window"
+                    raise _duplicate(holder, r.env.unique_key, reason) from None
+            left = [r for r in fresh if r.env.unique_key not in taken]
+            if len(left) == len(fresh):
+                raise
+            _hold_windows(conn, left)
 
 
 def _window_holders(cursor: Any, conn: BaseDatabaseWrapper, keys: list[Any]) -> dict[str, str]:
@@ -182,7 +192,13 @@ _TAKES_OVER = frozenset({State.SCHEDULED, State.AVAILABLE, State.RETRYABLE})
 
 
 def _replace_or_insert(conn: BaseDatabaseWrapper, row: _Row, using: str) -> Inserted:
-    """Insert the job, or give its key's waiting holder the new values."""
+    """Insert the job, or give its key's waiting holder the new values.
+
+    An enqueue of the same key that committed between the look for a holder and the
+    insert fails the insert with :class:`DuplicateError`: that job is the holder this
+    enqueue would have found a moment later, so it takes the new values all the same (a
+    burst of debounced enqueues from several processes is what debounce is for).
+    """
     key = row.env.unique_key
     assert key is not None  # check_unique_mode requires one
     holders = live_holders(conn, [key])
@@ -193,7 +209,12 @@ def _replace_or_insert(conn: BaseDatabaseWrapper, row: _Row, using: str) -> Inse
         except DuplicateError:
             if _take_over(conn, row, holder_id):
                 return Inserted(holder_id, True)
-    insert_checked(conn, _Planner.of([_plain(row)]), using)
+    try:
+        insert_checked(conn, _Planner.of([_plain(row)]), using)
+    except DuplicateError as exc:  # lost the race for the key; quarantine and id passed
+        if exc.existing_id != row.id and _take_over(conn, row, exc.existing_id):
+            return Inserted(exc.existing_id, True)
+        raise
     return Inserted(row.id, False)
 
 

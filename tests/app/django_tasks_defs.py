@@ -59,3 +59,8 @@ def describe(context) -> dict:
         "backend": result.task.backend,
         "started": result.started_at is not None,
     }
+
+
+@task()
+def returns_a_pair() -> tuple[int, str]:
+    return (1, "two")

@@ -19,7 +19,7 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
-from headgate_django import testing
+from headgate_django import Envelope, enqueue, testing
 from headgate_django.exceptions import PayloadError
 from headgate_django.models import Job
 from tests.app import django_tasks_defs as defs
@@ -27,10 +27,11 @@ from tests.app import django_tasks_defs as defs
 try:
     from django.tasks import TaskResultStatus, task_backends
     from django.tasks.exceptions import InvalidTask as InvalidTaskError
+    from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:
     from django_tasks import TaskResultStatus, task_backends
-    from django_tasks.exceptions import InvalidTaskError
+    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
 pytestmark = pytest.mark.django_db
@@ -209,3 +210,72 @@ def test_a_deferred_enqueue_rolled_back_leaves_nothing():
         defs.add.using(run_after=timezone.now() + LATER).enqueue(1, 2)
         raise RuntimeError("roll back")
     assert Job.objects.count() == 0
+
+
+# -- what receivers of task_finished and callers of get_result see -----------------------
+def test_a_failed_task_finished_signal_carries_the_error_that_ended_it():
+    """As with Django's own backends, the FAILED result sent with ``task_finished`` holds
+    the exception that ended the task and when it finished (it said neither: a receiver
+    logging ``task_result.errors[-1]`` met an empty list)."""
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append(task_result)
+
+    task_finished.connect(receiver)
+    try:
+        result = defs.explode.using(backend="once").enqueue()
+        testing.run_jobs()
+    finally:
+        task_finished.disconnect(receiver)
+    [sent] = finished
+    assert sent.status == TaskResultStatus.FAILED
+    assert sent.finished_at is not None and sent.finished_at >= sent.started_at
+    [error] = sent.errors
+    assert error.exception_class is KeyError
+    assert "no such thing" in error.traceback and "Traceback" in error.traceback
+    result.refresh()  # what the store recorded says the same
+    assert [e.exception_class_path for e in result.errors] == ["builtins.KeyError"]
+
+
+def test_get_result_of_an_id_that_is_no_django_task_raises_does_not_exist():
+    """Any id a caller may pass (from a URL, say) gets Django's documented error, not an
+    ``ImportError`` from resolving a job kind that names no Task."""
+    [job_id] = enqueue(Envelope(kind="test.noop"))
+    backend = task_backends["default"]
+    for result_id in (job_id, "no-such-job"):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(result_id)
+    with pytest.raises(TaskResultDoesNotExist):
+        defs.add.get_result(job_id)
+
+
+def test_bad_headgate_options_on_a_task_are_django_invalid_task_errors():
+    """``validate_task`` refuses with Django's ``InvalidTask`` (what code written for any
+    backend catches); it is a headgate ``DefinitionError`` too."""
+    from headgate_django.exceptions import DefinitionError
+    from headgate_django.tasks import HeadgateTask
+
+    for options in ({"max_attempts": 0}, {"retention": timedelta(seconds=-1)}):
+        with pytest.raises(InvalidTaskError) as info:
+            HeadgateTask(func=defs.add.func, **options)
+        assert isinstance(info.value, DefinitionError)
+
+
+def test_task_finished_sends_the_return_value_as_get_result_reads_it():
+    """Django normalises a return value to JSON (a tuple becomes a list) before it says
+    SUCCESSFUL; the signal carried the raw tuple while ``get_result`` read a list."""
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append(task_result)
+
+    task_finished.connect(receiver)
+    try:
+        result = defs.returns_a_pair.enqueue()
+        testing.run_jobs()
+    finally:
+        task_finished.disconnect(receiver)
+    [sent] = finished
+    result.refresh()
+    assert sent.return_value == result.return_value == [1, "two"]

@@ -200,3 +200,27 @@ def test_a_declared_schedule_that_could_not_fire_is_e008(entry, problem) -> None
     with override_settings(HEADGATE={"MAX_PAYLOAD_BYTES": 100, "SCHEDULES": {"s": entry}}):
         [error] = check_settings()
     assert error.id == "headgate.E008" and problem in error.msg, error.msg
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        ({}, False),  # Django's own default on MySQL/MariaDB is read committed
+        ({"isolation_level": "read committed"}, False),
+        ({"isolation_level": "READ COMMITTED"}, False),
+        ({"isolation_level": "repeatable read"}, True),
+        ({"isolation_level": "serializable"}, True),
+        ({"isolation_level": None}, True),  # the server's default: REPEATABLE READ
+    ],
+)
+def test_a_mysql_database_not_in_read_committed_is_warned_about(monkeypatch, options, warned):
+    """Under REPEATABLE READ a transaction that lost a race on a unique index re-reads its
+    old snapshot and cannot see the winner: an idempotent enqueue then fails as a conflict."""
+    from django.conf import settings
+
+    mysql = {"default": {"ENGINE": "django.db.backends.mysql", "NAME": "x", "OPTIONS": options}}
+    monkeypatch.setattr(settings, "DATABASES", mysql)
+    found = [m for m in check_settings() if m.id == "headgate.W004"]
+    assert bool(found) is warned
+    if warned:
+        assert "'default'" in found[0].msg and "read committed" in found[0].hint
