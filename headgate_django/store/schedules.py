@@ -25,7 +25,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, F, Max, Q, Window
 from django.db.models.functions import RowNumber
 
-from headgate_django.exceptions import HeadgateError, NotFoundError
+from headgate_django.exceptions import HeadgateError, NotFoundError, ScheduleError
 from headgate_django.kernel.schedule_origin import origin_of, tick_id
 from headgate_django.kernel.schedule_spec import (
     ScheduleSpec,
@@ -109,6 +109,23 @@ def _row(obj: Schedule) -> ScheduleRow:
     return ScheduleRow(**{name: getattr(obj, name) for name in _FIELDS})
 
 
+def _named(name: str, using: str, *, lock: bool = False) -> Schedule | None:
+    """The schedule stored under exactly ``name``, or None.
+
+    MySQL/MariaDB's usual collations compare text without case, so ``name = 'nightly'``
+    also finds ``Nightly``: that row is another schedule, and acting on it (replacing,
+    pausing or deleting it) would be acting on what the caller did not name."""
+    rows = Schedule.objects.using(using)
+    obj = (rows.select_for_update() if lock else rows).filter(name=name).first()
+    return obj if obj is not None and obj.name == name else None
+
+
+def _clash(name: str, using: str) -> str | None:
+    """The stored name that ``name`` equals only under the column's collation, if any."""
+    stored = Schedule.objects.using(using).filter(name=name).values_list("name", flat=True)
+    return next((other for other in stored if other != name), None)
+
+
 def schedule_upsert(
     *,
     name: str,
@@ -125,7 +142,16 @@ def schedule_upsert(
     after now."""
     with transaction.atomic(using=using):
         now = db_now(using)
-        obj = Schedule.objects.using(using).select_for_update().filter(name=name).first()
+        obj = _named(name, using, lock=True)
+        if obj is None and (other := _clash(name, using)) is not None:
+            raise ScheduleError(
+                f"schedule {name!r} cannot be stored beside schedule {other!r}: the "
+                "database compares schedule names without case (a case-insensitive "
+                "collation), so the two would be one; choose a name that differs by more "
+                "than case",
+                name=name,
+                existing=other,
+            )
         if obj is None:
             obj = Schedule(name=name, created_at=now)
         respec = obj.pk is None or (obj.spec, obj.timezone) != (spec.text, spec.tz)
@@ -144,7 +170,7 @@ def schedule_upsert(
 
 
 def schedule_get(name: str, *, using: str = "default") -> ScheduleRow:
-    obj = Schedule.objects.using(using).filter(name=name).first()
+    obj = _named(name, using)
     if obj is None:
         raise NotFoundError(f"no schedule named {name!r}", name=name)
     return _row(obj)
@@ -195,7 +221,7 @@ def schedule_set_paused(name: str, paused: bool, *, using: str = "default") -> S
     while paused were not missed, nobody wanted them."""
     with transaction.atomic(using=using):
         now = db_now(using)
-        obj = Schedule.objects.using(using).select_for_update().filter(name=name).first()
+        obj = _named(name, using, lock=True)
         if obj is None:
             raise NotFoundError(f"no schedule named {name!r}", name=name)
         if obj.paused and not paused:
@@ -210,7 +236,7 @@ def schedule_set_paused(name: str, paused: bool, *, using: str = "default") -> S
 def schedule_delete(name: str, *, using: str = "default") -> None:
     """Delete the schedule; its events stay (they are the audit of what it did)."""
     with transaction.atomic(using=using):
-        obj = Schedule.objects.using(using).select_for_update().filter(name=name).first()
+        obj = _named(name, using, lock=True)
         if obj is None:
             raise NotFoundError(f"no schedule named {name!r}", name=name)
         _withdraw_ahead(obj, db_now(using), "schedule deleted", using)

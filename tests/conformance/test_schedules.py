@@ -151,6 +151,29 @@ def test_a_declared_target_over_the_payload_limit_writes_nothing():
     assert not Schedule.objects.exists()
 
 
+def test_names_differing_only_by_case_never_touch_each_other():
+    """Two names that differ only by case are two schedules, or (under MySQL/MariaDB's
+    case-insensitive collations, where the database cannot tell them apart) the second is
+    refused with a clear error: never a silent replacement of the first."""
+    first = schedules.upsert("Nightly", "@every 1h", tasks.periodic.envelope(label="first"))
+    try:
+        schedules.upsert("nightly", "@every 2h", tasks.periodic.envelope(label="second"))
+    except ScheduleError as exc:
+        assert "'nightly'" in str(exc) and "'Nightly'" in str(exc) and "case" in str(exc)
+        with pytest.raises(NotFoundError, match="no schedule named 'nightly'"):
+            schedules.get("nightly")
+        for operate in (schedules.pause, schedules.delete, schedules.run_now):
+            with pytest.raises(NotFoundError, match="no schedule named 'nightly'"):
+                operate("nightly")
+    else:
+        assert schedules.get("nightly").spec == "@every 2h"
+        schedules.pause("nightly")
+    kept = schedules.get("Nightly")
+    assert (kept.name, kept.spec, kept.paused) == ("Nightly", "@every 1h", False)
+    assert kept.target == first.target and kept.next_run_at == first.next_run_at
+    assert not Job.objects.filter(id__startswith="sched:").exists()
+
+
 # -- one job per tick -----------------------------------------------------------------
 
 
