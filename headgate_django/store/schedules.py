@@ -34,6 +34,7 @@ from headgate_django.kernel.schedule_spec import (
 )
 from headgate_django.kernel.states import State
 from headgate_django.models import Job, Schedule, ScheduleEvent
+from headgate_django.store.collation import refuse_case_clash
 from headgate_django.store.vendor import (
     connection_for,
     db_now,
@@ -120,12 +121,6 @@ def _named(name: str, using: str, *, lock: bool = False) -> Schedule | None:
     return obj if obj is not None and obj.name == name else None
 
 
-def _clash(name: str, using: str) -> str | None:
-    """The stored name that ``name`` equals only under the column's collation, if any."""
-    stored = Schedule.objects.using(using).filter(name=name).values_list("name", flat=True)
-    return next((other for other in stored if other != name), None)
-
-
 def schedule_upsert(
     *,
     name: str,
@@ -143,15 +138,8 @@ def schedule_upsert(
     with transaction.atomic(using=using):
         now = db_now(using)
         obj = _named(name, using, lock=True)
-        if obj is None and (other := _clash(name, using)) is not None:
-            raise ScheduleError(
-                f"schedule {name!r} cannot be stored beside schedule {other!r}: the "
-                "database compares schedule names without case (a case-insensitive "
-                "collation), so the two would be one; choose a name that differs by more "
-                "than case",
-                name=name,
-                existing=other,
-            )
+        if obj is None:
+            refuse_case_clash(Schedule, "name", name, "schedule", using, ScheduleError)
         if obj is None:
             obj = Schedule(name=name, created_at=now)
         respec = obj.pk is None or (obj.spec, obj.timezone) != (spec.text, spec.tz)
