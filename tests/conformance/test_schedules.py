@@ -8,11 +8,13 @@ A schedule's past is made by moving its ``next_run_at`` back (the test's stand-i
 from __future__ import annotations
 
 import re
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import connections
 from django.test import override_settings
 
 from headgate_django import schedules, testing
@@ -264,6 +266,67 @@ def test_other_jobs_have_no_origin():
     tasks.periodic.enqueue()
     testing.run_jobs()
     assert [e.label for e in Execution.objects.all()] == ["none"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("operate", ["pause", "upsert", "delete"])
+def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkeypatch, operate):
+    """A pass that has locked its batch, and an operator's pause, upsert or delete of one
+    of those schedules waiting on that lock, both complete. On MariaDB the pass used to
+    lock a large batch's rows through the primary key (a table scan) and then move them
+    by name, through the name index the waiting operator already held: InnoDB's deadlock
+    (1213) surfaced from ``schedules.pause`` or ``upsert`` as a raw OperationalError.
+
+    The interleaving is made exact by letting the operator start once the pass holds its
+    locks (the store's own SQL runs unchanged)."""
+    import headgate_django.store.schedules as store_schedules
+
+    for n in range(40):
+        hourly(f"batch-{n:02d}")
+    for n in range(0, 40, 2):
+        rewind(f"batch-{n:02d}", 1)
+    # A schedule of its own phase: the pass moves it with an UPDATE of its own, naming it
+    # alone (the batch's shared one names twenty).
+    target = "half-hourly"
+    schedules.upsert(target, "@every 30m", tasks.periodic.envelope())
+    Schedule.objects.filter(name=target).update(next_run_at=db_now() - timedelta(minutes=1))
+    errors: list[BaseException] = []
+
+    def operator() -> None:
+        try:
+            if operate == "pause":
+                schedules.pause(target)
+            elif operate == "upsert":
+                schedules.upsert(target, "@every 2h", tasks.periodic.envelope(label="new"))
+            else:
+                schedules.delete(target)
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=operator)
+    real_lock = store_schedules._lock_unpaused
+
+    def lock_then_let_the_operator_in(*args, **kwargs):
+        locked = real_lock(*args, **kwargs)
+        thread.start()
+        time.sleep(0.5)  # the operator's statement now waits on the pass's locks
+        return locked
+
+    monkeypatch.setattr(store_schedules, "_lock_unpaused", lock_then_let_the_operator_in)
+    with LONG_GRACE:
+        counts = run_pass()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    assert counts.get("enqueued") == 41  # two ticks of each rewound hourly, one of the target
+    assert Job.objects.filter(id__startswith="sched:").count() == 41
+    if operate == "pause":
+        assert schedules.get(target).paused
+    elif operate == "upsert":
+        assert schedules.get(target).spec == "@every 2h"
+    else:
+        assert not Schedule.objects.filter(name=target).exists()
 
 
 # -- on_missed after downtime ---------------------------------------------------------
