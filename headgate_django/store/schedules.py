@@ -485,7 +485,12 @@ def schedule_events_record(
         for name in list(full):
             mine = ScheduleEvent.objects.using(using).filter(schedule_name=name).order_by("-id")
             oldest_kept = mine.values_list("id", flat=True)[EVENTS_KEPT - 1]
-            mine.filter(id__lt=oldest_kept).delete()
+            # Deleted by primary key, after a plain read of the keys: a range delete on
+            # the (schedule, id) index ends on the next schedule's newest entry, which
+            # InnoDB locks too; a pass and an operator that had each just written the
+            # other's neighbour then waited on each other (deadlock 1213).
+            stale = list(mine.filter(id__lt=oldest_kept).values_list("id", flat=True))
+            ScheduleEvent.objects.using(using).filter(pk__in=stale).delete()
 
 
 _EVENT_COLUMNS = "schedule_name, tick_at, outcome, reason, target_id, recorded_at"

@@ -329,6 +329,60 @@ def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkey
         assert not Schedule.objects.filter(name=target).exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_trimming_neighbouring_schedules_events_do_not_deadlock(monkeypatch):
+    """Two transactions that each recorded events and then trim a schedule's oldest ones
+    both complete. On MariaDB the trim was a range delete on the (schedule, id) index,
+    which ends on the next schedule's newest entry: a pass that had just written that
+    entry, and an operator's trim waiting on it, then waited on each other (deadlock 1213
+    from ``schedules.pause``, ``upsert`` or ``run_now``).
+
+    The interleaving is made exact by letting the second writer start once the first has
+    written its events (the store's own SQL runs unchanged)."""
+    import headgate_django.store.schedules as store_schedules
+
+    at = db_now()
+    # 119 events each, one below the trim, among other schedules' (so that the trim reads
+    # the events' index, as it does in a store of any size).
+    names = [*(f"trim-{n:02d}" for n in range(30)), "trim-a", "trim-b"]
+    old = [
+        EventRow(name, at - timedelta(minutes=n), "enqueued")
+        for name in names
+        for n in range(1, 120)
+    ]
+    for chunk in range(0, len(old), 1000):
+        schedule_events_record(old[chunk : chunk + 1000])
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            schedule_events_record([EventRow("trim-a", at, "skipped", "second")])
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=second)
+    real_insert = store_schedules._insert_events
+
+    def insert_then_let_the_second_in(*args, **kwargs):
+        real_insert(*args, **kwargs)
+        if threading.current_thread() is not thread and not thread.is_alive():
+            thread.start()
+            time.sleep(0.5)  # the second writer's trim now waits on our new rows
+
+    monkeypatch.setattr(store_schedules, "_insert_events", insert_then_let_the_second_in)
+    schedule_events_record(
+        [EventRow("trim-b", at, "enqueued", "first"), EventRow("trim-a", at, "enqueued", "first")]
+    )
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    for name in ("trim-a", "trim-b"):
+        assert len(schedules.events(name)) == 100
+        # Each trim kept the newest 100 it saw; the other writer's event may be one more.
+        assert 100 <= ScheduleEvent.objects.filter(schedule_name=name).count() <= 101
+
+
 # -- on_missed after downtime ---------------------------------------------------------
 
 
