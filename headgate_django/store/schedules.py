@@ -354,9 +354,10 @@ def schedule_advance_many(
 
     The batch's rows are locked (``SELECT … FOR UPDATE`` in name order on PostgreSQL, by
     primary key in its order on MySQL/MariaDB, so two overlapping passes never deadlock;
-    SQLite's ``BEGIN IMMEDIATE`` holds the whole database) and each one's ``next_run_at`` is compared with what the pass
-    read: a schedule whose value moved (another pass fired these ticks) or that was
-    paused or deleted since is not in ``won`` and nothing is written for it. The winners
+    SQLite's ``BEGIN IMMEDIATE`` holds the whole database) and each one's
+    ``next_run_at`` is compared with what the pass read: a schedule whose value moved
+    (another pass fired these ticks) or that was paused or deleted since is not in
+    ``won`` and nothing is written for it. The winners
     move with one ``UPDATE`` per distinct new ``next_run_at`` (one for a batch of
     schedules that share a spec and phase). Every instant written is ``decided_at``, the
     store-clock instant the pass planned at: the events' (so which ticks were on time and
