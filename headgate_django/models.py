@@ -317,6 +317,8 @@ class Effect(models.Model):
     attempt runs it again; ``result`` is what ``fn`` returned, given back to a retry."""
 
     job_id = models.CharField(max_length=255)
+    # utf8mb4_bin on MySQL/MariaDB (migration 0031), so names differing only by case are
+    # two effects there too; a migration that alters this column must keep that collation.
     name = models.CharField(max_length=255)
     result = models.JSONField(null=True, blank=True)
     fence = models.BigIntegerField(help_text="The fence of the attempt that ran it.")

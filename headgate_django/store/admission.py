@@ -28,11 +28,14 @@ from headgate_django.store import vendor as v
 from headgate_django.store.admitted import forget_policy, running_by_partition
 from headgate_django.store.backpressure import unfinished
 from headgate_django.store.buckets import store_clock_ms
+from headgate_django.store.collation import refuse_case_clash
 from headgate_django.store.fairness import partitions_waiting, turn_ahead, waiting_jobs
 
 
 def _switch(queue: str, using: str) -> QueueState:
-    """The queue's switch row, created if need be, locked until the transaction ends."""
+    """The queue's switch row, created if need be, locked until the transaction ends.
+    A queue name the database would take for another queue's is refused first."""
+    refuse_case_clash(QueueState, "name", queue, "queue", using)
     switch, _ = QueueState.objects.using(using).select_for_update().get_or_create(name=queue)
     return switch
 
@@ -160,6 +163,7 @@ def rate_class_set(
     (refilled to now under its old rate), capped at its new burst."""
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
+        refuse_case_clash(RateBucket, "name", name, "rate class", using)
         now_ms = store_clock_ms(cursor, conn)
         bucket = RateBucket.objects.using(using).select_for_update().filter(pk=name).first()
         if bucket is None:
@@ -233,6 +237,7 @@ def rate_bucket_reconcile(refunds: dict[str, int], *, using: str = "default") ->
 
 def backpressure_set(queue: str, max_unfinished: int | None, *, using: str = "default") -> None:
     """Store (or with ``None`` remove) the queue's limit of unfinished jobs."""
+    refuse_case_clash(Backpressure, "queue", queue, "queue", using)
     with transaction.atomic(using=using):
         if max_unfinished is None:
             Backpressure.objects.using(using).filter(queue=queue).delete()

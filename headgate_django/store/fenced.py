@@ -29,6 +29,9 @@ from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
 
 MAX_ERRORS = 50
+#: The characters of an attempt's error message kept in ``errors`` (the traceback keeps
+#: its last 16,000); the worker's log line shows the same cut.
+MAX_ERROR_CHARS = 4000
 _RUNNING = State.RUNNING.value
 _CLEAR_LEASE = "lease_id = NULL, lease_expires_at = NULL"
 
@@ -366,7 +369,7 @@ def error_entry(
         "attempt": attempt,
         "at": v.parse_instant(conn, at).isoformat(),
         "kind": kind,
-        "error": message[:4000],
+        "error": message[:MAX_ERROR_CHARS],
     }
     if claimed_at is not None:
         entry["claimed_at"] = v.parse_instant(conn, claimed_at).isoformat()

@@ -806,6 +806,7 @@ def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
                 [r.id for r in caller],
             )
             existing = {row[0]: row[1:] for row in cursor.fetchall()}
+            _refuse_collated(caller, existing)
             for r in caller:
                 if r.id not in existing:
                     continue
@@ -821,6 +822,25 @@ def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
             existing_id=existing_id,
         )
     return [r for r in rows if r.id not in skip]
+
+
+def _refuse_collated(caller: list[_Row], existing: dict[str, Any]) -> None:
+    """Refuse a caller's id that the database found only as another stored id.
+
+    MySQL/MariaDB's usual collations compare text without case (and accents), so
+    ``id IN ('order-7')`` finds the stored ``Order-7``: to the primary key the two are one
+    id, and inserting the new one would fail as if a concurrent write had taken it."""
+    asked = {r.id for r in caller}
+    others = [stored for stored in existing if stored not in asked]
+    for r in caller:
+        if others and r.id not in existing:
+            other = next((o for o in others if o.casefold() == r.id.casefold()), others[0])
+            raise IdConflictError(
+                f"id conflict: job {r.id!r} is the stored job {other!r} to this database, "
+                "whose collation compares ids without case; choose ids that differ by "
+                "more than case",
+                id=r.id,
+            )
 
 
 def _insert(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:

@@ -25,7 +25,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, F, Max, Q, Window
 from django.db.models.functions import RowNumber
 
-from headgate_django.exceptions import HeadgateError, NotFoundError
+from headgate_django.exceptions import HeadgateError, NotFoundError, ScheduleError
 from headgate_django.kernel.schedule_origin import origin_of, tick_id
 from headgate_django.kernel.schedule_spec import (
     ScheduleSpec,
@@ -34,6 +34,7 @@ from headgate_django.kernel.schedule_spec import (
 )
 from headgate_django.kernel.states import State
 from headgate_django.models import Job, Schedule, ScheduleEvent
+from headgate_django.store.collation import refuse_case_clash
 from headgate_django.store.vendor import (
     connection_for,
     db_now,
@@ -109,6 +110,27 @@ def _row(obj: Schedule) -> ScheduleRow:
     return ScheduleRow(**{name: getattr(obj, name) for name in _FIELDS})
 
 
+def _named(name: str, using: str, *, lock: bool = False) -> Schedule | None:
+    """The schedule stored under exactly ``name``, or None; with ``lock``, its row locked
+    until the transaction ends.
+
+    MySQL/MariaDB's usual collations compare text without case, so ``name = 'nightly'``
+    also finds ``Nightly``: that row is another schedule, and acting on it (replacing,
+    pausing or deleting it) would be acting on what the caller did not name.
+
+    The lock is taken by primary key, after a plain read of it, as the scheduler's pass
+    takes its own (:func:`_lock_unpaused`): a ``FOR UPDATE`` by name would hold the name
+    index's entry while it waited for the row, which a pass holding the row and about to
+    write it through that index waits for in turn (InnoDB's deadlock 1213)."""
+    rows = Schedule.objects.using(using)
+    if not lock:
+        obj = rows.filter(name=name).first()
+    else:
+        pk = rows.filter(name=name).values_list("pk", flat=True).first()
+        obj = None if pk is None else rows.select_for_update().filter(pk=pk).first()
+    return obj if obj is not None and obj.name == name else None
+
+
 def schedule_upsert(
     *,
     name: str,
@@ -125,7 +147,9 @@ def schedule_upsert(
     after now."""
     with transaction.atomic(using=using):
         now = db_now(using)
-        obj = Schedule.objects.using(using).select_for_update().filter(name=name).first()
+        obj = _named(name, using, lock=True)
+        if obj is None:
+            refuse_case_clash(Schedule, "name", name, "schedule", using, ScheduleError)
         if obj is None:
             obj = Schedule(name=name, created_at=now)
         respec = obj.pk is None or (obj.spec, obj.timezone) != (spec.text, spec.tz)
@@ -144,7 +168,7 @@ def schedule_upsert(
 
 
 def schedule_get(name: str, *, using: str = "default") -> ScheduleRow:
-    obj = Schedule.objects.using(using).filter(name=name).first()
+    obj = _named(name, using)
     if obj is None:
         raise NotFoundError(f"no schedule named {name!r}", name=name)
     return _row(obj)
@@ -195,7 +219,7 @@ def schedule_set_paused(name: str, paused: bool, *, using: str = "default") -> S
     while paused were not missed, nobody wanted them."""
     with transaction.atomic(using=using):
         now = db_now(using)
-        obj = Schedule.objects.using(using).select_for_update().filter(name=name).first()
+        obj = _named(name, using, lock=True)
         if obj is None:
             raise NotFoundError(f"no schedule named {name!r}", name=name)
         if obj.paused and not paused:
@@ -210,7 +234,7 @@ def schedule_set_paused(name: str, paused: bool, *, using: str = "default") -> S
 def schedule_delete(name: str, *, using: str = "default") -> None:
     """Delete the schedule; its events stay (they are the audit of what it did)."""
     with transaction.atomic(using=using):
-        obj = Schedule.objects.using(using).select_for_update().filter(name=name).first()
+        obj = _named(name, using, lock=True)
         if obj is None:
             raise NotFoundError(f"no schedule named {name!r}", name=name)
         _withdraw_ahead(obj, db_now(using), "schedule deleted", using)
@@ -328,11 +352,12 @@ def schedule_advance_many(
     """Move a batch of schedules and, in the same transaction, ``fire(won)`` (the ticks of
     the schedules in ``won``, returning their events) and record the events.
 
-    The batch's rows are locked (``SELECT … FOR UPDATE`` in name order on PostgreSQL and
-    MariaDB, so two overlapping passes never deadlock; SQLite's ``BEGIN IMMEDIATE`` holds
-    the whole database) and each one's ``next_run_at`` is compared with what the pass
-    read: a schedule whose value moved (another pass fired these ticks) or that was
-    paused or deleted since is not in ``won`` and nothing is written for it. The winners
+    The batch's rows are locked (``SELECT … FOR UPDATE`` in name order on PostgreSQL, by
+    primary key in its order on MySQL/MariaDB, so two overlapping passes never deadlock;
+    SQLite's ``BEGIN IMMEDIATE`` holds the whole database) and each one's
+    ``next_run_at`` is compared with what the pass read: a schedule whose value moved
+    (another pass fired these ticks) or that was paused or deleted since is not in
+    ``won`` and nothing is written for it. The winners
     move with one ``UPDATE`` per distinct new ``next_run_at`` (one for a batch of
     schedules that share a spec and phase). Every instant written is ``decided_at``, the
     store-clock instant the pass planned at: the events' (so which ticks were on time and
@@ -344,12 +369,13 @@ def schedule_advance_many(
     conn = connection_for(using)
     with transaction.atomic(using=using):
         current = _lock_unpaused(conn, [a.name for a in advances], using)
-        won = [a for a in advances if a.name in current and current[a.name] == a.expected]
+        won = [a for a in advances if a.name in current and current[a.name][1] == a.expected]
         groups: dict[tuple[datetime | None, bool], list[str]] = defaultdict(list)
         for a in won:
             groups[(a.next_run_at, a.starts)].append(a.name)
         for (next_run_at, starts), names in groups.items():
-            _move(conn, names, next_run_at, decided_at, starts, using)
+            keys = [current[name][0] for name in names]
+            _move(conn, names, keys, next_run_at, decided_at, starts, using)
         names = [a.name for a in won]
         schedule_events_record(fire(names), now=decided_at, using=using)
         return set(names)
@@ -371,32 +397,43 @@ _PG_MOVE = (
 
 def _lock_unpaused(
     conn: BaseDatabaseWrapper, names: list[str], using: str
-) -> dict[str, datetime | None]:
-    """Lock the unpaused ones of ``names`` in name order (two overlapping passes never
-    deadlock; SQLite's ``BEGIN IMMEDIATE`` holds the whole database) → their
-    ``next_run_at``."""
+) -> dict[str, tuple[Any, datetime | None]]:
+    """Lock the unpaused ones of ``names`` in one order (two overlapping passes never
+    deadlock; SQLite's ``BEGIN IMMEDIATE`` holds the whole database) → each one's
+    primary key (None on PostgreSQL, which moves them by name) and ``next_run_at``."""
     if vendor(conn) == "postgresql":
         with conn.cursor() as cursor:
             cursor.execute(_PG_LOCK, [pg_list_param(names)])
-            return dict(cursor.fetchall())
+            return {name: (None, at) for name, at in cursor.fetchall()}
+    # MySQL/MariaDB (and SQLite, where it changes nothing): locked by primary key in its
+    # order, after a plain read of the keys. A ``FOR UPDATE`` by name locks through the
+    # name index or, for a large batch, a table scan of the rows, depending on the plan;
+    # an operator's lock of one schedule by name then held the index entry the pass's
+    # move needed while it waited for the row the pass held. Every lock and write of a
+    # schedule row here and in the operator's paths (:func:`_named`) goes by primary key.
+    keys = list(Schedule.objects.using(using).filter(name__in=names).values_list("pk", flat=True))
+    asked = set(names)
     rows = (
         Schedule.objects.using(using)
         .select_for_update()
-        .filter(name__in=names, paused=False)
-        .order_by("name")
-        .values_list("name", "next_run_at")
+        .filter(pk__in=keys, paused=False)
+        .order_by("pk")
+        .values_list("pk", "name", "next_run_at")
     )
-    return dict(rows)
+    return {name: (pk, at) for pk, name, at in rows if name in asked}
 
 
 def _move(
     conn: BaseDatabaseWrapper,
     names: list[str],
+    keys: list[Any],
     next_run_at: datetime | None,
     decided_at: datetime,
     starts: bool,
     using: str,
 ) -> None:
+    """Write the locked schedules' new ``next_run_at``: by name on PostgreSQL, elsewhere
+    by the primary keys they were locked by (see :func:`_lock_unpaused`)."""
     if vendor(conn) == "postgresql":
         stamp = ", last_enqueued_at = %s" if starts else ""
         params: list[Any] = [next_run_at, decided_at, *([decided_at] if starts else [])]
@@ -404,7 +441,7 @@ def _move(
             cursor.execute(_PG_MOVE.format(stamp=stamp), [*params, pg_list_param(names)])
         return
     stamps = {"last_enqueued_at": decided_at} if starts else {}
-    Schedule.objects.using(using).filter(name__in=names).update(
+    Schedule.objects.using(using).filter(pk__in=keys).update(
         next_run_at=next_run_at, updated_at=decided_at, **stamps
     )
 
@@ -449,7 +486,12 @@ def schedule_events_record(
         for name in list(full):
             mine = ScheduleEvent.objects.using(using).filter(schedule_name=name).order_by("-id")
             oldest_kept = mine.values_list("id", flat=True)[EVENTS_KEPT - 1]
-            mine.filter(id__lt=oldest_kept).delete()
+            # Deleted by primary key, after a plain read of the keys: a range delete on
+            # the (schedule, id) index ends on the next schedule's newest entry, which
+            # InnoDB locks too; a pass and an operator that had each just written the
+            # other's neighbour then waited on each other (deadlock 1213).
+            stale = list(mine.filter(id__lt=oldest_kept).values_list("id", flat=True))
+            ScheduleEvent.objects.using(using).filter(pk__in=stale).delete()
 
 
 _EVENT_COLUMNS = "schedule_name, tick_at, outcome, reason, target_id, recorded_at"

@@ -9,7 +9,7 @@ from datetime import timedelta
 from headgate_django import store
 from headgate_django.kernel.states import State
 from headgate_django.store.claim import ClaimedJob
-from headgate_django.store.fenced import Completion
+from headgate_django.store.fenced import MAX_ERROR_CHARS, Completion
 from headgate_django.worker import events, execute
 
 log = logging.getLogger("headgate_django.worker")
@@ -65,10 +65,10 @@ def _record(job: ClaimedJob, outcome: execute.Outcome, *, using: str) -> str:
                 "job %s (%s) archived after its last attempt: %s",
                 ref.job_id,
                 job.kind,
-                outcome.error,
+                _cut(outcome.error),
             )
             return "archived"
-        log.warning("job %s (%s) failed, will retry: %s", ref.job_id, job.kind, outcome.error)
+        log.warning("job %s (%s) failed, will retry: %s", ref.job_id, job.kind, _cut(outcome.error))
         return "retried"
     if isinstance(outcome, execute.Snoozed):
         store.job_snooze(ref, delay=outcome.delay, using=using)
@@ -88,6 +88,14 @@ def _record(job: ClaimedJob, outcome: execute.Outcome, *, using: str) -> str:
             logs=outcome.logs,
             using=using,
         )
-        log.error("job %s (%s) is undecodable: %s", ref.job_id, job.kind, outcome.reason)
+        log.error("job %s (%s) is undecodable: %s", ref.job_id, job.kind, _cut(outcome.reason))
         return "undecodable"
     return "lost"
+
+
+def _cut(message: str) -> str:
+    """An error message as the store keeps it, marked when cut: a handler that raises with
+    a 100 KB message must not write 100 KB log lines on every attempt."""
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    return message[:MAX_ERROR_CHARS] + "…"

@@ -162,3 +162,14 @@ def test_a_last_effect_sends_job_finished_with_its_result():
     [kwargs] = heard
     assert kwargs["job_id"] == job_id
     assert kwargs["result"] == Execution.objects.get(job_id=job_id, label="paid").pk
+
+
+def test_effect_names_that_differ_only_by_case_are_two_effects():
+    """Names made from case-sensitive ids (``refund:aB3``, ``refund:Ab3``) are two effects
+    on every database: under MySQL/MariaDB's usual case-insensitive collation the second
+    used to find the first's record and return its result without ever running."""
+    ctx = JobContext(claim(enqueue_job()))
+    assert ctx.once("refund:aB3", lambda: "first") == "first"
+    assert ctx.once("refund:Ab3", lambda: "second") == "second"
+    assert ctx.once("refund:aB3", lambda: "again") == "first"
+    assert sorted(r.name for r in job_effects(ctx.job_id)) == ["refund:Ab3", "refund:aB3"]

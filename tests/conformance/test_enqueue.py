@@ -273,6 +273,27 @@ def test_caller_id_reuse_with_other_content_conflicts():
     assert Job.objects.count() == 1
 
 
+def test_ids_differing_only_by_case_are_two_jobs_or_a_clear_conflict():
+    """Where the database compares ids without case (MySQL/MariaDB's usual collations),
+    ``order-47`` is the stored ``Order-47``: the conflict names both, and does not blame a
+    concurrent write that never happened."""
+    env = tasks.echo.envelope(value=1)
+    enqueue(dataclasses.replace(env, id="Order-47"))
+    for other in (env, tasks.echo.envelope(value=2)):
+        try:
+            ids = enqueue([envelope(), dataclasses.replace(other, id="order-47")])
+        except IdConflictError as exc:
+            assert "'Order-47'" in str(exc) and "case" in str(exc)
+            assert "concurrent" not in str(exc)
+            assert exc.details == {"id": "order-47"}
+            assert Job.objects.count() == 1
+        else:
+            assert ids[1] == "order-47"
+            Job.objects.filter(id=ids[0]).delete()
+            Job.objects.filter(id="order-47").delete()
+    assert Job.objects.filter(id="Order-47").exists()
+
+
 def test_an_idempotent_id_in_a_batch_with_new_jobs_inserts_only_the_new_ones():
     env = dataclasses.replace(tasks.echo.envelope(value=1), id="order-45")
     enqueue(env)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -180,3 +181,17 @@ def test_a_result_over_the_limit_is_refused_and_nothing_lands():
         store.job_complete_many([Completion(other.ref, "small"), Completion(claimed.ref, big)])
     assert (row(job_id), row(other_id)) == (before, other_before)
     assert store.job_complete_many([Completion(claimed.ref, {"text": "é" * 10})]) == {job_id}
+
+
+def test_a_huge_error_message_is_cut_in_the_worker_log_as_in_the_store(caplog):
+    """A handler raising with a 100 KB message used to print all of it on the worker's
+    WARNING/ERROR line for every attempt; the line now carries what the store keeps."""
+    [job_id] = enqueue(tasks.always_fail.envelope(message="x" * 100_000))
+    with caplog.at_level(logging.WARNING, logger="headgate_django.worker"):
+        testing.run_jobs(include_scheduled=True)
+    lines = [r.getMessage() for r in caplog.records if job_id in r.getMessage()]
+    assert len(lines) == 3  # two "will retry", one "archived"
+    stored = Job.objects.get(pk=job_id).errors[-1]["error"]
+    assert stored.startswith("RuntimeError: xxx") and len(stored) == 4000
+    for line in lines:
+        assert len(line) < 4200 and line.endswith("…") and stored[:3900] in line

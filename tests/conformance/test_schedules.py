@@ -8,11 +8,13 @@ A schedule's past is made by moving its ``next_run_at`` back (the test's stand-i
 from __future__ import annotations
 
 import re
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import connections
 from django.test import override_settings
 
 from headgate_django import schedules, testing
@@ -151,6 +153,29 @@ def test_a_declared_target_over_the_payload_limit_writes_nothing():
     assert not Schedule.objects.exists()
 
 
+def test_names_differing_only_by_case_never_touch_each_other():
+    """Two names that differ only by case are two schedules, or (under MySQL/MariaDB's
+    case-insensitive collations, where the database cannot tell them apart) the second is
+    refused with a clear error: never a silent replacement of the first."""
+    first = schedules.upsert("Nightly", "@every 1h", tasks.periodic.envelope(label="first"))
+    try:
+        schedules.upsert("nightly", "@every 2h", tasks.periodic.envelope(label="second"))
+    except ScheduleError as exc:
+        assert "'nightly'" in str(exc) and "'Nightly'" in str(exc) and "case" in str(exc)
+        with pytest.raises(NotFoundError, match="no schedule named 'nightly'"):
+            schedules.get("nightly")
+        for operate in (schedules.pause, schedules.delete, schedules.run_now):
+            with pytest.raises(NotFoundError, match="no schedule named 'nightly'"):
+                operate("nightly")
+    else:
+        assert schedules.get("nightly").spec == "@every 2h"
+        schedules.pause("nightly")
+    kept = schedules.get("Nightly")
+    assert (kept.name, kept.spec, kept.paused) == ("Nightly", "@every 1h", False)
+    assert kept.target == first.target and kept.next_run_at == first.next_run_at
+    assert not Job.objects.filter(id__startswith="sched:").exists()
+
+
 # -- one job per tick -----------------------------------------------------------------
 
 
@@ -241,6 +266,121 @@ def test_other_jobs_have_no_origin():
     tasks.periodic.enqueue()
     testing.run_jobs()
     assert [e.label for e in Execution.objects.all()] == ["none"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("operate", ["pause", "upsert", "delete"])
+def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkeypatch, operate):
+    """A pass that has locked its batch, and an operator's pause, upsert or delete of one
+    of those schedules waiting on that lock, both complete. On MariaDB the pass used to
+    lock a large batch's rows through the primary key (a table scan) and then move them
+    by name, through the name index the waiting operator already held: InnoDB's deadlock
+    (1213) surfaced from ``schedules.pause`` or ``upsert`` as a raw OperationalError.
+
+    The interleaving is made exact by letting the operator start once the pass holds its
+    locks (the store's own SQL runs unchanged)."""
+    import headgate_django.store.schedules as store_schedules
+
+    for n in range(40):
+        hourly(f"batch-{n:02d}")
+    for n in range(0, 40, 2):
+        rewind(f"batch-{n:02d}", 1)
+    # A schedule of its own phase: the pass moves it with an UPDATE of its own, naming it
+    # alone (the batch's shared one names twenty).
+    target = "half-hourly"
+    schedules.upsert(target, "@every 30m", tasks.periodic.envelope())
+    Schedule.objects.filter(name=target).update(next_run_at=db_now() - timedelta(minutes=1))
+    errors: list[BaseException] = []
+
+    def operator() -> None:
+        try:
+            if operate == "pause":
+                schedules.pause(target)
+            elif operate == "upsert":
+                schedules.upsert(target, "@every 2h", tasks.periodic.envelope(label="new"))
+            else:
+                schedules.delete(target)
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=operator)
+    real_lock = store_schedules._lock_unpaused
+
+    def lock_then_let_the_operator_in(*args, **kwargs):
+        locked = real_lock(*args, **kwargs)
+        thread.start()
+        time.sleep(0.5)  # the operator's statement now waits on the pass's locks
+        return locked
+
+    monkeypatch.setattr(store_schedules, "_lock_unpaused", lock_then_let_the_operator_in)
+    with LONG_GRACE:
+        counts = run_pass()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    assert counts.get("enqueued") == 41  # two ticks of each rewound hourly, one of the target
+    assert Job.objects.filter(id__startswith="sched:").count() == 41
+    if operate == "pause":
+        assert schedules.get(target).paused
+    elif operate == "upsert":
+        assert schedules.get(target).spec == "@every 2h"
+    else:
+        assert not Schedule.objects.filter(name=target).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_trimming_neighbouring_schedules_events_do_not_deadlock(monkeypatch):
+    """Two transactions that each recorded events and then trim a schedule's oldest ones
+    both complete. On MariaDB the trim was a range delete on the (schedule, id) index,
+    which ends on the next schedule's newest entry: a pass that had just written that
+    entry, and an operator's trim waiting on it, then waited on each other (deadlock 1213
+    from ``schedules.pause``, ``upsert`` or ``run_now``).
+
+    The interleaving is made exact by letting the second writer start once the first has
+    written its events (the store's own SQL runs unchanged)."""
+    import headgate_django.store.schedules as store_schedules
+
+    at = db_now()
+    # 119 events each, one below the trim, among other schedules' (so that the trim reads
+    # the events' index, as it does in a store of any size).
+    names = [*(f"trim-{n:02d}" for n in range(30)), "trim-a", "trim-b"]
+    old = [
+        EventRow(name, at - timedelta(minutes=n), "enqueued")
+        for name in names
+        for n in range(1, 120)
+    ]
+    for chunk in range(0, len(old), 1000):
+        schedule_events_record(old[chunk : chunk + 1000])
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            schedule_events_record([EventRow("trim-a", at, "skipped", "second")])
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=second)
+    real_insert = store_schedules._insert_events
+
+    def insert_then_let_the_second_in(*args, **kwargs):
+        real_insert(*args, **kwargs)
+        if threading.current_thread() is not thread and not thread.is_alive():
+            thread.start()
+            time.sleep(0.5)  # the second writer's trim now waits on our new rows
+
+    monkeypatch.setattr(store_schedules, "_insert_events", insert_then_let_the_second_in)
+    schedule_events_record(
+        [EventRow("trim-b", at, "enqueued", "first"), EventRow("trim-a", at, "enqueued", "first")]
+    )
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    for name in ("trim-a", "trim-b"):
+        assert len(schedules.events(name)) == 100
+        # Each trim kept the newest 100 it saw; the other writer's event may be one more.
+        assert 100 <= ScheduleEvent.objects.filter(schedule_name=name).count() <= 101
 
 
 # -- on_missed after downtime ---------------------------------------------------------
