@@ -141,6 +141,7 @@ from headgate_django.kernel.replay_events import (
     CHILD_PREFIX,
     CHILD_STARTED,
     CODE_ENDINGS,
+    MAX_DURABLE_DELAY,
     OP_PREFIX,
     OPERATION_COMPLETED,
     OPERATION_FAILED,
@@ -540,6 +541,8 @@ class Context:
             raise TypeError(f"sleep() takes a timedelta, not {type(duration).__name__}")
         if duration < timedelta(0):
             raise ValueError(f"sleep() needs a non-negative duration, not {duration}")
+        if duration > MAX_DURABLE_DELAY:
+            raise ValueError(f"sleep() takes at most {MAX_DURABLE_DELAY.days} days, not {duration}")
         duration_ms = duration // _MS
         cid = p.next_id(TIMER_PREFIX)
         recorded = p.match(cid)
