@@ -360,11 +360,13 @@ def _size_warning(header: Header, events: int, new: list[NewEvent]) -> str | Non
 def _checked(
     outcome: Completed | Failed | ContinuedAsNew | Parked, header: Header
 ) -> tuple[Completed | Failed | ContinuedAsNew | Parked, list[Envelope]]:
-    """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, over
-    ``MAX_PAYLOAD_BYTES``) as a failure of the workflow: it is a bug in its code."""
+    """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, an
+    input over ``MAX_PAYLOAD_BYTES``, a result over ``MAX_RESULT_BYTES`` as an Operation's
+    or an update's) as a failure of the workflow: it is a bug in its code."""
     try:
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
+            check_result(outcome.result)
         if isinstance(outcome, ContinuedAsNew):
             # A new run's input is stored like a start's (see Client.start).
             check_payload(outcome.input, "input of continue_as_new")

@@ -196,6 +196,11 @@ def bad_result(ctx: durable.Context, _: Any) -> Any:
     return {1, 2}
 
 
+@durable.workflow("fail-big-result", version="1")
+def big_result(ctx: durable.Context, size: int) -> Any:
+    return "x" * size
+
+
 def test_what_cannot_be_stored_fails_the_workflow(settings: Any) -> None:
     settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
     not_json, too_big, bad = (
@@ -208,3 +213,20 @@ def test_what_cannot_be_stored_fails_the_workflow(settings: Any) -> None:
     assert view(too_big).failure_reason.startswith("PayloadTooLargeError: the input of op:1")
     assert view(bad).failure_reason.startswith("PayloadNotJSONError: payload is not JSON")
     assert op_jobs(not_json) == op_jobs(too_big) == []
+
+
+def test_a_result_over_the_result_limit_fails_the_workflow(settings: Any) -> None:
+    """As an Operation's result and an update's: the limit that keeps a result storable
+    (MariaDB refuses a statement over its max_allowed_packet, 16 MiB by default, and the pass
+    that tried crashed on every attempt, leaving the execution running with no task)."""
+    settings.HEADGATE = {"MAX_RESULT_BYTES": 1000}
+    too_big, fits = start("fail-big-result", 2000), start("fail-big-result", 900)
+    drive()
+    assert (view(too_big).state, view(too_big).failure_reason) == (
+        "failed",
+        "ResultTooLargeError: result is 2002 bytes, over the 1000-byte limit "
+        "(HEADGATE['MAX_RESULT_BYTES'])",
+    )
+    assert view(too_big).result is None
+    assert types(too_big) == ["WorkflowStarted", "WorkflowFailed"]
+    assert (view(fits).state, len(view(fits).result)) == ("succeeded", 900)
