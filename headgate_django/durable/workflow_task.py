@@ -54,6 +54,7 @@ from headgate_django.envelope import (
 )
 from headgate_django.exceptions import (
     InvalidTransitionError,
+    LeaseLostError,
     NondeterminismError,
     PayloadError,
     ResultTooLargeError,
@@ -144,6 +145,11 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
         except RevisionConflictError:
             races += 1
             continue  # a fact landed while we replayed: replay again with it
+        except (NondeterminismError, Snooze, LeaseLostError):
+            raise  # a replay error's own budget (see _replay_failed); a lost task
+        except (Exception, SystemExit) as exc:
+            _pass_crashed(ctx, header, exc)
+            raise
         while isinstance(step, _Park) and step.eager is not None:
             park, step = step, _run_eagerly(ctx, execution_id, definition, step, since=since)
             if isinstance(step, str) and step not in FINISHED:
@@ -407,6 +413,31 @@ def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation
     )
     check_payload_size(len(envelope.payload), f"input of {command.command_id} ({command.name})")
     return envelope
+
+
+def _pass_crashed(ctx: JobContext, header: Header, exc: BaseException) -> None:
+    """A pass that raised something else than a replay error (a store error, an exception
+    the workflow code raised that replay cannot turn into a failure) is retried with the
+    job's backoff. On its last attempt the execution is suspended with the error, as after
+    a replay error, and the task snoozes: archived, it would leave the execution running
+    with no reason shown, and the reconcile duty would revive it into the same failures."""
+    histories.forget(header.id)
+    if ctx.attempt < ctx.max_attempts:
+        return
+    try:
+        error = f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception that cannot say what it is still gets suspended
+        error = type(exc).__name__
+    reason = f"the workflow task failed {ctx.attempt} times: {error}"
+    try:
+        execution_suspend(header.id, reason=reason[:4000])
+    except InvalidTransitionError:
+        return  # cancelled or suspended meanwhile: nothing to run any more
+    except Exception:  # the store is unreachable: the job records the failure itself
+        log.exception("execution %s: could not suspend it", header.id)
+        return
+    log.error("execution %s suspended: %s", header.id, reason)
+    raise Snooze(PARK_RECHECK) from exc
 
 
 def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> Any:

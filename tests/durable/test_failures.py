@@ -230,3 +230,33 @@ def test_a_result_over_the_result_limit_fails_the_workflow(settings: Any) -> Non
     assert view(too_big).result is None
     assert types(too_big) == ["WorkflowStarted", "WorkflowFailed"]
     assert (view(fits).state, len(view(fits).result)) == ("succeeded", 900)
+
+
+@durable.workflow("fail-exits", version="1")
+def exits(ctx: durable.Context, _: Any) -> Any:
+    raise SystemExit(3)  # escapes replay (not an Exception): the pass itself fails
+
+
+def test_a_pass_failing_on_every_attempt_suspends_the_execution_with_the_error(
+    settings: Any, swap_code: Any
+) -> None:
+    settings.HEADGATE = {
+        "MAX_ATTEMPTS": 3,
+        "BACKOFF_BASE": timedelta(milliseconds=1),
+        "BACKOFF_CAP": timedelta(milliseconds=5),
+    }
+    wf = start("fail-exits")
+    for _ in range(5):
+        testing.run_jobs()
+        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
+    row = view(wf)
+    assert row.state == "suspended"  # not left running with its task archived
+    assert row.suspended_reason == "the workflow task failed 3 times: SystemExit: 3"
+    assert task_job(wf).state == "scheduled"  # waits for resume, as after a replay error
+    assert [e["error"] for e in task_job(wf).errors] == ["SystemExit: 3"] * 2
+    swap_code(
+        "workflow", "fail-exits", "1", durable.workflow("fail-exits-fixed")(lambda c, i: "ok")
+    )
+    durable.Manager().resume(wf)
+    drive()
+    assert (view(wf).state, view(wf).result) == ("succeeded", "ok")
