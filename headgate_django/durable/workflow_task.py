@@ -59,6 +59,7 @@ from headgate_django.exceptions import (
     PayloadError,
     ResultTooLargeError,
     RevisionConflictError,
+    exception_reason,
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
@@ -424,11 +425,7 @@ def _pass_crashed(ctx: JobContext, header: Header, exc: BaseException) -> None:
     histories.forget(header.id)
     if ctx.attempt < ctx.max_attempts:
         return
-    try:
-        error = f"{type(exc).__name__}: {exc}"
-    except Exception:  # an exception that cannot say what it is still gets suspended
-        error = type(exc).__name__
-    reason = f"the workflow task failed {ctx.attempt} times: {error}"
+    reason = f"the workflow task failed {ctx.attempt} times: {exception_reason(exc)}"
     try:
         execution_suspend(header.id, reason=reason[:4000])
     except InvalidTransitionError:

@@ -260,3 +260,44 @@ def test_a_pass_failing_on_every_attempt_suspends_the_execution_with_the_error(
     durable.Manager().resume(wf)
     drive()
     assert (view(wf).state, view(wf).result) == ("succeeded", "ok")
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+@durable.workflow("fail-unprintable", version="1")
+def unprintable(ctx: durable.Context, _: Any) -> Any:
+    raise _Unprintable()
+
+
+def test_an_exception_without_a_printable_message_still_fails_the_workflow() -> None:
+    wf = start("fail-unprintable")
+    drive()
+    row = view(wf)
+    assert (row.state, row.failure_reason) == ("failed", "_Unprintable: <unprintable message>")
+    assert task_job(wf).state == "completed"
+
+
+@durable.operation("fail-unprintable-op", version="1", max_attempts=2)
+def unprintable_op(ctx: Any, _: Any) -> Any:
+    raise _Unprintable()
+
+
+@durable.workflow("fail-unprintable-op", version="1")
+def calls_unprintable_op(ctx: durable.Context, _: Any) -> Any:
+    return ctx.execute_operation("fail-unprintable-op", "1", None).result()
+
+
+def test_an_operation_raising_an_unprintable_exception_keeps_its_own_attempts(
+    fast_retries: None,
+) -> None:
+    wf = start("fail-unprintable-op")
+    drive()
+    # Its own max_attempts (2), not the job table's 25 (the Operation's failure handling
+    # crashed formatting the message, and the job fell back to the generic retry).
+    assert len(op_jobs(wf)[0].errors) == 2
+    assert view(wf).failure_reason == (
+        "OperationFailedError: _Unprintable: <unprintable message> (after 2 attempt(s))"
+    )
