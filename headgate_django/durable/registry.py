@@ -146,6 +146,16 @@ def check_name(what: str, value: object, limit: int) -> str:
     return value
 
 
+def check_execution_id(what: str, value: object, limit: int) -> str:
+    """An execution id chosen by the caller (``workflow_id=``, a child's ``key``): a name,
+    and no ``/``, which no ``/durable/executions/{id}`` route or console page could address
+    (the HTTP API refuses it as well)."""
+    check_name(what, value, limit)
+    if "/" in str(value):
+        raise DefinitionError(f"a {what} may not contain '/': {str(value)[:40]!r}")
+    return str(value)
+
+
 def _check_function(what: str, fn: Callable[..., Any]) -> None:
     if not callable(fn):
         raise DefinitionError(f"@durable.{what} decorates a function, not {fn!r}")

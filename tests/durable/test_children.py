@@ -81,7 +81,9 @@ def keyed(ctx: durable.Context, key: str) -> Any:
 def bad_start(ctx: durable.Context, args: dict[str, Any]) -> Any:
     inputs = {"none": None, "nan": {"x": float("nan")}, "big": "x" * 2000}
     try:
-        ctx.start_child(args["workflow"], inputs[args["input"]], version=args["version"])
+        ctx.start_child(
+            args["workflow"], inputs[args["input"]], version=args["version"], key=args.get("key")
+        )
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return "started"
@@ -241,6 +243,11 @@ def test_a_key_names_the_child_and_a_taken_key_fails_the_start() -> None:
             {"workflow": "kid-double", "version": "1", "input": "big"},
             "PayloadTooLargeError: the input of child child:1 (kid-double) is 2002 bytes, over "
             "the 1000-byte limit",
+        ),
+        (
+            # no /durable/executions/{id} route, console page or API call could address it
+            {"workflow": "kid-double", "version": "1", "input": "none", "key": "shipment/7"},
+            "DefinitionError: a child workflow id may not contain '/': 'shipment/7'",
         ),
     ],
 )
