@@ -318,12 +318,17 @@ def same_key_twice(ctx: durable.Context, _: Any) -> Any:
     try:
         second.result()
     except durable.ChildFailedError as failure:
-        return [first.result(), failure.state]
+        return [first.result(), failure.state, failure.reason]
     return "unreachable"
 
 
 def test_two_starts_with_one_key_in_one_pass_start_one_child() -> None:
     wf = start("kid-same-key-twice", None)
     drive()
-    assert view(wf).result == [2, "not_started"]
+    # The key is held by this run's own child:1, not by "an earlier run".
+    assert view(wf).result == [
+        2,
+        "not_started",
+        "workflow id twice is in use by child:1 of this run",
+    ]
     assert [k.id for k in children(wf)] == ["twice"]
