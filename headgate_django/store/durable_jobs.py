@@ -233,9 +233,10 @@ def operation_lease(
 ) -> ClaimedJob | None:
     """Lease the Operation job just inserted (``pending``) from ``envelope`` as a claim
     would: fresh lease, fence bumped, store-clock expiry. Return what the worker needs to
-    run it; None when its queue is paused (then it is made available, for whoever claims it
-    once the queue resumes). The lease is an ordinary one: renewed by its worker, and
-    reclaimed after a crash like any other."""
+    run it; None when its queue is paused or governed by an admission policy (a concurrency
+    ceiling, fairness, weights: only a claim applies those), and then it is made available
+    for a claim. The lease is an ordinary one: renewed by its worker, and reclaimed after a
+    crash like any other."""
     lease_id = new_lease_id(eager.worker_id)
     ttl_ms = int(eager.lease_ttl.total_seconds() * 1000)
     s = State
@@ -244,8 +245,8 @@ def operation_lease(
         f"UPDATE headgate_job SET state = %s, lease_id = %s, fence = fence + 1, "
         f"claimed_by = %s, claimed_at = {v.now(conn)}, lease_expires_at = {v.plus_ms(conn)} "
         "WHERE id = %s AND state = %s AND NOT EXISTS (SELECT 1 FROM headgate_queue_state qs "
-        "WHERE qs.name = headgate_job.queue AND qs.paused = %s)",
-        [*claim, eager.job_id, s.PENDING.value, True],
+        "WHERE qs.name = headgate_job.queue AND (qs.paused = %s OR qs.admission = %s))",
+        [*claim, eager.job_id, s.PENDING.value, True, True],
     )
     if cursor.rowcount != 1:
         cursor.execute(
