@@ -126,7 +126,7 @@ def operation_job(
     except (Snooze, Skip, LeaseLostError):
         watchdog.settle()
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit: the worker records it as a failure too
         watchdog.settle()
         failures = ctx.attempt - ctx.crash_attempt  # failed attempts, this one included
         if failures >= definition.max_attempts:

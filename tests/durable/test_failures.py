@@ -301,3 +301,20 @@ def test_an_operation_raising_an_unprintable_exception_keeps_its_own_attempts(
     assert view(wf).failure_reason == (
         "OperationFailedError: _Unprintable: <unprintable message> (after 2 attempt(s))"
     )
+
+
+@durable.operation("fail-exiting-op", version="1", max_attempts=2)
+def exiting_op(ctx: Any, _: Any) -> Any:
+    raise SystemExit(3)
+
+
+@durable.workflow("fail-exiting-op", version="1")
+def calls_exiting_op(ctx: durable.Context, _: Any) -> Any:
+    return ctx.execute_operation("fail-exiting-op", "1", None).result()
+
+
+def test_an_operation_raising_system_exit_keeps_its_own_attempts(fast_retries: None) -> None:
+    wf = start("fail-exiting-op")
+    drive()
+    assert len(op_jobs(wf)[0].errors) == 2  # its max_attempts, not the job table's 25
+    assert view(wf).failure_reason == "OperationFailedError: SystemExit: 3 (after 2 attempt(s))"
