@@ -438,9 +438,10 @@ def _pass_crashed(ctx: JobContext, header: Header, exc: BaseException) -> None:
 
 
 def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> Any:
-    """Retry with the job's backoff; after REPLAY_ATTEMPTS, suspend for an operator."""
+    """Retry with the job's backoff; after REPLAY_ATTEMPTS (or the job's own budget, when it
+    is smaller: the job would be archived first), suspend for an operator."""
     histories.forget(header.id)
-    if ctx.attempt < REPLAY_ATTEMPTS:
+    if ctx.attempt < min(REPLAY_ATTEMPTS, ctx.max_attempts):
         raise error
     reason = f"replay failed after {ctx.attempt} attempts: {error}"
     log.error("execution %s suspended: %s", header.id, reason)

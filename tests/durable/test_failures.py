@@ -318,3 +318,22 @@ def test_an_operation_raising_system_exit_keeps_its_own_attempts(fast_retries: N
     drive()
     assert len(op_jobs(wf)[0].errors) == 2  # its max_attempts, not the job table's 25
     assert view(wf).failure_reason == "OperationFailedError: SystemExit: 3 (after 2 attempt(s))"
+
+
+def test_a_replay_error_suspends_even_when_max_attempts_is_below_the_replay_budget(
+    settings: Any, swap_code: Any
+) -> None:
+    """HEADGATE['MAX_ATTEMPTS'] = 3 archived the task at its third replay error, before the
+    fifth that suspends: the execution stayed running, with no reason and no task."""
+    settings.HEADGATE = {"MAX_ATTEMPTS": 3}
+    wf = start("fail-op-then-sleep")
+    testing.run_one()  # history: Started, OperationScheduled(op:1)
+    swap_code(
+        "workflow", "fail-op-then-sleep", "1", WorkflowDef(sleep_first, "fail-op-then-sleep", "1")
+    )
+    for _ in range(5):
+        testing.run_jobs()
+        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
+    assert view(wf).state == "suspended"
+    assert view(wf).suspended_reason.startswith("replay failed after 3 attempts: timer:1:")
+    assert task_job(wf).state == "scheduled"  # kept for resume, not archived
