@@ -110,6 +110,12 @@ class JobContext:
         return self._claimed.crash_attempt
 
     @property
+    def max_attempts(self) -> int:
+        """The job's budget of failed attempts: the failure of attempt ``max_attempts`` (not
+        counting crashes) archives it."""
+        return self._claimed.max_attempts
+
+    @property
     def workflow_id(self) -> str | None:
         return self._claimed.workflow_id
 

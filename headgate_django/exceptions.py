@@ -425,3 +425,15 @@ class UpdateTimeoutError(HeadgateError, TimeoutError):
     def __init__(self, message: str | None = None, *, update_id: str, **details: Any) -> None:
         self.update_id = update_id
         super().__init__(message, update_id=update_id, **details)
+
+
+def exception_reason(exc: BaseException) -> str:
+    """``"<ExceptionType>: <message>"`` (or the type alone when the message is empty), the
+    way a failure is recorded. An exception whose ``__str__`` raises is still described: a
+    failure's record must not fail, or the failure handling itself would crash."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable message>"
+    name = type(exc).__qualname__
+    return f"{name}: {message}" if message else name

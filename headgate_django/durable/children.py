@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from headgate_django.durable.registry import check_name, require_workflow
+from headgate_django.durable.registry import check_execution_id, require_workflow
 from headgate_django.envelope import check_payload
 from headgate_django.exceptions import InvalidTransitionError, NotFoundError
 from headgate_django.kernel.replay import MAX_EXECUTION_ID
@@ -36,7 +36,7 @@ def check_child(command: StartChild) -> None:
     that is not JSON or is over ``HEADGATE['MAX_PAYLOAD_BYTES']``, a malformed key."""
     require_workflow(command.name, command.version)
     check_payload(command.input, f"input of child {command.command_id} ({command.name})")
-    check_name("child workflow id", command.child_id, MAX_EXECUTION_ID)
+    check_execution_id("child workflow id", command.child_id, MAX_EXECUTION_ID)
 
 
 def cancel_execution(execution_id: str, reason: str, *, using: str = "default") -> None:

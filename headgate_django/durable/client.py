@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from headgate_django.durable.registry import check_name, require_workflow
+from headgate_django.durable.registry import check_execution_id, check_name, require_workflow
 from headgate_django.envelope import check_payload, new_id
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.names import validate_queue
@@ -122,7 +122,7 @@ class Client:
         if business_idempotency_key is not None:
             check_name("business idempotency key", business_idempotency_key, 255)
         execution_id = new_id() if workflow_id is None else workflow_id
-        check_name("workflow id", execution_id, MAX_EXECUTION_ID)
+        check_execution_id("workflow id", execution_id, MAX_EXECUTION_ID)
         validate_queue(task_queue)
         return {
             "execution_id": execution_id,

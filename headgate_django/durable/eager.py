@@ -19,8 +19,8 @@ replays the execution meanwhile. It is only taken when it cannot delay anything 
 - the pass blocks on exactly that Operation (``.result()``; a ``select`` also waits for
   signals or timers, which must not wait behind the Operation);
 - this worker has the Operation's code and would claim its job (kind and queue; a paused
-  queue, or one an admission policy governs, is honoured by the lease itself: the job is
-  left to the claim, which alone keeps a concurrency ceiling);
+  queue, or one with an admission policy such as a concurrency ceiling, is honoured by the
+  lease itself, which then leaves the job to a claim);
 - the worker is not draining, and this workflow task has kept its thread for less than
   ``EAGER_BUDGET``, so one long execution cannot hold a handler thread for ever.
 

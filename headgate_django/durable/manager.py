@@ -147,8 +147,8 @@ class Manager:
     ) -> Page:
         """Executions ordered by id, filtered by state, name, version, task_queue or
         business_idempotency_key."""
-        if not 1 <= limit <= 1000:
-            raise DefinitionError("limit must be between 1 and 1000")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise DefinitionError("limit must be an integer between 1 and 1000")
         rows = store.execution_list(
             filters=filters, after=cursor, limit=limit + 1, using=self.using
         )

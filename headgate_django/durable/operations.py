@@ -39,7 +39,7 @@ from headgate_django.control import Abort, RetryAfter, Skip, Snooze, Uncertain
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import find_operation
 from headgate_django.envelope import canonical_json
-from headgate_django.exceptions import LeaseLostError, PayloadError
+from headgate_django.exceptions import LeaseLostError, PayloadError, exception_reason
 from headgate_django.store.durable_jobs import (
     TERMINAL,
     operation_mark_failed,
@@ -126,12 +126,12 @@ def operation_job(
     except (Snooze, Skip, LeaseLostError):
         watchdog.settle()
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit: the worker records it as a failure too
         watchdog.settle()
         failures = ctx.attempt - ctx.crash_attempt  # failed attempts, this one included
         if failures >= definition.max_attempts:
-            _fail(ctx, f"{type(exc).__name__}: {exc} (after {failures} attempt(s))")
-        raise RetryAfter(definition.delay_after(failures), f"{type(exc).__name__}: {exc}") from exc
+            _fail(ctx, f"{exception_reason(exc)} (after {failures} attempt(s))")
+        raise RetryAfter(definition.delay_after(failures), exception_reason(exc)) from exc
     watchdog.settle()
     try:
         canonical_json(result)

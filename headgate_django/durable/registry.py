@@ -17,6 +17,7 @@ from typing import Any
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.backoff import policy_delay_ms
 from headgate_django.kernel.names import has_control_characters, validate_queue
+from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
 
 #: StartToClose: how long one attempt of an Operation may run before it is uncertain.
 DEFAULT_OPERATION_TIMEOUT = timedelta(minutes=5)
@@ -145,6 +146,16 @@ def check_name(what: str, value: object, limit: int) -> str:
     return value
 
 
+def check_execution_id(what: str, value: object, limit: int) -> str:
+    """An execution id chosen by the caller (``workflow_id=``, a child's ``key``): a name,
+    and no ``/``, which no ``/durable/executions/{id}`` route or console page could address
+    (the HTTP API refuses it as well)."""
+    check_name(what, value, limit)
+    if "/" in str(value):
+        raise DefinitionError(f"a {what} may not contain '/': {str(value)[:40]!r}")
+    return str(value)
+
+
 def _check_function(what: str, fn: Callable[..., Any]) -> None:
     if not callable(fn):
         raise DefinitionError(f"@durable.{what} decorates a function, not {fn!r}")
@@ -238,7 +249,7 @@ def operation(
         raise DefinitionError(f"operation {name!r}: timeout must be a positive timedelta or None")
     if queue is not None:
         validate_queue(queue)
-    _check_retry_policy(name, retry_delay, backoff_coefficient, max_retry_delay)
+    _check_retry_policy(name, max_attempts, retry_delay, backoff_coefficient, max_retry_delay)
 
     def decorate(fn: Callable[..., Any]) -> OperationDef:
         _check_function("operation", fn)
@@ -258,7 +269,9 @@ def operation(
     return decorate
 
 
-def _check_retry_policy(name: str, delay: Any, coefficient: Any, cap: Any) -> None:
+def _check_retry_policy(
+    name: str, max_attempts: int, delay: Any, coefficient: Any, cap: Any
+) -> None:
     if not isinstance(delay, timedelta) or delay < _MS:
         raise DefinitionError(
             f"operation {name!r}: retry_delay must be a timedelta of at least 1 ms"
@@ -274,6 +287,19 @@ def _check_retry_policy(name: str, delay: Any, coefficient: Any, cap: Any) -> No
     if cap is not None and (not isinstance(cap, timedelta) or cap < delay):
         raise DefinitionError(
             f"operation {name!r}: max_retry_delay must be a timedelta no shorter than retry_delay, or None"
+        )
+    # The delay grows with each failure: the one before the last attempt is the longest.
+    longest = policy_delay_ms(
+        max_attempts - 1,
+        delay_ms=delay // _MS,
+        coefficient=coefficient,
+        cap_ms=None if cap is None else cap // _MS,
+    )
+    if max_attempts > 1 and longest > MAX_DURABLE_DELAY // _MS:
+        raise DefinitionError(
+            f"operation {name!r}: the delay before attempt {max_attempts} would be over "
+            f"{MAX_DURABLE_DELAY.days} days: set max_retry_delay, or a smaller "
+            "backoff_coefficient or max_attempts"
         )
 
 

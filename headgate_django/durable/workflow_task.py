@@ -54,10 +54,12 @@ from headgate_django.envelope import (
 )
 from headgate_django.exceptions import (
     InvalidTransitionError,
+    LeaseLostError,
     NondeterminismError,
     PayloadError,
     ResultTooLargeError,
     RevisionConflictError,
+    exception_reason,
 )
 from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
@@ -144,6 +146,11 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
         except RevisionConflictError:
             races += 1
             continue  # a fact landed while we replayed: replay again with it
+        except (NondeterminismError, Snooze, LeaseLostError):
+            raise  # a replay error's own budget (see _replay_failed); a lost task
+        except (Exception, SystemExit) as exc:
+            _pass_crashed(ctx, header, exc)
+            raise
         while isinstance(step, _Park) and step.eager is not None:
             park, step = step, _run_eagerly(ctx, execution_id, definition, step, since=since)
             if isinstance(step, str) and step not in FINISHED:
@@ -360,11 +367,13 @@ def _size_warning(header: Header, events: int, new: list[NewEvent]) -> str | Non
 def _checked(
     outcome: Completed | Failed | ContinuedAsNew | Parked, header: Header
 ) -> tuple[Completed | Failed | ContinuedAsNew | Parked, list[Envelope]]:
-    """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, over
-    ``MAX_PAYLOAD_BYTES``) as a failure of the workflow: it is a bug in its code."""
+    """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, an
+    input over ``MAX_PAYLOAD_BYTES``, a result over ``MAX_RESULT_BYTES`` as an Operation's
+    or an update's) as a failure of the workflow: it is a bug in its code."""
     try:
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
+            check_result(outcome.result)
         if isinstance(outcome, ContinuedAsNew):
             # A new run's input is stored like a start's (see Client.start).
             check_payload(outcome.input, "input of continue_as_new")
@@ -407,10 +416,32 @@ def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation
     return envelope
 
 
-def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> Any:
-    """Retry with the job's backoff; after REPLAY_ATTEMPTS, suspend for an operator."""
+def _pass_crashed(ctx: JobContext, header: Header, exc: BaseException) -> None:
+    """A pass that raised something else than a replay error (a store error, an exception
+    the workflow code raised that replay cannot turn into a failure) is retried with the
+    job's backoff. On its last attempt the execution is suspended with the error, as after
+    a replay error, and the task snoozes: archived, it would leave the execution running
+    with no reason shown, and the reconcile duty would revive it into the same failures."""
     histories.forget(header.id)
-    if ctx.attempt < REPLAY_ATTEMPTS:
+    if ctx.attempt < ctx.max_attempts:
+        return
+    reason = f"the workflow task failed {ctx.attempt} times: {exception_reason(exc)}"
+    try:
+        execution_suspend(header.id, reason=reason[:4000])
+    except InvalidTransitionError:
+        return  # cancelled or suspended meanwhile: nothing to run any more
+    except Exception:  # the store is unreachable: the job records the failure itself
+        log.exception("execution %s: could not suspend it", header.id)
+        return
+    log.error("execution %s suspended: %s", header.id, reason)
+    raise Snooze(PARK_RECHECK) from exc
+
+
+def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> Any:
+    """Retry with the job's backoff; after REPLAY_ATTEMPTS (or the job's own budget, when it
+    is smaller: the job would be archived first), suspend for an operator."""
+    histories.forget(header.id)
+    if ctx.attempt < min(REPLAY_ATTEMPTS, ctx.max_attempts):
         raise error
     reason = f"replay failed after {ctx.attempt} attempts: {error}"
     log.error("execution %s suspended: %s", header.id, reason)

@@ -134,6 +134,7 @@ from headgate_django.exceptions import (
     HandlerCommandError,
     NondeterminismError,
     OperationFailedError,
+    exception_reason,
 )
 from headgate_django.kernel.replay_events import (
     CHILD_COMPLETED,
@@ -141,6 +142,7 @@ from headgate_django.kernel.replay_events import (
     CHILD_PREFIX,
     CHILD_STARTED,
     CODE_ENDINGS,
+    MAX_DURABLE_DELAY,
     OP_PREFIX,
     OPERATION_COMPLETED,
     OPERATION_FAILED,
@@ -318,7 +320,7 @@ class _Pass:
         try:
             return True, fn(Context(self), *args)
         except Exception as exc:  # the handler's failure is data, like the workflow's
-            return False, _reason(exc)
+            return False, exception_reason(exc)
         finally:
             self.in_handler = False
 
@@ -540,6 +542,8 @@ class Context:
             raise TypeError(f"sleep() takes a timedelta, not {type(duration).__name__}")
         if duration < timedelta(0):
             raise ValueError(f"sleep() needs a non-negative duration, not {duration}")
+        if duration > MAX_DURABLE_DELAY:
+            raise ValueError(f"sleep() takes at most {MAX_DURABLE_DELAY.days} days, not {duration}")
         duration_ms = duration // _MS
         cid = p.next_id(TIMER_PREFIX)
         recorded = p.match(cid)
@@ -820,7 +824,7 @@ def _run(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
             return p.continued
         return Failed("ReplayUnwind: raised by workflow code", p.commands)
     except Exception as exc:  # a user failure is data, not a crash of the pass
-        return Failed(_reason(exc), p.commands)
+        return Failed(exception_reason(exc), p.commands)
     finally:
         p.closed = True
     if inspect.iscoroutine(result):
@@ -829,12 +833,6 @@ def _run(fn: WorkflowFunction, input: Any, p: _Pass) -> Outcome:
     if p.continued is not None:  # the code swallowed the unwind: it still ended the run
         return p.continued
     return Completed(result, p.commands)
-
-
-def _reason(exc: BaseException) -> str:
-    message = str(exc)
-    name = type(exc).__qualname__
-    return f"{name}: {message}" if message else name
 
 
 def _how(outcome: Outcome) -> str:

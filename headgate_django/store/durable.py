@@ -12,7 +12,7 @@ store instant that pass read, because that is the time its replay used for them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,7 +36,13 @@ from headgate_django.kernel.replay_events import (
     Event,
 )
 from headgate_django.kernel.states import State
-from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent, SignalInbox
+from headgate_django.models import (
+    DURABLE_LIVE,
+    DURABLE_STATES,
+    Execution,
+    HistoryEvent,
+    SignalInbox,
+)
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
 from headgate_django.store.claim import ClaimedJob
@@ -184,11 +190,17 @@ def execution_list(
 ) -> list[Execution]:
     """A page of executions ordered by id; ``after`` is the last id of the previous page."""
     allowed = {"state", "name", "version", "task_queue", "business_idempotency_key"}
+    if filters is not None and not isinstance(filters, Mapping):
+        raise DefinitionError(f"filters must be a dict, not {type(filters).__name__}")
     unknown = sorted(set(filters or {}) - allowed)
     if unknown:
         raise DefinitionError(
             f"unknown execution filter(s) {', '.join(unknown)}; use {', '.join(sorted(allowed))}"
         )
+    state = (filters or {}).get("state")
+    if state is not None and state not in DURABLE_STATES:
+        # A misspelt state would match nothing: an empty page that looks like an answer.
+        raise DefinitionError(f"state must be one of {', '.join(DURABLE_STATES)}, not {state!r}")
     query = Q(**(filters or {}))
     if after is not None:
         query &= Q(pk__gt=after)

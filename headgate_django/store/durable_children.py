@@ -87,8 +87,10 @@ def children_insert(
             continue  # started by this very command: a retried pass
         if owner is not None:
             reason = f"workflow id {command.child_id} is already in use by another execution"
-            if owner[0] == parent_id:
+            if owner[0] == parent_id and command.child_id in earlier:
                 reason = f"workflow id {command.child_id} is in use by an earlier run"
+            elif owner[0] == parent_id:
+                reason = f"workflow id {command.child_id} is in use by {owner[1]} of this run"
             # No fact key: the key belongs to the outcome of the child that holds the id.
             refused.append(_failed(command.command_id, command.child_id, NOT_STARTED, reason))
             continue

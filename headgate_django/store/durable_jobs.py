@@ -233,10 +233,10 @@ def operation_lease(
 ) -> ClaimedJob | None:
     """Lease the Operation job just inserted (``pending``) from ``envelope`` as a claim
     would: fresh lease, fence bumped, store-clock expiry. Return what the worker needs to
-    run it; None when its queue is paused, or governed by an admission policy (then it is
-    made available, for whoever claims it once the queue resumes, or for the governed
-    claim, which alone counts the queue's running jobs against its ceiling). The lease is
-    an ordinary one: renewed by its worker, and reclaimed after a crash like any other."""
+    run it; None when its queue is paused or governed by an admission policy (a concurrency
+    ceiling, fairness, weights: only a claim applies those), and then it is made available
+    for a claim. The lease is an ordinary one: renewed by its worker, and reclaimed after a
+    crash like any other."""
     lease_id = new_lease_id(eager.worker_id)
     ttl_ms = int(eager.lease_ttl.total_seconds() * 1000)
     s = State

@@ -81,7 +81,9 @@ def keyed(ctx: durable.Context, key: str) -> Any:
 def bad_start(ctx: durable.Context, args: dict[str, Any]) -> Any:
     inputs = {"none": None, "nan": {"x": float("nan")}, "big": "x" * 2000}
     try:
-        ctx.start_child(args["workflow"], inputs[args["input"]], version=args["version"])
+        ctx.start_child(
+            args["workflow"], inputs[args["input"]], version=args["version"], key=args.get("key")
+        )
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return "started"
@@ -242,6 +244,11 @@ def test_a_key_names_the_child_and_a_taken_key_fails_the_start() -> None:
             "PayloadTooLargeError: the input of child child:1 (kid-double) is 2002 bytes, over "
             "the 1000-byte limit",
         ),
+        (
+            # no /durable/executions/{id} route, console page or API call could address it
+            {"workflow": "kid-double", "version": "1", "input": "none", "key": "shipment/7"},
+            "DefinitionError: a child workflow id may not contain '/': 'shipment/7'",
+        ),
     ],
 )
 def test_a_bad_child_start_raises_at_start_child_and_starts_nothing(
@@ -311,12 +318,17 @@ def same_key_twice(ctx: durable.Context, _: Any) -> Any:
     try:
         second.result()
     except durable.ChildFailedError as failure:
-        return [first.result(), failure.state]
+        return [first.result(), failure.state, failure.reason]
     return "unreachable"
 
 
 def test_two_starts_with_one_key_in_one_pass_start_one_child() -> None:
     wf = start("kid-same-key-twice", None)
     drive()
-    assert view(wf).result == [2, "not_started"]
+    # The key is held by this run's own child:1, not by "an earlier run".
+    assert view(wf).result == [
+        2,
+        "not_started",
+        "workflow id twice is in use by child:1 of this run",
+    ]
     assert [k.id for k in children(wf)] == ["twice"]

@@ -196,6 +196,11 @@ def bad_result(ctx: durable.Context, _: Any) -> Any:
     return {1, 2}
 
 
+@durable.workflow("fail-big-result", version="1")
+def big_result(ctx: durable.Context, size: int) -> Any:
+    return "x" * size
+
+
 def test_what_cannot_be_stored_fails_the_workflow(settings: Any) -> None:
     settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 1000}
     not_json, too_big, bad = (
@@ -208,3 +213,127 @@ def test_what_cannot_be_stored_fails_the_workflow(settings: Any) -> None:
     assert view(too_big).failure_reason.startswith("PayloadTooLargeError: the input of op:1")
     assert view(bad).failure_reason.startswith("PayloadNotJSONError: payload is not JSON")
     assert op_jobs(not_json) == op_jobs(too_big) == []
+
+
+def test_a_result_over_the_result_limit_fails_the_workflow(settings: Any) -> None:
+    """As an Operation's result and an update's: the limit that keeps a result storable
+    (MariaDB refuses a statement over its max_allowed_packet, 16 MiB by default, and the pass
+    that tried crashed on every attempt, leaving the execution running with no task)."""
+    settings.HEADGATE = {"MAX_RESULT_BYTES": 1000}
+    too_big, fits = start("fail-big-result", 2000), start("fail-big-result", 900)
+    drive()
+    assert (view(too_big).state, view(too_big).failure_reason) == (
+        "failed",
+        "ResultTooLargeError: result is 2002 bytes, over the 1000-byte limit "
+        "(HEADGATE['MAX_RESULT_BYTES'])",
+    )
+    assert view(too_big).result is None
+    assert types(too_big) == ["WorkflowStarted", "WorkflowFailed"]
+    assert (view(fits).state, len(view(fits).result)) == ("succeeded", 900)
+
+
+@durable.workflow("fail-exits", version="1")
+def exits(ctx: durable.Context, _: Any) -> Any:
+    raise SystemExit(3)  # escapes replay (not an Exception): the pass itself fails
+
+
+def test_a_pass_failing_on_every_attempt_suspends_the_execution_with_the_error(
+    settings: Any, swap_code: Any
+) -> None:
+    settings.HEADGATE = {
+        "MAX_ATTEMPTS": 3,
+        "BACKOFF_BASE": timedelta(milliseconds=1),
+        "BACKOFF_CAP": timedelta(milliseconds=5),
+    }
+    wf = start("fail-exits")
+    for _ in range(5):
+        testing.run_jobs()
+        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
+    row = view(wf)
+    assert row.state == "suspended"  # not left running with its task archived
+    assert row.suspended_reason == "the workflow task failed 3 times: SystemExit: 3"
+    assert task_job(wf).state == "scheduled"  # waits for resume, as after a replay error
+    assert [e["error"] for e in task_job(wf).errors] == ["SystemExit: 3"] * 2
+    swap_code(
+        "workflow", "fail-exits", "1", durable.workflow("fail-exits-fixed")(lambda c, i: "ok")
+    )
+    durable.Manager().resume(wf)
+    drive()
+    assert (view(wf).state, view(wf).result) == ("succeeded", "ok")
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+@durable.workflow("fail-unprintable", version="1")
+def unprintable(ctx: durable.Context, _: Any) -> Any:
+    raise _Unprintable()
+
+
+def test_an_exception_without_a_printable_message_still_fails_the_workflow() -> None:
+    wf = start("fail-unprintable")
+    drive()
+    row = view(wf)
+    assert (row.state, row.failure_reason) == ("failed", "_Unprintable: <unprintable message>")
+    assert task_job(wf).state == "completed"
+
+
+@durable.operation("fail-unprintable-op", version="1", max_attempts=2)
+def unprintable_op(ctx: Any, _: Any) -> Any:
+    raise _Unprintable()
+
+
+@durable.workflow("fail-unprintable-op", version="1")
+def calls_unprintable_op(ctx: durable.Context, _: Any) -> Any:
+    return ctx.execute_operation("fail-unprintable-op", "1", None).result()
+
+
+def test_an_operation_raising_an_unprintable_exception_keeps_its_own_attempts(
+    fast_retries: None,
+) -> None:
+    wf = start("fail-unprintable-op")
+    drive()
+    # Its own max_attempts (2), not the job table's 25 (the Operation's failure handling
+    # crashed formatting the message, and the job fell back to the generic retry).
+    assert len(op_jobs(wf)[0].errors) == 2
+    assert view(wf).failure_reason == (
+        "OperationFailedError: _Unprintable: <unprintable message> (after 2 attempt(s))"
+    )
+
+
+@durable.operation("fail-exiting-op", version="1", max_attempts=2)
+def exiting_op(ctx: Any, _: Any) -> Any:
+    raise SystemExit(3)
+
+
+@durable.workflow("fail-exiting-op", version="1")
+def calls_exiting_op(ctx: durable.Context, _: Any) -> Any:
+    return ctx.execute_operation("fail-exiting-op", "1", None).result()
+
+
+def test_an_operation_raising_system_exit_keeps_its_own_attempts(fast_retries: None) -> None:
+    wf = start("fail-exiting-op")
+    drive()
+    assert len(op_jobs(wf)[0].errors) == 2  # its max_attempts, not the job table's 25
+    assert view(wf).failure_reason == "OperationFailedError: SystemExit: 3 (after 2 attempt(s))"
+
+
+def test_a_replay_error_suspends_even_when_max_attempts_is_below_the_replay_budget(
+    settings: Any, swap_code: Any
+) -> None:
+    """HEADGATE['MAX_ATTEMPTS'] = 3 archived the task at its third replay error, before the
+    fifth that suspends: the execution stayed running, with no reason and no task."""
+    settings.HEADGATE = {"MAX_ATTEMPTS": 3}
+    wf = start("fail-op-then-sleep")
+    testing.run_one()  # history: Started, OperationScheduled(op:1)
+    swap_code(
+        "workflow", "fail-op-then-sleep", "1", WorkflowDef(sleep_first, "fail-op-then-sleep", "1")
+    )
+    for _ in range(5):
+        testing.run_jobs()
+        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
+    assert view(wf).state == "suspended"
+    assert view(wf).suspended_reason.startswith("replay failed after 3 attempts: timer:1:")
+    assert task_job(wf).state == "scheduled"  # kept for resume, not archived

@@ -233,6 +233,13 @@ def test_get_list_and_history_export() -> None:
     assert [v.id for v in manager.list({"state": "running"}).items] == [waiting]
     with pytest.raises(DefinitionError, match="unknown execution filter"):
         manager.list({"colour": "red"})
+    # A misspelt state, or a filter that is not a dict, is refused, not an empty page.
+    with pytest.raises(DefinitionError, match="state must be one of running, suspended, "):
+        manager.list({"state": "Running"})
+    with pytest.raises(DefinitionError, match="filters must be a dict, not str"):
+        manager.list("state=running")  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match="limit must be an integer between 1 and 1000"):
+        manager.list({}, limit="5")  # type: ignore[arg-type]
     exported = manager.history(waiting)
     parsed = history_from_json(exported)
     assert (parsed.name, parsed.version, parsed.workflow_id) == ("mgr-wait", "1", waiting)

@@ -102,6 +102,16 @@ def test_the_policy_delay() -> None:
             {"retry_delay": timedelta(seconds=5), "max_retry_delay": timedelta(seconds=1)},
             "max_retry_delay must be a timedelta no shorter than retry_delay",
         ),
+        (
+            # 1 s x 100**6 before the 8th attempt: some 31,700 years, past any date a
+            # database keeps; the retry could not be scheduled
+            {"max_attempts": 8, "backoff_coefficient": 100},
+            "the delay before attempt 8 would be over 36500 days: set max_retry_delay",
+        ),
+        (
+            {"max_attempts": 50, "backoff_coefficient": 100},
+            "the delay before attempt 50 would be over 36500 days",
+        ),
     ],
 )
 def test_a_bad_retry_policy_fails_at_import(options: dict[str, Any], message: str) -> None:

@@ -197,6 +197,7 @@ def test_start_of_an_unknown_workflow_or_version_writes_nothing() -> None:
         {"business_idempotency_key": ""},
         {"workflow_id": " padded "},
         {"workflow_id": "x" * 201},
+        {"workflow_id": "orders/42"},  # the HTTP API refuses it too: no route could address it
         {"task_queue": "bad queue!"},
     ],
 )

@@ -46,6 +46,8 @@ def edges(ctx: durable.Context, case: str) -> Any:
         a = ctx.execute_operation("sel-echo", "1", "a")
         b = ctx.execute_operation("sel-echo", "1", "b")
         return ctx.select(b, a)
+    if case == "too-long":  # a unit mix-up: 10**8 days is past any date a database keeps
+        return ctx.select(ctx.sleep(timedelta(days=10**8)))
     return ctx.select(ctx.wait_signal("never"), ctx.wait_signal("nor-this"))
 
 
@@ -99,6 +101,18 @@ def test_case_24_select_with_no_futures_fails_the_workflow() -> None:
         "failed",
         "ValueError: select() needs at least one future",
     )
+
+
+def test_a_sleep_past_the_longest_timer_fails_the_workflow_with_a_message() -> None:
+    wf = start("sel-edges", "too-long")
+    drive()
+    row = view(wf)
+    assert (row.state, row.failure_reason) == (
+        "failed",
+        "ValueError: sleep() takes at most 36500 days, not 100000000 days, 0:00:00",
+    )
+    assert task_job(wf).state == "completed"  # not a crashing task that leaves it running
+    assert types(wf) == ["WorkflowStarted", "WorkflowFailed"]
 
 
 def test_case_24_several_ready_futures_pick_the_lowest_index() -> None:
