@@ -40,3 +40,29 @@ def test_parent_and_children_link_each_other(
     parent.click()
     page.wait_for_url("**/order%3A3/timeline/")
     assert page.locator("#hg-family ul.hg-children li").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_live_snapshot_keeps_the_family_links_the_page_shows(
+    server: Server,  # noqa: F811  (the fixture imported above)
+    browser: Any,  # noqa: F811
+    viewer: Any,
+) -> None:
+    """The socket's first snapshot re-renders the page as it opens: a family link replaced
+    by its own copy between a press and its release loses the click (seen as a click that
+    went nowhere)."""
+    wf = durable.Client().start("console-parent", "1", 3, workflow_id="order:4").workflow_id
+    testing.run_jobs()
+    page = browser.new_page()
+    login(page, server)
+    page.goto(f"{server.url}/admin/headgate_django/execution/{wf}/timeline/")
+    page.locator("#hg-family ul.hg-children li a").wait_for()
+    page.evaluate(
+        """() => {
+            window.hgLink = document.querySelector("#hg-family ul.hg-children li a");
+            window.hgRow = document.querySelector("#hg-history-body tr");
+        }"""
+    )
+    # The history is rebuilt on every snapshot: its first row gone means one arrived.
+    page.wait_for_function("() => !window.hgRow.isConnected")
+    assert page.evaluate("() => window.hgLink.isConnected")

@@ -104,6 +104,13 @@
 
   function renderFamily(snap) {
     var family = document.getElementById("hg-family");
+    // Every snapshot re-renders the page, and the first one comes as the socket opens: a
+    // link replaced by its own copy between a press and its release loses the click.
+    var shown = JSON.stringify([snap.parent_id || null, snap.children]);
+    if (family.getAttribute("data-shown") === shown) {
+      return;
+    }
+    family.setAttribute("data-shown", shown);
     var template = family.getAttribute("data-url") || "";
     var mark = family.getAttribute("data-mark");
     function link(id, text) {
