@@ -16,6 +16,7 @@ from tests.durable.helpers import drive, history, start, task_job, types, view
 pytestmark = pytest.mark.django_db
 
 SHORT = timedelta(milliseconds=80)
+NAP = timedelta(seconds=3)
 
 
 def wait_for_timer(workflow_id: str) -> None:
@@ -36,6 +37,13 @@ def sleeper(ctx: durable.Context, _: Any) -> Any:
     before = ctx.now()
     ctx.select(ctx.sleep(SHORT))
     return (ctx.now() - before) // timedelta(milliseconds=1)
+
+
+@durable.workflow("sel-nap", version="1")
+def napper(ctx: durable.Context, _: Any) -> Any:
+    """Case 37's sleep: long enough that its second pass surely runs before it is due."""
+    ctx.select(ctx.sleep(NAP))
+    return "woke"
 
 
 @durable.workflow("sel-edges", version="1")
@@ -131,7 +139,7 @@ def test_case_24_select_on_signals_only_parks_without_a_timer() -> None:
 
 
 def test_case_37_timer_fired_is_recorded_only_once_due() -> None:
-    wf = start("sel-sleep")
+    wf = start("sel-nap")
     testing.run_one()
     Job.objects.filter(pk=task_job(wf).pk).update(state="available")  # an early wake-up
     testing.run_one()
