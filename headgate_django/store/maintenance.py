@@ -131,13 +131,19 @@ def _in_progress_step(checkpoint: Any) -> str | None:
 def _quarantine(
     cursor: Any, conn: Any, fp: str, kind: str, payload: Any, job_id: str, crashes: int, reason: str
 ) -> None:
-    cursor.execute("SELECT 1 FROM headgate_quarantine WHERE fingerprint = %s", [fp])
-    if cursor.fetchone() is None:
-        cursor.execute(
-            "INSERT INTO headgate_quarantine (fingerprint, kind, crash_count, quarantined_at, "
-            f"sample_payload, sample_job_id, reason) VALUES (%s, %s, %s, {v.now(conn)}, %s, %s, %s)",
-            [fp, kind, crashes, payload, job_id, reason],
-        )
+    # Insert-if-absent in one statement: a check-then-insert let a second reclaim pass
+    # running at once (its duty lease lapsed mid-pass) fail on the key and roll back its
+    # whole batch. The first row stays: it names the job that crossed the limit first.
+    cursor.execute(
+        "INSERT INTO headgate_quarantine (fingerprint, kind, crash_count, quarantined_at, "
+        f"sample_payload, sample_job_id, reason) VALUES (%s, %s, %s, {v.now(conn)}, %s, %s, %s)"
+        + (
+            " ON DUPLICATE KEY UPDATE fingerprint = fingerprint"
+            if conn.vendor == "mysql"
+            else " ON CONFLICT (fingerprint) DO NOTHING"
+        ),
+        [fp, kind, crashes, payload, job_id, reason],
+    )
     # MySQL/MariaDB find waiting jobs by the generated column that is their fingerprint
     # only while they wait (migration 0020); elsewhere a partial index has that condition,
     # which the statement repeats in its text for SQLite to match it.
