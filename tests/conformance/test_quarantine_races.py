@@ -95,3 +95,57 @@ def test_one_pass_quarantining_a_fingerprint_twice_keeps_the_first_row():
     assert report.quarantined == [fp, fp]
     assert [state_of(job_id) for job_id in jobs] == ["quarantined", "quarantined"]
     assert Quarantine.objects.get().sample_job_id in jobs
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(HEADGATE={"CRASH_LIMIT": 1})
+def test_a_job_enqueued_while_its_fingerprint_was_being_quarantined_is_caught_next_pass():
+    """The enqueue probes the quarantine in its own statement, which cannot see a
+    quarantine not yet committed; the reclaim's move of the fingerprint's waiting jobs
+    cannot see the job not yet committed. The job slipped through as available, to
+    crash workers again up to the crash limit. The next pass now quarantines it."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no row locks: one writer at a time")
+    payload = unique_payload()
+    fp = fingerprint("test.noop", payload)
+    claim(enqueue_job(payload=payload), lease_ttl=BLINK)
+    expire_lease()
+    holding, go, errors, late = threading.Event(), threading.Event(), [], []
+
+    def reclaim_pass() -> None:
+        try:
+            with transaction.atomic():
+                assert store.job_reclaim_expired().quarantined == [fp]
+                holding.set()
+                assert go.wait(timeout=30)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def enqueue_meanwhile() -> None:
+        try:
+            late.append(enqueue_job(payload=payload))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=reclaim_pass)
+    first.start()
+    try:
+        assert holding.wait(timeout=30)
+        second = threading.Thread(target=enqueue_meanwhile)
+        second.start()
+        second.join(timeout=10)
+    finally:
+        go.set()
+        first.join()
+    second.join()
+    assert errors == []
+    (job_id,) = late
+    assert state_of(job_id) == "available"  # the race: neither side saw the other
+    store.job_reclaim_expired()
+    assert state_of(job_id) == "quarantined"
+    assert store.quarantine_release(fp) == 2
+    assert state_of(job_id) == "available"
