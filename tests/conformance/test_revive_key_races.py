@@ -17,6 +17,7 @@ from django.db import connection, transaction
 
 from headgate_django import DuplicateError, enqueue, store
 from headgate_django.kernel.states import State
+from headgate_django.store.bulk import job_bulk_chunk
 from tests.conformance.helpers import envelope, job_in_state, row, wait_for_lock_wait
 
 VERBS: dict[str, tuple[State, Callable[[str], object]]] = {
@@ -75,3 +76,52 @@ def test_a_key_taken_during_the_revival_is_a_duplicate_error(verb):
     assert isinstance(error, DuplicateError), repr(error)
     assert error.existing_id == taken[0]
     assert row(old) == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bulk_retry_skips_a_job_whose_key_is_taken_during_it():
+    """A bulk retry skips a job whose key a live job holds; the race made it fail the
+    whole chunk with an ``IntegrityError`` instead (the bulk job retried it in vain)."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no row locks: one writer at a time")
+    old, _ = job_in_state(State.ARCHIVED, unique_key="nightly")
+    other, _ = job_in_state(State.ARCHIVED)
+    before = row(old)
+    holding, go, errors, changed = threading.Event(), threading.Event(), [], []
+
+    def enqueue_the_key() -> None:
+        try:
+            with transaction.atomic():
+                enqueue(envelope(unique_key="nightly"))
+                holding.set()
+                assert go.wait(timeout=30)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def bulk_retry() -> None:
+        try:
+            changed.append(job_bulk_chunk("retry", [old, other]))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=enqueue_the_key)
+    first.start()
+    second = None
+    try:
+        assert holding.wait(timeout=30)
+        second = threading.Thread(target=bulk_retry)
+        second.start()
+        wait_for_lock_wait()
+    finally:
+        go.set()
+        first.join()
+        if second is not None:
+            second.join()
+    assert errors == []
+    assert changed == [1]
+    assert row(old) == before
+    assert row(other)["state"] == "available"
