@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from headgate_django.envelope import Envelope
@@ -193,6 +193,8 @@ def job_bulk_apply(
     if action == "delete":
         return int(Job.objects.using(using).filter(pk__in=ids).delete()[0])
     set_sql, params = _set_clause(conn, action, at, delay)
+    if action == "retry":
+        return _retry_free(conn, rows, set_sql, params, using)
     with conn.cursor() as cursor:
         cursor.execute(
             f"UPDATE headgate_job SET {set_sql} WHERE id IN ({v.placeholders(len(ids))})",
@@ -201,6 +203,30 @@ def job_bulk_apply(
         if action == "cancel":
             after_finish(cursor, conn, {r[0]: r[1] for r in rows})
     return len(ids)
+
+
+def _retry_free(
+    conn: Any, rows: list[tuple[str, Any, Any]], set_sql: str, params: list[Any], using: str
+) -> int:
+    """The retry's update, in a savepoint: an enqueue of one of the keys that had not
+    committed when :func:`_free_keys` looked wins the unique index, and the update fails
+    on it. The keys are then looked at again and the rows still free retried; before,
+    the whole chunk failed with an ``IntegrityError``."""
+    while rows:
+        ids = [r[0] for r in rows]
+        try:
+            with transaction.atomic(using=using), conn.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE headgate_job SET {set_sql} WHERE id IN ({v.placeholders(len(ids))})",
+                    [*params, *ids],
+                )
+            return len(ids)
+        except IntegrityError:
+            free = _free_keys(conn, rows)
+            if len(free) == len(rows):
+                raise  # not a key taken meanwhile
+            rows = free
+    return 0
 
 
 def _free_keys(conn: Any, rows: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:

@@ -259,11 +259,14 @@ def job_renew_leases(
 ) -> set[str]:
     """Extend the leases still held; return the ids whose lease was lost.
 
-    Rows another transaction holds locked are renewed last, in a transaction of their own.
-    A handler inside ``ctx.once`` keeps its job's row locked while its function runs:
-    waiting for that row first left the jobs after it unrenewed, and a wait longer than
-    what was left of their leases let the reclaim duty take them from a live worker and
-    run them again.
+    A row another transaction holds locked is neither waited for nor renewed: it is left
+    for the next renewal, and reported lost only if its committed row says so. A handler
+    inside ``ctx.once`` keeps its job's row locked while its function runs. Waiting for
+    that row (first, or after the others) kept the worker's renewal thread there for as
+    long as the function ran: the other jobs' next renewals never came, their leases
+    lapsed and the reclaim duty took them from a live worker and ran them again. The
+    locked job itself needs no renewal meanwhile: the reclaim skips locked rows, and
+    ``job_effect_once`` gives the lease back its margin when it commits.
     """
     if not refs:
         return set()
@@ -271,8 +274,22 @@ def job_renew_leases(
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
     kept, behind_locks = _renew(conn, using, refs, ttl_ms, wait=False)
     if behind_locks:
-        kept |= _renew(conn, using, behind_locks, ttl_ms, wait=True)[0]
+        kept |= _still_held(conn, behind_locks)
     return {r.job_id for r in refs} - kept
+
+
+def _still_held(conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]:
+    """The ids of ``refs`` whose committed row is still held under them (a plain read,
+    which waits for no lock)."""
+    wanted = {(r.job_id, r.lease_id, r.fence) for r in refs}
+    ids = sorted({r.job_id for r in refs})
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, lease_id, fence FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) "
+            "AND state = %s",
+            [*ids, _RUNNING],
+        )
+        return {row[0] for row in cursor.fetchall() if tuple(row) in wanted}
 
 
 def _renew(

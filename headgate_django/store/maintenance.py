@@ -70,6 +70,7 @@ def job_reclaim_expired(*, limit: int = 500, using: str = "default") -> ReclaimR
     conn = v.connection_for(using)
     s = headgate_settings
     report = ReclaimReport()
+    _sweep_recent_quarantines(conn, using)
     crash_backoff_ms = int(s.CRASH_BACKOFF.total_seconds() * 1000)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         from headgate_django.store.deadlines import archive_reclaimed_past_deadline
@@ -120,6 +121,39 @@ def job_reclaim_expired(*, limit: int = 500, using: str = "default") -> ReclaimR
     return report
 
 
+#: How long after a quarantine each reclaim pass looks again for its fingerprint's jobs.
+SWEEP_AFTER_QUARANTINE_MS = 10 * 60 * 1000
+
+
+def _sweep_recent_quarantines(conn: Any, using: str) -> None:
+    """Quarantine the waiting jobs of fingerprints quarantined in the last minutes.
+
+    The quarantine moves the fingerprint's waiting jobs, and an enqueue refuses a
+    quarantined fingerprint, each in a statement that cannot see the other's uncommitted
+    write: a job enqueued (or its transaction committed) while the quarantine was being
+    written slipped through as available, and crashed workers again up to the crash limit.
+    Looking again on the next passes catches it, as well as a job of the fingerprint that
+    was running at the quarantine and went back to wait. Here, not in the enqueue: the
+    enqueue path stays one statement. The quarantine rows are locked, so a release that
+    deletes one is waited for (or seen) and its released jobs are not taken back.
+    """
+    column = "fp_waiting" if conn.vendor == "mysql" else "fingerprint"
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT fingerprint FROM headgate_quarantine WHERE quarantined_at >= {v.plus_ms(conn)}"
+            f"{v.for_update(conn)}",
+            [-SWEEP_AFTER_QUARANTINE_MS],
+        )
+        fingerprints = sorted(row[0] for row in cursor.fetchall())
+        if fingerprints:
+            cursor.execute(
+                f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)} "
+                f"WHERE {column} IN ({v.placeholders(len(fingerprints))}) "
+                f"AND state IN ({v.states_in(sorted(WAITING_STATES))})",
+                [State.QUARANTINED.value, *fingerprints],
+            )
+
+
 def _in_progress_step(checkpoint: Any) -> str | None:
     import json
 
@@ -131,13 +165,19 @@ def _in_progress_step(checkpoint: Any) -> str | None:
 def _quarantine(
     cursor: Any, conn: Any, fp: str, kind: str, payload: Any, job_id: str, crashes: int, reason: str
 ) -> None:
-    cursor.execute("SELECT 1 FROM headgate_quarantine WHERE fingerprint = %s", [fp])
-    if cursor.fetchone() is None:
-        cursor.execute(
-            "INSERT INTO headgate_quarantine (fingerprint, kind, crash_count, quarantined_at, "
-            f"sample_payload, sample_job_id, reason) VALUES (%s, %s, %s, {v.now(conn)}, %s, %s, %s)",
-            [fp, kind, crashes, payload, job_id, reason],
-        )
+    # Insert-if-absent in one statement: a check-then-insert let a second reclaim pass
+    # running at once (its duty lease lapsed mid-pass) fail on the key and roll back its
+    # whole batch. The first row stays: it names the job that crossed the limit first.
+    cursor.execute(
+        "INSERT INTO headgate_quarantine (fingerprint, kind, crash_count, quarantined_at, "
+        f"sample_payload, sample_job_id, reason) VALUES (%s, %s, %s, {v.now(conn)}, %s, %s, %s)"
+        + (
+            " ON DUPLICATE KEY UPDATE fingerprint = fingerprint"
+            if conn.vendor == "mysql"
+            else " ON CONFLICT (fingerprint) DO NOTHING"
+        ),
+        [fp, kind, crashes, payload, job_id, reason],
+    )
     # MySQL/MariaDB find waiting jobs by the generated column that is their fingerprint
     # only while they wait (migration 0020); elsewhere a partial index has that condition,
     # which the statement repeats in its text for SQLite to match it.

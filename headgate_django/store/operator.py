@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 
 from headgate_django.envelope import fingerprint
@@ -91,6 +91,24 @@ def _refuse_taken_keys(jobs: QuerySet[Job], using: str) -> None:
         )
 
 
+def _revive(jobs: QuerySet[Job], using: str, sql: str, params: list[Any]) -> int:
+    """Run the ``UPDATE`` that makes ``jobs`` live again; return its row count.
+
+    :func:`_refuse_taken_keys` runs first, but an enqueue of one of their keys that had not
+    committed then still wins the unique index: the update fails on it, in a savepoint, and
+    the same check, made again now that the enqueue committed, names the holder. Without
+    it the caller got a raw ``IntegrityError`` (an HTTP 500) for an ordinary conflict.
+    """
+    conn = v.connection_for(using)
+    try:
+        with transaction.atomic(using=using), conn.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+    except IntegrityError:
+        _refuse_taken_keys(jobs, using)
+        raise
+
+
 def job_operator_retry(job_id: str, *, using: str = "default") -> None:
     """Give an archived, cancelled or undecodable job a fresh set of attempts."""
     _retry(job_id, using=using, verb="retry")
@@ -106,14 +124,15 @@ def _retry(job_id: str, *, using: str, verb: str) -> None:
     with transaction.atomic(using=using):
         job = _locked(job_id, using, verb)
         check(job.state, Event.OPERATOR_RETRY)
-        _refuse_taken_keys(Job.objects.using(using).filter(pk=job_id), using)
+        jobs = Job.objects.using(using).filter(pk=job_id)
+        _refuse_taken_keys(jobs, using)
         conn = v.connection_for(using)
-        _set(
-            job_id,
+        _revive(
+            jobs,
             using,
-            f"state = %s, attempt = 0, crash_attempt = 0, scheduled_at = {v.now(conn)}, "
-            "finalized_at = NULL, expires_at = NULL",
-            [State.AVAILABLE.value],
+            f"UPDATE headgate_job SET state = %s, attempt = 0, crash_attempt = 0, "
+            f"scheduled_at = {v.now(conn)}, finalized_at = NULL, expires_at = NULL WHERE id = %s",
+            [State.AVAILABLE.value, job_id],
         )
 
 
@@ -188,23 +207,21 @@ def job_reschedule(
 def quarantine_release(fingerprint_hex: str, *, using: str = "default") -> int:
     """Lift a quarantine; its quarantined jobs become available. Returns how many."""
     with transaction.atomic(using=using):
-        _refuse_taken_keys(
-            Job.objects.using(using).filter(
-                fingerprint=fingerprint_hex, state=State.QUARANTINED.value
-            ),
-            using,
+        jobs = Job.objects.using(using).filter(
+            fingerprint=fingerprint_hex, state=State.QUARANTINED.value
         )
+        _refuse_taken_keys(jobs, using)
         deleted, _ = Quarantine.objects.using(using).filter(pk=fingerprint_hex).delete()
         if not deleted:
             raise NotFoundError(f"fingerprint {fingerprint_hex} is not quarantined")
         conn = v.connection_for(using)
-        with conn.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE headgate_job SET state = %s, crash_attempt = 0, scheduled_at = {v.now(conn)}, "
-                "finalized_at = NULL WHERE fingerprint = %s AND state = %s",
-                [State.AVAILABLE.value, fingerprint_hex, State.QUARANTINED.value],
-            )
-            return cursor.rowcount
+        return _revive(
+            jobs,
+            using,
+            f"UPDATE headgate_job SET state = %s, crash_attempt = 0, scheduled_at = {v.now(conn)}, "
+            "finalized_at = NULL WHERE fingerprint = %s AND state = %s",
+            [State.AVAILABLE.value, fingerprint_hex, State.QUARANTINED.value],
+        )
 
 
 def job_replace_payload(

@@ -242,11 +242,21 @@ def _schedule(cursor: Any, conn: Any, items: list[tuple[str, int]]) -> None:
 
 
 def _fail_pending(cursor: Any, conn: Any, items: list[tuple[str, str]]) -> None:
-    """A node that cannot be decided (a failing condition) is cancelled with the reason."""
+    """A node that cannot be decided (a failing condition) is cancelled with the reason.
+
+    Only while it is still pending: the plan was made from a read outside this
+    transaction, and an operator may have promoted the node since (and a worker claimed
+    it). The read locks the row, so a promote still uncommitted is waited for and then
+    seen; the update repeats the condition all the same. Cancelling a node that had moved
+    on undid the promote, or (running) broke ``headgate_job_running_has_lease`` and
+    failed the whole tick.
+    """
+    pending = State.PENDING.value
     for job_id, reason in items:
         cursor.execute(
-            f"SELECT errors, attempt, {v.now(conn)} FROM headgate_job WHERE id = %s AND state = %s",
-            [job_id, State.PENDING.value],
+            f"SELECT errors, attempt, {v.now(conn)} FROM headgate_job "
+            f"WHERE id = %s AND state = %s{v.for_update(conn)}",
+            [job_id, pending],
         )
         row = cursor.fetchone()
         if row is None:
@@ -254,8 +264,8 @@ def _fail_pending(cursor: Any, conn: Any, items: list[tuple[str, str]]) -> None:
         errors = append_error(row[0], error_entry(conn, row[2], row[1], "condition", reason, None))
         cursor.execute(
             f"UPDATE headgate_job SET state = %s, errors = %s, finalized_at = {v.now(conn)}, "
-            f"expires_at = {v.plus_duration_column(conn, 'retention')} WHERE id = %s",
-            [State.CANCELLED.value, prep(conn, "errors", errors), job_id],
+            f"expires_at = {v.plus_duration_column(conn, 'retention')} WHERE id = %s AND state = %s",
+            [State.CANCELLED.value, prep(conn, "errors", errors), job_id, pending],
         )
 
 

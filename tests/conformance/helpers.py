@@ -121,3 +121,36 @@ SLACK = timedelta(seconds=5)
 
 def near(instant: Any, expected: Any, slack: timedelta = SLACK) -> bool:
     return instant is not None and abs(instant - expected) <= slack
+
+
+def wait_for_lock_wait(timeout: float = 15.0) -> None:
+    """Return once another session of this test database waits for a row lock.
+
+    Races are ordered with it: one connection holds a row locked, the path under test
+    runs in a second one until it blocks on that row, and only then is the first let go.
+    """
+    from django.db import connection
+
+    pause = 0.02
+    if connection.vendor == "postgresql":
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+    elif connection.vendor == "mysql":
+        sql = (
+            "SELECT count(*) FROM information_schema.innodb_trx t "
+            "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
+            "WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
+        )
+        pause = 0.2  # InnoDB refreshes innodb_trx only when not read in the last 0.1 s
+    else:
+        raise AssertionError("SQLite has no row locks")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            if cursor.fetchone()[0]:
+                return
+        time.sleep(pause)
+    raise AssertionError("no session started waiting for a row lock")
