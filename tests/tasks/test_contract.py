@@ -256,7 +256,11 @@ def test_bad_headgate_options_on_a_task_are_django_invalid_task_errors():
     from headgate_django.exceptions import DefinitionError
     from headgate_django.tasks import HeadgateTask
 
-    for options in ({"max_attempts": 0}, {"retention": timedelta(seconds=-1)}):
+    for options in (
+        {"max_attempts": 0},
+        {"retention": timedelta(seconds=-1)},
+        {"retention": timedelta(days=36_501)},  # past the year 9999 from a finished job
+    ):
         with pytest.raises(InvalidTaskError) as info:
             HeadgateTask(func=defs.add.func, **options)
         assert isinstance(info.value, DefinitionError)
