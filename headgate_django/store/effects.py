@@ -21,6 +21,7 @@ from django.db.models import Exists, OuterRef
 from headgate_django.envelope import check_result
 from headgate_django.exceptions import DefinitionError, LeaseLostError
 from headgate_django.models import Effect, Job
+from headgate_django.store import packet
 from headgate_django.store import vendor as v
 from headgate_django.store.fenced import Completion, LeaseRef, job_complete_many, lock_held
 
@@ -67,7 +68,7 @@ def job_effect_once(
         found, value = job_effect_recorded(ref.job_id, name, using=using)
         if not found:
             value = fn()
-            check_result(value)
+            packet.check_result_sent(conn, value, check_result(value))
             Effect.objects.using(using).create(
                 job_id=ref.job_id,
                 name=name,

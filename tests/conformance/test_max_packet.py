@@ -82,3 +82,13 @@ def test_the_store_refuses_one_result_too_large_for_a_statement_and_nothing_land
     with pytest.raises(ResultTooLargeError, match="max_allowed_packet"):
         store.job_complete_many([Completion(claimed.ref, quotes)])
     assert (row(job_id)["state"], row(other_id)["state"]) == ("running", "running")
+
+
+def test_an_effect_whose_result_is_too_large_for_a_statement_records_nothing():
+    from headgate_django.store.effects import job_effect_once, job_effects
+
+    job_id, claimed = job_in_state(State.RUNNING)
+    with pytest.raises(ResultTooLargeError, match="max_allowed_packet"):
+        job_effect_once(claimed.ref, "fetch", lambda: "x" * packet())
+    assert job_effects(job_id) == []
+    assert job_effect_once(claimed.ref, "fetch", lambda: "small") == "small"
