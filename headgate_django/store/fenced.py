@@ -224,10 +224,15 @@ def _complete_kept(cursor: Any, conn: BaseDatabaseWrapper, keeps: list[Completio
     budget = packet.value_budget(conn)
     # MySQL/MariaDB: the results written together must fit one statement (max_allowed_packet),
     # so they are split into statements that do; the jobs without a result go with the first.
+    # A job's id is in the statement twice (its CASE and its IN), quoted, with a few words.
     groups = (
         [prepared]
         if budget is None
-        else packet.statements(prepared, lambda item: packet.sent_size(item[1]), budget)
+        else packet.statements(
+            prepared,
+            lambda item: packet.sent_size(item[1]) + 2 * len(item[0].ref.job_id.encode()) + 32,
+            budget,
+        )
     )
     rest = _refs_without_result(keeps)
     done: set[str] = set()
