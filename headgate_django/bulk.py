@@ -24,7 +24,7 @@ from typing import Any
 
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
-from headgate_django.envelope import Envelope, encode_call, internal
+from headgate_django.envelope import Envelope, check_not_too_long, encode_call, internal
 from headgate_django.exceptions import DefinitionError
 from headgate_django.kernel.names import BULK_KIND
 from headgate_django.registry import internal_task
@@ -106,6 +106,7 @@ def _check_request(
             raise DefinitionError("reschedule: at must be timezone-aware")
         if delay is not None and delay < timedelta(0):
             raise DefinitionError("reschedule: delay must not be negative")
+        check_not_too_long("reschedule: delay", delay)
     elif at is not None or delay is not None:
         raise DefinitionError(f"{action} takes no at= or delay=")
 

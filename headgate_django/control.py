@@ -5,6 +5,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
+
+
+def _check_not_too_long(name: str, delay: timedelta) -> None:
+    """Refuse a delay the store could not add to its clock (past the year 9999 a job's
+    ``scheduled_at`` overflows, or cannot be read back), with the same limit as a durable
+    sleep. Raised in the handler, the ``ValueError`` fails the attempt with this message,
+    like any other handler exception, instead of crashing the settlement."""
+    if delay > MAX_DURABLE_DELAY:
+        raise ValueError(
+            f"{name} takes a delay of at most {MAX_DURABLE_DELAY.days} days, not {delay}"
+        )
+
 
 class Snooze(Exception):
     """Run this job again after ``delay`` without consuming an attempt."""
@@ -14,6 +27,7 @@ class Snooze(Exception):
             delay = timedelta(seconds=delay)
         if delay <= timedelta(0):
             raise ValueError("Snooze needs a positive delay")
+        _check_not_too_long("Snooze", delay)
         self.delay = delay
         super().__init__(f"snooze for {delay}")
 
@@ -60,6 +74,7 @@ class RetryAfter(Exception):
     def __init__(self, delay: timedelta, error: str) -> None:
         if not isinstance(delay, timedelta) or delay <= timedelta(0):
             raise ValueError("RetryAfter needs a positive timedelta")
+        _check_not_too_long("RetryAfter", delay)
         self.delay = delay
         self.error = error
         super().__init__(error)

@@ -32,6 +32,7 @@ from headgate_django.kernel.names import (
     validate_queue,
     validate_rate_class,
 )
+from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -328,6 +329,14 @@ _VALID_NAMES: set[tuple[str, str]] = set()
 _VALID_NAMES_MAX = 4096
 
 
+def check_not_too_long(what: str, value: timedelta | None) -> None:
+    """Refuse a delay or retention the store cannot add to its clock, which stops at the
+    year 9999: a longer one failed with a database error (or, on PostgreSQL, stored an
+    instant nobody could read back). The limit is that of every other wait."""
+    if value is not None and value > MAX_DURABLE_DELAY:
+        raise DefinitionError(f"{what} is at most {MAX_DURABLE_DELAY.days} days, not {value}")
+
+
 def check_fields(env: Envelope) -> None:
     """Refuse an envelope whose fields, all but the payload, cannot be stored.
 
@@ -358,11 +367,13 @@ def check_fields(env: Envelope) -> None:
         raise DefinitionError(f"{env.kind}: max_attempts must be at least 1")
     if env.retention is not None and env.retention < timedelta(0):
         raise DefinitionError(f"{env.kind}: retention cannot be negative")
+    check_not_too_long(f"{env.kind}: retention", env.retention)
     timing = [env.scheduled_at is not None, env.delay is not None, env.pending]
     if sum(timing) > 1:
         raise DefinitionError(f"{env.kind}: scheduled_at, delay and pending are exclusive")
     if env.delay is not None and env.delay < timedelta(0):
         raise DefinitionError(f"{env.kind}: delay cannot be negative")
+    check_not_too_long(f"{env.kind}: delay", env.delay)
     if env.scheduled_at is not None and env.scheduled_at.tzinfo is None:
         raise DefinitionError(f"{env.kind}: scheduled_at must be timezone-aware")
     if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):

@@ -57,6 +57,8 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 from headgate_django.context import JobContext
 from headgate_django.envelope import Envelope, check_result, decode_call, encode_call
 from headgate_django.exceptions import DefinitionError
+from headgate_django.kernel.names import validate_kind, validate_queue
+from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
@@ -106,12 +108,21 @@ class HeadgateBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
+        try:  # the job's kind and queue: refused here, not first at enqueue
+            validate_kind(task.module_path)
+            validate_queue(task.queue_name)
+        except DefinitionError as exc:
+            raise InvalidTaskOptionError(f"{task.module_path}: {exc}") from None
         max_attempts = getattr(task, "max_attempts", None)
         if max_attempts is not None and max_attempts < 1:
             raise InvalidTaskOptionError(f"{task.module_path}: max_attempts must be at least 1")
         retention = getattr(task, "retention", None)
         if retention is not None and retention < timedelta(0):
             raise InvalidTaskOptionError(f"{task.module_path}: retention cannot be negative")
+        if retention is not None and retention > MAX_DURABLE_DELAY:
+            raise InvalidTaskOptionError(
+                f"{task.module_path}: retention is at most {MAX_DURABLE_DELAY.days} days"
+            )
         _register(task)
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:

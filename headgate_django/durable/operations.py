@@ -11,6 +11,7 @@ returns a JSON value                      OperationCompleted(result)
 raises ``Skip``                           OperationCompleted without a result
 raises, attempts left                     retried after the Operation's retry delay
 raises, attempts used up / ``Abort``      OperationFailed(error)
+returns a value the store cannot keep     OperationFailed(error), at once
 raises ``Snooze``                         runs again later, no attempt used
 raises ``Uncertain`` / outlives timeout   OperationUncertain; execution suspended
 ========================================  ==========================================
@@ -38,14 +39,21 @@ from headgate_django.context import JobContext
 from headgate_django.control import Abort, RetryAfter, Skip, Snooze, Uncertain
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import find_operation
-from headgate_django.envelope import canonical_json
-from headgate_django.exceptions import LeaseLostError, PayloadError, exception_reason
+from headgate_django.envelope import canonical_json, check_result
+from headgate_django.exceptions import (
+    LeaseLostError,
+    PayloadError,
+    ResultTooLargeError,
+    exception_reason,
+)
 from headgate_django.store.durable_jobs import (
     TERMINAL,
     operation_mark_failed,
     operation_mark_uncertain,
     operation_rerun_status,
 )
+from headgate_django.store.packet import check_result_sent
+from headgate_django.store.vendor import connection_for
 
 log = logging.getLogger("headgate_django.durable")
 
@@ -137,6 +145,10 @@ def operation_job(
         canonical_json(result)
     except PayloadError as exc:
         _fail(ctx, f"the Operation's result is not JSON: {exc}")
+    try:  # a result the store cannot keep would fail every attempt, rerunning the effect
+        check_result_sent(connection_for(ctx.using), result, check_result(result))
+    except ResultTooLargeError as exc:
+        _fail(ctx, f"the Operation's result is too large to keep: {exc}")
     return result
 
 

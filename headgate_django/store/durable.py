@@ -510,9 +510,13 @@ def execution_reconcile(
 ) -> dict[str, list[str]]:
     """Defence in depth, for the duty: revive running executions idle for ``stalled_for``
     whose workflow task is gone or finished, and record the outcome of Operation jobs that
-    finished without a hook (crash quarantine, bulk cancel). Returns what it touched."""
+    finished without a hook (crash quarantine, bulk cancel). Returns what it touched.
+
+    A quarantined workflow task counts as present: the wake would leave it as it is (only
+    releasing the quarantine runs it again), so such an execution was "revived" on every
+    sweep for nothing, and enough of them filled the sweep's slice for good."""
     conn = v.connection_for(using)
-    live = jobs.LIVE_JOB_STATES
+    live = [*jobs.LIVE_JOB_STATES, State.QUARANTINED.value]
     with conn.cursor() as cursor:
         cursor.execute(
             f"SELECT e.id FROM {EXEC_TABLE} e WHERE e.state = %s AND e.updated_at <= "

@@ -21,6 +21,7 @@ from django.db.models import Exists, OuterRef
 from headgate_django.envelope import check_result
 from headgate_django.exceptions import DefinitionError, LeaseLostError
 from headgate_django.models import Effect, Job
+from headgate_django.store import packet
 from headgate_django.store import vendor as v
 from headgate_django.store.fenced import Completion, LeaseRef, job_complete_many, lock_held
 
@@ -71,7 +72,7 @@ def job_effect_once(
             margin = v.parse_instant(conn, expires) - v.parse_instant(conn, at)
             margin_ms = int(margin.total_seconds() * 1000)
             value = fn()
-            check_result(value)
+            packet.check_result_sent(conn, value, check_result(value))
             Effect.objects.using(using).create(
                 job_id=ref.job_id,
                 name=name,

@@ -22,6 +22,7 @@ from headgate_django.envelope import check_result
 from headgate_django.exceptions import DeadlineExceededError, LeaseLostError, ResultTooLargeError
 from headgate_django.kernel import backoff
 from headgate_django.kernel.states import Event, State, check, retry_target
+from headgate_django.store import packet
 from headgate_django.store import vendor as v
 from headgate_django.store.attempt_logs import logged, save_completion_logs
 from headgate_django.store.hooks import Death, after_archive
@@ -219,12 +220,51 @@ def _complete_kept(cursor: Any, conn: BaseDatabaseWrapper, keeps: list[Completio
         ]
         set_sql += ", result = coalesce(r.ref_result, result)"
         return _fenced_ids(cursor, conn, set_sql, params, refs, results)
-    cases = []
-    for c in with_result:
-        cases.append("WHEN %s THEN %s")
-        params += [c.ref.job_id, _result_param(conn, c.ref.job_id, c.result)]
-    set_sql += f", result = CASE id {' '.join(cases)} ELSE result END"
-    return _fenced_ids(cursor, conn, set_sql, params, refs)
+    prepared = [(c, _result_param(conn, c.ref.job_id, c.result)) for c in with_result]
+    budget = packet.value_budget(conn)
+    # MySQL/MariaDB: the results written together must fit one statement (max_allowed_packet),
+    # so they are split into statements that do; the jobs without a result go with the first.
+    # A job's id is in the statement twice (its CASE and its IN), quoted, with a few words.
+    groups = (
+        [prepared]
+        if budget is None
+        else packet.statements(
+            prepared,
+            lambda item: packet.sent_size(item[1]) + 2 * len(item[0].ref.job_id.encode()) + 32,
+            budget,
+        )
+    )
+    rest = _refs_without_result(keeps)
+    done: set[str] = set()
+    for group in groups:
+        done |= _complete_with_results(cursor, conn, set_sql, params, group, rest)
+        rest = []
+    return done
+
+
+def _refs_without_result(keeps: list[Completion]) -> list[LeaseRef]:
+    return [c.ref for c in keeps if c.result is None]
+
+
+def _complete_with_results(
+    cursor: Any,
+    conn: BaseDatabaseWrapper,
+    set_sql: str,
+    params: list[Any],
+    prepared: list[tuple[Completion, Any]],
+    others: list[LeaseRef],
+) -> set[str]:
+    """Complete the jobs of ``prepared`` with their results, and ``others`` without."""
+    cases = " ".join("WHEN %s THEN %s" for _ in prepared)
+    values = v.flat((c.ref.job_id, param) for c, param in prepared)
+    refs = [c.ref for c, _ in prepared] + others
+    return _fenced_ids(
+        cursor,
+        conn,
+        f"{set_sql}, result = CASE id {cases} ELSE result END",
+        [*params, *values],
+        refs,
+    )
 
 
 def _result_param(conn: BaseDatabaseWrapper, job_id: str, result: Any) -> Any:
@@ -235,9 +275,11 @@ def _result_param(conn: BaseDatabaseWrapper, job_id: str, result: Any) -> Any:
     """
     try:
         check_result(result)
+        param = prep(conn, "result", result)
+        packet.check_param_sent(conn, param)
     except ResultTooLargeError as exc:
         raise ResultTooLargeError(f"job {job_id}: {exc}", **exc.details) from None
-    return prep(conn, "result", result)
+    return param
 
 
 def after_finish(

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 
-from headgate_django.envelope import fingerprint
+from headgate_django.envelope import check_not_too_long, fingerprint
 from headgate_django.exceptions import (
     DefinitionError,
     DuplicateError,
@@ -184,6 +184,7 @@ def job_reschedule(
         raise DefinitionError("reschedule needs exactly one of at= or delay=")
     if at is not None and at.tzinfo is None:
         raise DefinitionError("reschedule: at must be timezone-aware")
+    check_not_too_long("reschedule: delay", delay)
     with transaction.atomic(using=using):
         job = _locked(job_id, using, "reschedule")
         check(job.state, Event.OPERATOR_SCHEDULE)

@@ -23,8 +23,8 @@ from typing import Any, Generic, TypeVar
 
 from headgate_django import tracing
 from headgate_django.context import JobContext
-from headgate_django.envelope import check_result
 from headgate_django.registry import TaskDef
+from headgate_django.store.vendor import connection_for
 from headgate_django.worker import execute
 
 E = TypeVar("E")
@@ -97,19 +97,18 @@ def _call(definition: TaskDef, members: list[BatchMember]) -> dict[str, execute.
             )
         )
         return {m.job_id: wrong for m in members}
-    return {m.job_id: _unless_lost(m, _member_outcome(returned.get(m.job_id))) for m in members}
+    return {
+        m.job_id: _unless_lost(m, _member_outcome(returned.get(m.job_id), m.ctx.using))
+        for m in members
+    }
 
 
-def _member_outcome(value: Any) -> execute.Outcome:
+def _member_outcome(value: Any, using: str) -> execute.Outcome:
     if isinstance(value, BaseException):
         return execute.outcome_of(value)
     if value is None:
         return execute.Succeeded(None)
-    try:
-        check_result(value)
-    except (TypeError, ValueError) as exc:
-        return execute.failure(exc)
-    return execute.Succeeded(value)
+    return execute.result_outcome(value, connection_for(using))
 
 
 def _unless_lost(member: BatchMember, outcome: execute.Outcome) -> execute.Outcome:

@@ -26,6 +26,7 @@ from headgate_django.envelope import check_result, decode_call
 from headgate_django.exceptions import LeaseLostError
 from headgate_django.kernel import sealed
 from headgate_django.registry import TaskDef, find_task
+from headgate_django.store.packet import check_result_sent
 from headgate_django.store.vendor import connection_for
 
 
@@ -270,11 +271,17 @@ def _run(
         return LeaseLost(reason="the attempt was cancelled while it ran")
     if result is None:  # most handlers: nothing to encode or measure
         return _SUCCEEDED
+    return result_outcome(result, conn)
+
+
+def result_outcome(result: Any, conn: BaseDatabaseWrapper) -> Outcome:
+    """Success with ``result``, or the failure of a result the store cannot keep: not JSON,
+    over ``MAX_RESULT_BYTES``, or too large for one statement on MySQL/MariaDB
+    (``max_allowed_packet``). Refused here, as a failure of this job, rather than failing
+    the batched ack of every job written with it."""
     try:
-        check_result(result)
+        check_result_sent(conn, result, check_result(result))
     except (TypeError, ValueError) as exc:
-        # Refused here, as a failure of this job, rather than failing the batched ack of
-        # every job written with it.
         return failure(exc)
     return Succeeded(result=result)
 

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from headgate_django.envelope import Envelope, decode_call, encode_call, internal
+from headgate_django.envelope import (
+    Envelope,
+    check_payload_size,
+    decode_call,
+    encode_call,
+    internal,
+)
 from headgate_django.exceptions import DefinitionError, GraphError
 from headgate_django.kernel import cel
 from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, validate
@@ -209,6 +215,12 @@ class Workflow:
                 retention=retention,
                 workflow_id=self.workflow_id,
             )
+        )
+        # The graph is the coordinator's payload: a graph within every per-field limit can
+        # still be over MAX_PAYLOAD_BYTES, said here with the rule enqueue applies to it.
+        check_payload_size(
+            len(coordinator.payload),
+            f"graph of workflow {self.workflow_id!r} (its coordinator job's payload)",
         )
         children = [self._child(node, retention) for node in graph.nodes]
         return PreparedWorkflow(self.workflow_id, graph, [coordinator, *children])

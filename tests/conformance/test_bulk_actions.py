@@ -124,6 +124,12 @@ def test_internal_jobs_are_never_selected_and_naming_one_is_refused():
         (lambda: bulk.perform("retry", expected_count=0, states=["gone"]), "unknown state"),
         (lambda: bulk.perform("reschedule", expected_count=0, queue="q"), "exactly one"),
         (
+            lambda: bulk.perform(
+                "reschedule", expected_count=0, queue="q", delay=timedelta(days=10**8)
+            ),
+            "at most 36500 days",
+        ),
+        (
             lambda: bulk.perform("retry", expected_count=0, queue="q", delay=timedelta(1)),
             "takes no",
         ),

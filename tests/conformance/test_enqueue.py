@@ -442,3 +442,16 @@ def test_unknown_kinds_are_counted_each_up_to_a_cap_and_only_while_available(mon
         "test.noop": 2,
         "test.zz-unknown": 2,
     }
+
+
+@pytest.mark.parametrize("field", ["delay", "retention"])
+def test_a_delay_or_retention_past_the_year_9999_is_refused_and_nothing_is_stored(field):
+    # The store adds either to its clock: NULL on SQLite, an overflow on MariaDB, and on
+    # PostgreSQL a year Python cannot read back (the row broke every reader of it).
+    kept = tasks.noop.enqueue()
+    too_long = dataclasses.replace(tasks.noop.envelope(), **{field: timedelta(days=10**8)})
+    with pytest.raises(DefinitionError, match=f"{field} is at most 36500 days"):
+        enqueue([tasks.noop.envelope(), too_long])
+    assert list(Job.objects.values_list("id", flat=True)) == [kept]
+    longest = dataclasses.replace(tasks.noop.envelope(), **{field: timedelta(days=36_500)})
+    assert len(enqueue(longest)) == 1

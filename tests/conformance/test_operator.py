@@ -115,8 +115,9 @@ def test_unknown_job_is_not_found(verb):
         {},
         {"at": datetime(2030, 1, 1, tzinfo=UTC), "delay": timedelta(1)},
         {"at": datetime(2030, 1, 1)},
+        {"delay": timedelta(days=10**8)},  # past the year 9999 on the store clock
     ],
-    ids=["neither", "both", "naive"],
+    ids=["neither", "both", "naive", "past-9999"],
 )
 def test_reschedule_needs_one_aware_instant(kwargs):
     job_id, _ = job_in_state(State.PENDING)

@@ -9,9 +9,11 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
-from headgate_django import Envelope, enqueue, store, task, testing
+from headgate_django import Envelope, Snooze, enqueue, store, task, testing
+from headgate_django.control import RetryAfter
 from headgate_django.envelope import encode_call
 from headgate_django.exceptions import PayloadTooLargeError
+from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store.fenced import Completion
@@ -195,3 +197,33 @@ def test_a_huge_error_message_is_cut_in_the_worker_log_as_in_the_store(caplog):
     assert stored.startswith("RuntimeError: xxx") and len(stored) == 4000
     for line in lines:
         assert len(line) < 4200 and line.endswith("…") and stored[:3900] in line
+
+
+@task(kind="test.conformance.retry-after-a-century-and-more")
+def retry_after_too_long(ctx):
+    raise RetryAfter(timedelta(days=10**8), "the partner said: come back much later")
+
+
+def test_a_snooze_past_the_longest_delay_fails_the_attempt_with_a_message():
+    # The store could not add 11 million days to its clock (NULL on SQLite, an overflow on
+    # MariaDB, a year PostgreSQL stores but Python cannot read back): the settlement crashed.
+    job_id = tasks.snooze_once.enqueue(seconds=1e12)
+    assert testing.run_one() == (job_id, "retried")
+    after = row(job_id)
+    assert (after["state"], after["attempt"]) == ("retryable", 1)
+    assert "Snooze takes a delay of at most 36500 days" in after["errors"][-1]["error"]
+    assert after["scheduled_at"] < store.db_now() + timedelta(days=1)
+
+
+def test_a_retry_after_past_the_longest_delay_fails_the_attempt_with_a_message():
+    job_id = retry_after_too_long.enqueue()
+    assert testing.run_one() == (job_id, "retried")
+    after = row(job_id)
+    assert (after["state"], after["attempt"]) == ("retryable", 1)
+    assert "RetryAfter takes a delay of at most 36500 days" in after["errors"][-1]["error"]
+    assert after["scheduled_at"] < store.db_now() + timedelta(days=1)
+
+
+def test_snooze_and_retry_after_take_the_longest_delay_itself():
+    assert Snooze(MAX_DURABLE_DELAY).delay == MAX_DURABLE_DELAY
+    assert RetryAfter(MAX_DURABLE_DELAY, "later").delay == MAX_DURABLE_DELAY

@@ -99,6 +99,23 @@ def test_case_33_the_reconciler_revives_an_execution_with_no_task() -> None:
     assert sorted(runs) == ["x", "y"]  # each Operation ran exactly once
 
 
+def test_the_reconciler_leaves_an_execution_whose_workflow_task_is_quarantined() -> None:
+    # The wake leaves a quarantined task as it is, yet the duty logged "had no live workflow
+    # task: revived it" on every sweep, and a hundred such executions filled its slice for good.
+    wf = start("mgr-one", "x")
+    lost = start("mgr-one", "y")
+    Job.objects.filter(pk=task_job(wf).pk).update(state="quarantined")  # by the reclaim duty
+    Job.objects.filter(pk=task_job(lost).pk).delete()
+    time.sleep(0.05)
+    report = execution_reconcile(stalled_for=timedelta(milliseconds=20), limit=1)
+    assert report == {"revived": [lost], "settled": []}
+    assert execution_reconcile(stalled_for=timedelta(milliseconds=20)) == {
+        "revived": [],
+        "settled": [],
+    }
+    assert task_job(wf).state == "quarantined" and view(wf).state == "running"
+
+
 def test_the_reconciler_records_operations_finished_without_a_hook() -> None:
     wf = start("mgr-one", "x")
     testing.run_one()

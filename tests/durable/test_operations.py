@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from headgate_django import DefinitionError, Skip, Snooze, durable, store, testing
 from headgate_django.exceptions import InvalidTransitionError, NotFoundError, OperationFailedError
@@ -17,6 +17,7 @@ from headgate_django.models import HistoryEvent, Job
 from headgate_django.store import durable_history
 from headgate_django.store.durable import NewEvent
 from headgate_django.store.durable_jobs import operation_envelope, settle_finished_operations
+from headgate_django.store.packet import max_packet
 from tests.durable.helpers import (
     counts,
     drive,
@@ -95,6 +96,18 @@ def unsure(ctx: Any, _: Any) -> str:
 @durable.operation("ops-not-json", version="1")
 def not_json(ctx: Any, _: Any) -> Any:
     return {1, 2}
+
+
+@durable.operation("ops-returns-text", version="1")
+def returns_text(ctx: Any, n: int) -> str:
+    calls["text"] += 1
+    return "x" * n
+
+
+@durable.workflow("ops-call-text", version="1")
+def call_text(ctx: durable.Context, n: int) -> Any:
+    error = ctx.execute_operation("ops-returns-text", "1", n).exception()
+    return {"error": str(error)[-60:]} if error is not None else "kept"  # its end: the limit
 
 
 @durable.workflow("ops-one", version="1")
@@ -284,6 +297,24 @@ def test_a_non_json_result_fails_the_operation() -> None:
     wf = start("ops-call", "ops-not-json")
     drive()
     assert "not JSON" in view(wf).result["error"]
+
+
+def test_a_result_too_large_to_keep_fails_the_operation_at_once(settings: Any) -> None:
+    # It failed each attempt after the effect had run, and the effect ran again every time.
+    settings.HEADGATE = {"MAX_RESULT_BYTES": 100}
+    wf = start("ops-call-text", 200)
+    drive()
+    assert "over the 100-byte limit (HEADGATE['MAX_RESULT_BYTES'])" in view(wf).result["error"]
+    assert calls["text"] == 1
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="max_allowed_packet: MySQL/MariaDB")
+def test_a_result_over_max_allowed_packet_fails_the_operation_at_once() -> None:
+    # Under MAX_RESULT_BYTES (32 MiB) but over MariaDB's default packet (16 MiB).
+    wf = start("ops-call-text", max_packet(connection))
+    drive()
+    assert "lower HEADGATE['MAX_RESULT_BYTES'] so results fail early)" in view(wf).result["error"]
+    assert calls["text"] == 1
 
 
 # -- uncertain outcomes -----------------------------------------------------------------

@@ -256,7 +256,11 @@ def test_bad_headgate_options_on_a_task_are_django_invalid_task_errors():
     from headgate_django.exceptions import DefinitionError
     from headgate_django.tasks import HeadgateTask
 
-    for options in ({"max_attempts": 0}, {"retention": timedelta(seconds=-1)}):
+    for options in (
+        {"max_attempts": 0},
+        {"retention": timedelta(seconds=-1)},
+        {"retention": timedelta(days=36_501)},  # past the year 9999 from a finished job
+    ):
         with pytest.raises(InvalidTaskError) as info:
             HeadgateTask(func=defs.add.func, **options)
         assert isinstance(info.value, DefinitionError)
@@ -279,3 +283,28 @@ def test_task_finished_sends_the_return_value_as_get_result_reads_it():
     [sent] = finished
     result.refresh()
     assert sent.return_value == result.return_value == [1, "two"]
+
+
+def a_task_whose_dotted_path_is_longer_than_the_longest_job_kind_headgate_can_store_so_it_can_never_ever_be_run():
+    """Module level, as Django requires of a task; its dotted path is over 128 bytes."""
+
+
+def test_a_queue_name_or_path_headgate_cannot_store_is_a_django_invalid_task_error(settings):
+    """Refused where Django validates a task (definition, ``using()``), not at enqueue with
+    a bare ``DefinitionError`` that code written for any backend does not catch."""
+    from headgate_django.exceptions import DefinitionError
+    from headgate_django.tasks import HeadgateTask
+
+    settings.TASKS = {
+        **settings.TASKS,
+        "open": {"BACKEND": "headgate_django.tasks.HeadgateBackend", "QUEUES": []},
+    }
+    for queue_name in ("two words", "x" * 129):
+        with pytest.raises(InvalidTaskError, match="queue name") as info:
+            defs.add.using(backend="open", queue_name=queue_name)
+        assert isinstance(info.value, DefinitionError)
+    long_path = a_task_whose_dotted_path_is_longer_than_the_longest_job_kind_headgate_can_store_so_it_can_never_ever_be_run
+    with pytest.raises(InvalidTaskError, match="job kind") as info:
+        HeadgateTask(func=long_path)
+    assert isinstance(info.value, DefinitionError)
+    assert Job.objects.count() == 0

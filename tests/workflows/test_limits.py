@@ -16,6 +16,7 @@ from headgate_django.exceptions import (
     DuplicateNodeError,
     GraphError,
     GraphLimitError,
+    PayloadTooLargeError,
     UnknownDependencyError,
 )
 from headgate_django.models import Job
@@ -217,3 +218,19 @@ def test_a_child_link_must_name_a_possible_workflow_id(child):
 def test_a_signal_name_may_not_contain_control_characters():
     with pytest.raises(GraphError, match="control characters"):
         Workflow("w:1").add_signal("s", "go\x00", []).prepare()
+
+
+def test_a_graph_within_every_field_limit_but_too_large_to_store_is_refused_at_prepare():
+    """999 nodes with 128-byte names and 1,000-byte conditions make a graph of about 1.4 MB,
+    over ``MAX_PAYLOAD_BYTES`` (1 MiB): refused when the workflow is prepared, with the size
+    and the limit, rather than by ``enqueue`` for a job the user never named."""
+    expression = f'"{"x" * 990}" != ""'  # 998 bytes
+    workflow = Workflow("too-large-to-store")
+    for i in range(999):
+        workflow.add_condition(f"{i:03d}-{'n' * 124}", expression)
+    with pytest.raises(PayloadTooLargeError) as info:
+        workflow.prepare()
+    assert info.value.details["limit"] == 1_048_576
+    assert info.value.details["size"] > 1_048_576
+    assert "workflow 'too-large-to-store'" in str(info.value)
+    assert "MAX_PAYLOAD_BYTES" in str(info.value)

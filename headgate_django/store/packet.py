@@ -1,0 +1,106 @@
+"""MySQL/MariaDB's ``max_allowed_packet``: the largest statement the server accepts.
+
+MySQLdb sends every parameter inside the statement's text, escaped, so one big value (a
+job's result) or many values written together (a worker's batched acknowledgements) can
+make a statement the server refuses with error 1153, which also ends the session. MariaDB
+10.11 defaults to 16 MiB, below the default ``MAX_RESULT_BYTES`` of 32 MiB. The store
+measures what it sends against the server's own limit instead: one value too large for it
+is refused with :class:`ResultTooLargeError`, like a value over the setting, and values
+written together are split into statements that fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from headgate_django.exceptions import ResultTooLargeError
+from headgate_django.store import vendor as v
+
+T = TypeVar("T")
+
+#: Room left in a statement for its SQL text and its other parameters (ids, leases).
+STATEMENT_SLACK = 64 * 1024
+
+
+def max_packet(conn: BaseDatabaseWrapper) -> int | None:
+    """The server's ``max_allowed_packet`` (asked once per session), or None where the
+    database has no such limit on a statement."""
+    if conn.vendor != "mysql":
+        return None
+
+    def ask() -> int:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT @@max_allowed_packet")
+            return int(cursor.fetchone()[0])
+
+    return v.per_session(conn, "max_allowed_packet", ask)
+
+
+def value_budget(conn: BaseDatabaseWrapper) -> int | None:
+    """The most bytes one value may take in a statement, or None without a limit."""
+    packet = max_packet(conn)
+    return None if packet is None else packet - STATEMENT_SLACK
+
+
+def sent_size(param: Any) -> int:
+    """The bytes a string parameter takes in a MySQL statement: its UTF-8 bytes, one more
+    for each character MySQLdb escapes (JSON holds no raw control character, so quotes and
+    backslashes are all there is to count)."""
+    if not isinstance(param, str):
+        return 0
+    return len(param.encode()) + param.count("\\") + param.count("'") + param.count('"')
+
+
+def statements(items: Iterable[T], size: Callable[[T], int], budget: int) -> Iterator[list[T]]:
+    """``items`` in groups whose sizes add up to at most ``budget`` (an item over it alone
+    in its group: the caller refuses it first)."""
+    group: list[T] = []
+    used = 0
+    for item in items:
+        n = size(item)
+        if group and used + n > budget:
+            yield group
+            group, used = [], 0
+        group.append(item)
+        used += n
+    if group:
+        yield group
+
+
+#: How much larger than its UTF-8 JSON a value can be as sent: the ORM writes non-ASCII
+#: characters as ``\uXXXX`` (7 bytes for a 2-byte character, with the backslash escaped).
+_MOST_EXPANSION = 4
+
+
+def check_result_sent(conn: BaseDatabaseWrapper, result: Any, size: int) -> Any:
+    """Refuse a result (``size`` bytes of UTF-8 JSON, as :func:`check_result` measured it)
+    the server could not take in a statement, with the :class:`ResultTooLargeError` of the
+    size limit; return its parameter when it was prepared (None when it plainly fits)."""
+    budget = value_budget(conn)
+    if budget is None or size * _MOST_EXPANSION <= budget:
+        return None
+    from headgate_django.store.rows import prep
+
+    param = prep(conn, "result", result)
+    check_param_sent(conn, param)
+    return param
+
+
+def check_param_sent(conn: BaseDatabaseWrapper, param: Any) -> int:
+    """The bytes ``param`` (a prepared result) takes in a statement, refused over the
+    server's budget."""
+    budget = value_budget(conn)
+    sent = sent_size(param)
+    if budget is not None and sent > budget:
+        packet = max_packet(conn)
+        raise ResultTooLargeError(
+            f"result is {sent} bytes as sent to the database, over its max_allowed_packet of "
+            f"{packet} bytes less {STATEMENT_SLACK} for the statement (raise max_allowed_packet "
+            "on the server, or lower HEADGATE['MAX_RESULT_BYTES'] so results fail early)",
+            size=sent,
+            limit=budget,
+        )
+    return sent
