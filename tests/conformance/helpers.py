@@ -8,8 +8,10 @@ gets its own queue by default, so a test can claim exactly the job it means to.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -154,3 +156,52 @@ def wait_for_lock_wait(timeout: float = 15.0) -> None:
                 return
         time.sleep(pause)
     raise AssertionError("no session started waiting for a row lock")
+
+
+def race_behind_a_lock(holder: Callable[[], object], waiter: Callable[[], object]) -> list[Any]:
+    """Run ``holder`` in a transaction of one thread and keep it open; run ``waiter`` in a
+    second thread, and let the first commit only once the second waits for one of its
+    locks. Returns the exceptions either raised (an ``assert`` inside one included).
+
+    The interleaving is exact on PostgreSQL and MySQL/MariaDB, however loaded the machine:
+    nothing is ordered by sleeping.
+    """
+    from django.db import connection, transaction
+
+    holding, go = threading.Event(), threading.Event()
+    errors: list[Any] = []
+
+    def in_thread(body: Callable[[], object]) -> threading.Thread:
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                holder()
+                holding.set()
+                assert go.wait(timeout=60), "the waiting side never blocked"
+        finally:
+            holding.set()  # a failed holder is reported, not waited for
+
+    first, second = in_thread(hold), None
+    try:
+        assert holding.wait(timeout=60)
+        if not errors:
+            second = in_thread(waiter)
+            wait_for_lock_wait()
+    finally:
+        go.set()
+        first.join()
+        if second is not None:
+            second.join()
+    return errors

@@ -10,10 +10,8 @@ its lease) and failed the whole tick with an ``IntegrityError``.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from headgate_django import store
 from headgate_django.kernel.workflow import Checkpoint, Plan
@@ -23,9 +21,9 @@ from tests.conformance.helpers import (
     WORKER,
     claim,
     enqueue_job,
+    race_behind_a_lock,
     row,
     state_of,
-    wait_for_lock_wait,
 )
 
 
@@ -37,52 +35,25 @@ def test_a_condition_failure_leaves_a_node_that_moved_meanwhile_alone(moved_to):
     node = enqueue_job(pending=True)
     queue = row(node)["queue"]
     coordinator = claim(enqueue_job()).ref
-    locked, go, errors = threading.Event(), threading.Event(), []
 
     def operator() -> None:
-        """Promote the node (and claim it) in a transaction that commits only on ``go``."""
-        try:
-            with transaction.atomic():
-                store.job_promote(node)
-                if moved_to == "running":
-                    claimed = store.job_claim(
-                        worker_id=WORKER, limit=1, lease_ttl=LONG, queues=[queue]
-                    )
-                    assert [c.ref.job_id for c in claimed] == [node]
-                locked.set()
-                assert go.wait(timeout=30)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+        """Promote the node (and claim it), in the transaction the race keeps open."""
+        store.job_promote(node)
+        if moved_to == "running":
+            claimed = store.job_claim(worker_id=WORKER, limit=1, lease_ttl=LONG, queues=[queue])
+            assert [c.ref.job_id for c in claimed] == [node]
 
     def tick() -> None:
-        """The coordinator's tick, planned from a read that still saw the node pending."""
-        try:
-            workflow_tick_save(
-                coordinator,
-                workflow_id="wf-race",
-                checkpoint=Checkpoint(),
-                plan=Plan(fail=[(node, "condition raised")]),
-            )
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+        """The coordinator's tick, planned from a read that still saw the node pending:
+        it waits for the node's row."""
+        workflow_tick_save(
+            coordinator,
+            workflow_id="wf-race",
+            checkpoint=Checkpoint(),
+            plan=Plan(fail=[(node, "condition raised")]),
+        )
 
-    first = threading.Thread(target=operator)
-    first.start()
-    second = None
-    try:
-        assert locked.wait(timeout=30)
-        second = threading.Thread(target=tick)
-        second.start()
-        wait_for_lock_wait()  # the tick waits for the node's row
-    finally:
-        go.set()
-        first.join()
-        if second is not None:
-            second.join()
+    errors = race_behind_a_lock(operator, tick)
     assert errors == []
     assert state_of(node) == moved_to
     assert row(node)["errors"] in (None, [])

@@ -19,14 +19,15 @@ from django.test import override_settings
 from headgate_django import store
 from headgate_django.envelope import fingerprint
 from headgate_django.models import Quarantine
+from headgate_django.store.maintenance import ReclaimReport
 from tests.conformance.helpers import (
     BLINK,
     claim,
     enqueue_job,
     expire_lease,
+    race_behind_a_lock,
     state_of,
     unique_payload,
-    wait_for_lock_wait,
 )
 
 
@@ -41,41 +42,13 @@ def test_two_reclaim_passes_quarantining_one_fingerprint_both_succeed():
     for job_id in jobs:
         claim(job_id, lease_ttl=BLINK)
     expire_lease()
-    holding, go, errors, reports = threading.Event(), threading.Event(), [], []
-
-    def first_pass() -> None:
-        """Quarantine through one job, and keep the transaction open until ``go``."""
-        try:
-            with transaction.atomic():
-                reports.append(store.job_reclaim_expired(limit=1))
-                holding.set()
-                assert go.wait(timeout=30)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    def second_pass() -> None:
-        try:
-            reports.append(store.job_reclaim_expired(limit=1))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    first = threading.Thread(target=first_pass)
-    first.start()
-    second = None
-    try:
-        assert holding.wait(timeout=30)
-        second = threading.Thread(target=second_pass)
-        second.start()
-        wait_for_lock_wait()  # the second pass waits on the quarantine row's key
-    finally:
-        go.set()
-        first.join()
-        if second is not None:
-            second.join()
+    reports: list[ReclaimReport] = []
+    errors = race_behind_a_lock(
+        # The first pass quarantines through one job; the second waits on the quarantine
+        # row's key.
+        lambda: reports.append(store.job_reclaim_expired(limit=1)),
+        lambda: reports.append(store.job_reclaim_expired(limit=1)),
+    )
     assert errors == []
     assert [r.quarantined for r in reports] == [[fp], [fp]]
     assert [state_of(job_id) for job_id in jobs] == ["quarantined", "quarantined"]

@@ -9,16 +9,15 @@ naming the holder that the same situation gives without the race.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from headgate_django import DuplicateError, enqueue, store
 from headgate_django.kernel.states import State
 from headgate_django.store.bulk import job_bulk_chunk
-from tests.conformance.helpers import envelope, job_in_state, row, wait_for_lock_wait
+from tests.conformance.helpers import envelope, job_in_state, race_behind_a_lock, row
 
 VERBS: dict[str, tuple[State, Callable[[str], object]]] = {
     "operator retry": (State.ARCHIVED, store.job_operator_retry),
@@ -37,41 +36,11 @@ def test_a_key_taken_during_the_revival_is_a_duplicate_error(verb):
     state, revive = VERBS[verb]
     old, _ = job_in_state(state, unique_key="nightly")
     before = row(old)
-    holding, go, errors, taken = threading.Event(), threading.Event(), [], []
-
-    def enqueue_the_key() -> None:
-        """Take the key in a transaction that commits only on ``go``."""
-        try:
-            with transaction.atomic():
-                taken.extend(enqueue(envelope(unique_key="nightly")))
-                holding.set()
-                assert go.wait(timeout=30)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    def operator() -> None:
-        try:
-            revive(old)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    first = threading.Thread(target=enqueue_the_key)
-    first.start()
-    second = None
-    try:
-        assert holding.wait(timeout=30)
-        second = threading.Thread(target=operator)
-        second.start()
-        wait_for_lock_wait()  # the revival waits on the key the enqueue holds
-    finally:
-        go.set()
-        first.join()
-        if second is not None:
-            second.join()
+    taken: list[str] = []
+    errors = race_behind_a_lock(
+        lambda: taken.extend(enqueue(envelope(unique_key="nightly"))),
+        lambda: revive(old),  # waits on the key the enqueue holds
+    )
     (error,) = errors
     assert isinstance(error, DuplicateError), repr(error)
     assert error.existing_id == taken[0]
@@ -87,40 +56,11 @@ def test_a_bulk_retry_skips_a_job_whose_key_is_taken_during_it():
     old, _ = job_in_state(State.ARCHIVED, unique_key="nightly")
     other, _ = job_in_state(State.ARCHIVED)
     before = row(old)
-    holding, go, errors, changed = threading.Event(), threading.Event(), [], []
-
-    def enqueue_the_key() -> None:
-        try:
-            with transaction.atomic():
-                enqueue(envelope(unique_key="nightly"))
-                holding.set()
-                assert go.wait(timeout=30)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    def bulk_retry() -> None:
-        try:
-            changed.append(job_bulk_chunk("retry", [old, other]))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    first = threading.Thread(target=enqueue_the_key)
-    first.start()
-    second = None
-    try:
-        assert holding.wait(timeout=30)
-        second = threading.Thread(target=bulk_retry)
-        second.start()
-        wait_for_lock_wait()
-    finally:
-        go.set()
-        first.join()
-        if second is not None:
-            second.join()
+    changed: list[int] = []
+    errors = race_behind_a_lock(
+        lambda: enqueue(envelope(unique_key="nightly")),
+        lambda: changed.append(job_bulk_chunk("retry", [old, other])),
+    )
     assert errors == []
     assert changed == [1]
     assert row(old) == before

@@ -5,36 +5,15 @@ with ``DuplicateError``: a burst of debounced enqueues is what debounce is for."
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from headgate_django import Envelope, enqueue, store
 from headgate_django.enqueue import enqueue_one
 from headgate_django.models import Job
-
-
-def _winner_holds(env: Envelope) -> threading.Thread:
-    """Another connection enqueues ``env`` and commits 0.3 s later, so an enqueue of the
-    same key meanwhile finds no holder and then loses on the unique index."""
-    holding = threading.Event()
-
-    def run() -> None:
-        try:
-            with transaction.atomic():
-                enqueue(env)
-                holding.set()
-                time.sleep(0.3)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert holding.wait(timeout=30)
-    return thread
+from tests.conformance.helpers import race_behind_a_lock
 
 
 @pytest.mark.parametrize(
@@ -48,12 +27,12 @@ def test_the_loser_of_a_race_takes_over_the_winner(mode):
         pytest.skip("SQLite serialises writers: the second enqueue waits and finds a holder")
     first = Envelope(kind="test.noop", id="first", unique_key="burst", payload=b"1", **mode)
     second = Envelope(kind="test.noop", id="second", unique_key="burst", payload=b"2", **mode)
-    winner = _winner_holds(first)
-    try:
-        done = enqueue_one(second)
-    finally:
-        winner.join()
-    assert done == store.Inserted("first", True)
+    done: list[store.Inserted] = []
+    # The winner's enqueue stays uncommitted until the loser, which found no holder when
+    # it looked, waits on the unique index.
+    errors = race_behind_a_lock(lambda: enqueue(first), lambda: done.append(enqueue_one(second)))
+    assert errors == []
+    assert done == [store.Inserted("first", True)]
     assert list(Job.objects.values_list("id", "payload")) == [("first", b"2")]
 
 
@@ -66,9 +45,8 @@ def test_racing_throttled_enqueues_of_one_caller_id_are_idempotent():
     env = Envelope(
         kind="test.noop", id="order-1", unique_key="order", unique_window=timedelta(minutes=1)
     )
-    winner = _winner_holds(env)
-    try:
-        assert enqueue(env) == ["order-1"]
-    finally:
-        winner.join()
+    done: list[list[str]] = []
+    errors = race_behind_a_lock(lambda: enqueue(env), lambda: done.append(enqueue(env)))
+    assert errors == []
+    assert done == [["order-1"]]
     assert list(Job.objects.values_list("id", flat=True)) == ["order-1"]
