@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
+from headgate_django.kernel.backoff import MAX_WAIT
 
 
 def _check_not_too_long(name: str, delay: timedelta) -> None:
@@ -13,10 +13,8 @@ def _check_not_too_long(name: str, delay: timedelta) -> None:
     ``scheduled_at`` overflows, or cannot be read back), with the same limit as a durable
     sleep. Raised in the handler, the ``ValueError`` fails the attempt with this message,
     like any other handler exception, instead of crashing the settlement."""
-    if delay > MAX_DURABLE_DELAY:
-        raise ValueError(
-            f"{name} takes a delay of at most {MAX_DURABLE_DELAY.days} days, not {delay}"
-        )
+    if delay > MAX_WAIT:
+        raise ValueError(f"{name} takes a delay of at most {MAX_WAIT.days} days, not {delay}")
 
 
 class Snooze(Exception):

@@ -23,6 +23,7 @@ from headgate_django.exceptions import (
     PayloadTooLargeError,
     ResultTooLargeError,
 )
+from headgate_django.kernel.backoff import MAX_WAIT
 from headgate_django.kernel.names import (
     internal_kind_error,
     is_internal_kind,
@@ -32,7 +33,6 @@ from headgate_django.kernel.names import (
     validate_queue,
     validate_rate_class,
 )
-from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -333,8 +333,8 @@ def check_not_too_long(what: str, value: timedelta | None) -> None:
     """Refuse a delay or retention the store cannot add to its clock, which stops at the
     year 9999: a longer one failed with a database error (or, on PostgreSQL, stored an
     instant nobody could read back). The limit is that of every other wait."""
-    if value is not None and value > MAX_DURABLE_DELAY:
-        raise DefinitionError(f"{what} is at most {MAX_DURABLE_DELAY.days} days, not {value}")
+    if value is not None and value > MAX_WAIT:
+        raise DefinitionError(f"{what} is at most {MAX_WAIT.days} days, not {value}")
 
 
 def check_fields(env: Envelope) -> None:

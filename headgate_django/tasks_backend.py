@@ -57,8 +57,8 @@ except ImportError:  # Django 5.2 with the django-tasks backport
 from headgate_django.context import JobContext
 from headgate_django.envelope import Envelope, check_result, decode_call, encode_call
 from headgate_django.exceptions import DefinitionError
+from headgate_django.kernel.backoff import MAX_WAIT
 from headgate_django.kernel.names import validate_kind, validate_queue
-from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
@@ -119,9 +119,9 @@ class HeadgateBackend(BaseTaskBackend):
         retention = getattr(task, "retention", None)
         if retention is not None and retention < timedelta(0):
             raise InvalidTaskOptionError(f"{task.module_path}: retention cannot be negative")
-        if retention is not None and retention > MAX_DURABLE_DELAY:
+        if retention is not None and retention > MAX_WAIT:
             raise InvalidTaskOptionError(
-                f"{task.module_path}: retention is at most {MAX_DURABLE_DELAY.days} days"
+                f"{task.module_path}: retention is at most {MAX_WAIT.days} days"
             )
         _register(task)
 

@@ -15,9 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from headgate_django.exceptions import DefinitionError
-from headgate_django.kernel.backoff import policy_delay_ms
+from headgate_django.kernel.backoff import MAX_WAIT, policy_delay_ms
 from headgate_django.kernel.names import has_control_characters, validate_queue
-from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
 
 #: StartToClose: how long one attempt of an Operation may run before it is uncertain.
 DEFAULT_OPERATION_TIMEOUT = timedelta(minutes=5)
@@ -295,10 +294,10 @@ def _check_retry_policy(
         coefficient=coefficient,
         cap_ms=None if cap is None else cap // _MS,
     )
-    if max_attempts > 1 and longest > MAX_DURABLE_DELAY // _MS:
+    if max_attempts > 1 and longest > MAX_WAIT // _MS:
         raise DefinitionError(
             f"operation {name!r}: the delay before attempt {max_attempts} would be over "
-            f"{MAX_DURABLE_DELAY.days} days: set max_retry_delay, or a smaller "
+            f"{MAX_WAIT.days} days: set max_retry_delay, or a smaller "
             "backoff_coefficient or max_attempts"
         )
 

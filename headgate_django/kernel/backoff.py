@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 import random
+from datetime import timedelta
+
+#: The longest wait anything may ask for: a job's delay, retention, ``Snooze`` or
+#: ``RetryAfter``; a durable ``ctx.sleep`` or an Operation's retry delay. The store adds a
+#: wait to its clock, and MariaDB's DATETIME and Python's datetime stop at the year 9999
+#: (SQLite's date functions answer NULL past it): a longer wait could not be scheduled, and
+#: the pass or settlement that tried would crash on every attempt. A hundred years is far
+#: beyond any real wait, so a longer one is a unit mix-up, refused with a message.
+MAX_WAIT = timedelta(days=36_500)
 
 #: Exponent cap so 2**attempt stays a small integer even at attempt 10,000.
 _MAX_EXPONENT = 20

@@ -136,13 +136,13 @@ from headgate_django.exceptions import (
     OperationFailedError,
     exception_reason,
 )
+from headgate_django.kernel.backoff import MAX_WAIT
 from headgate_django.kernel.replay_events import (
     CHILD_COMPLETED,
     CHILD_FAILED,
     CHILD_PREFIX,
     CHILD_STARTED,
     CODE_ENDINGS,
-    MAX_DURABLE_DELAY,
     OP_PREFIX,
     OPERATION_COMPLETED,
     OPERATION_FAILED,
@@ -542,8 +542,8 @@ class Context:
             raise TypeError(f"sleep() takes a timedelta, not {type(duration).__name__}")
         if duration < timedelta(0):
             raise ValueError(f"sleep() needs a non-negative duration, not {duration}")
-        if duration > MAX_DURABLE_DELAY:
-            raise ValueError(f"sleep() takes at most {MAX_DURABLE_DELAY.days} days, not {duration}")
+        if duration > MAX_WAIT:
+            raise ValueError(f"sleep() takes at most {MAX_WAIT.days} days, not {duration}")
         duration_ms = duration // _MS
         cid = p.next_id(TIMER_PREFIX)
         recorded = p.match(cid)

@@ -14,18 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, ClassVar, TypeAlias
 
 from headgate_django.exceptions import HistoryCorruptError, NondeterminismError
-
-#: The longest durable wait: a ``ctx.sleep`` or an Operation's retry delay, and the longest
-#: ``Snooze`` or ``RetryAfter`` delay of any job. The store adds a wait to its clock, and
-#: MariaDB's DATETIME and Python's datetime stop at the year 9999 (SQLite's date functions
-#: answer NULL past it): a longer wait could not be scheduled, and the pass or settlement that
-#: tried would crash on every attempt. A hundred years is far beyond any real wait, so a
-#: longer one is a unit mix-up, refused with a message.
-MAX_DURABLE_DELAY = timedelta(days=36_500)
 
 # -- event types ---------------------------------------------------------------------
 

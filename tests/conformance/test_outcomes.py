@@ -13,7 +13,7 @@ from headgate_django import Envelope, Snooze, enqueue, store, task, testing
 from headgate_django.control import RetryAfter
 from headgate_django.envelope import encode_call
 from headgate_django.exceptions import PayloadTooLargeError
-from headgate_django.kernel.replay_events import MAX_DURABLE_DELAY
+from headgate_django.kernel.backoff import MAX_WAIT
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store.fenced import Completion
@@ -225,5 +225,5 @@ def test_a_retry_after_past_the_longest_delay_fails_the_attempt_with_a_message()
 
 
 def test_snooze_and_retry_after_take_the_longest_delay_itself():
-    assert Snooze(MAX_DURABLE_DELAY).delay == MAX_DURABLE_DELAY
-    assert RetryAfter(MAX_DURABLE_DELAY, "later").delay == MAX_DURABLE_DELAY
+    assert Snooze(MAX_WAIT).delay == MAX_WAIT
+    assert RetryAfter(MAX_WAIT, "later").delay == MAX_WAIT
