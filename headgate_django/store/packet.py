@@ -46,12 +46,56 @@ def value_budget(conn: BaseDatabaseWrapper) -> int | None:
 
 
 def sent_size(param: Any) -> int:
-    """The bytes a string parameter takes in a MySQL statement: its UTF-8 bytes, one more
-    for each character MySQLdb escapes (JSON holds no raw control character, so quotes and
-    backslashes are all there is to count)."""
+    """The bytes a string (or bytes) parameter takes in a MySQL statement: its UTF-8 bytes,
+    one more for each character MySQLdb escapes (JSON holds no raw control character, so
+    quotes and backslashes are all there is to count)."""
+    if isinstance(param, bytes):
+        return len(param) + param.count(b"\\") + param.count(b"'") + param.count(b'"')
     if not isinstance(param, str):
         return 0
     return len(param.encode()) + param.count("\\") + param.count("'") + param.count('"')
+
+
+def most_sent(param: Any) -> int:
+    """The most bytes ``param`` can take in a statement, without reading it: twice its
+    length (every byte escaped), or four bytes a character for text that is not ASCII."""
+    if isinstance(param, bytes):
+        return 2 * len(param)
+    if not isinstance(param, str):
+        return 0
+    return (2 if param.isascii() else 4) * len(param)
+
+
+def split(
+    conn: BaseDatabaseWrapper,
+    items: list[T],
+    param: Callable[[T], Any],
+    overhead: int,
+    too_large: Callable[[T, int, int], Exception],
+) -> list[list[T]]:
+    """``items`` (each writing ``param(item)`` and up to ``overhead`` bytes of its own) in
+    statements that fit the server's packet: all in one where there is no limit or they
+    plainly fit, else measured and grouped; one too large alone raises
+    ``too_large(item, sent, budget)`` before anything is written."""
+    budget = value_budget(conn)
+    if budget is None or sum(most_sent(param(i)) + overhead for i in items) <= budget:
+        return [items]
+    sizes = {}
+    for index, item in enumerate(items):
+        sizes[index] = sent_size(param(item)) + overhead
+        if sizes[index] > budget:
+            raise too_large(item, sizes[index], budget)
+    indexed = statements(range(len(items)), sizes.__getitem__, budget)
+    return [[items[i] for i in group] for group in indexed]
+
+
+def too_large_message(what: str, sent: int, budget: int, setting: str) -> str:
+    """The message of a value refused for the packet: what to change, and where."""
+    return (
+        f"{what} is {sent} bytes as sent to the database, over its max_allowed_packet less "
+        f"{STATEMENT_SLACK} for the statement ({budget} bytes); raise max_allowed_packet on "
+        f"the server, or lower HEADGATE['{setting}'] so such values fail early"
+    )
 
 
 def statements(items: Iterable[T], size: Callable[[T], int], budget: int) -> Iterator[list[T]]:
