@@ -49,17 +49,23 @@ def sent_size(param: Any) -> int:
     """The bytes a string (or bytes) parameter takes in a MySQL statement: its UTF-8 bytes,
     one more for each character MySQLdb escapes (JSON holds no raw control character, so
     quotes and backslashes are all there is to count)."""
-    if isinstance(param, bytes):
-        return len(param) + param.count(b"\\") + param.count(b"'") + param.count(b'"')
+    if isinstance(param, memoryview):
+        param = bytes(param)
+    if isinstance(param, bytes | bytearray):
+        # A sealed payload is binary: NUL, CR, LF and Ctrl-Z are escaped there too.
+        return len(param) + sum(param.count(c) for c in _ESCAPED_BYTES)
     if not isinstance(param, str):
         return 0
     return len(param.encode()) + param.count("\\") + param.count("'") + param.count('"')
 
 
+_ESCAPED_BYTES = (b"\\", b"'", b'"', b"\0", b"\n", b"\r", b"\x1a")
+
+
 def most_sent(param: Any) -> int:
     """The most bytes ``param`` can take in a statement, without reading it: twice its
     length (every byte escaped), or four bytes a character for text that is not ASCII."""
-    if isinstance(param, bytes):
+    if isinstance(param, bytes | bytearray | memoryview):
         return 2 * len(param)
     if not isinstance(param, str):
         return 0
