@@ -251,6 +251,11 @@ def insert_header(cursor: Any, conn: Any, header: NewHeader, *, history_bytes: i
     payload bytes, is the caller's to add)."""
     q = conn.ops.quote_name
     now = v.now(conn)
+    input_param = prep(Execution, "input", header.input, conn)
+    meta_param = prep(Execution, "meta", header.meta or {}, conn)
+    if conn.vendor == "mysql":  # a statement must fit max_allowed_packet
+        packet.check_value_sent(conn, input_param, f"the input of execution {header.id}")
+        packet.check_value_sent(conn, meta_param, f"the meta of execution {header.id}")
     cursor.execute(
         f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
         "failure_reason, suspended_reason, business_idempotency_key, task_queue, meta, "
@@ -261,10 +266,10 @@ def insert_header(cursor: Any, conn: Any, header: NewHeader, *, history_bytes: i
             header.id,
             header.name,
             header.version,
-            prep(Execution, "input", header.input, conn),
+            input_param,
             header.business_key,
             header.task_queue,
-            prep(Execution, "meta", header.meta or {}, conn),
+            meta_param,
             header.parent_id,
             header.parent_command_id,
             header.parent_close_policy,

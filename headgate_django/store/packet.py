@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from headgate_django.exceptions import ResultTooLargeError
+from headgate_django.exceptions import PayloadTooLargeError, ResultTooLargeError
 from headgate_django.store import vendor as v
 
 T = TypeVar("T")
@@ -93,6 +93,19 @@ def split(
             raise too_large(item, sizes[index], budget)
     indexed = statements(range(len(items)), sizes.__getitem__, budget)
     return [[items[i] for i in group] for group in indexed]
+
+
+def check_value_sent(conn: BaseDatabaseWrapper, param: Any, what: str) -> None:
+    """Refuse ``param`` (a prepared value bounded by ``MAX_PAYLOAD_BYTES``: a durable
+    input, a signal's payload) too large for a statement, with
+    :class:`PayloadTooLargeError`; measured only when it could be."""
+    budget = value_budget(conn)
+    if budget is None or most_sent(param) <= budget:
+        return
+    sent = sent_size(param)
+    if sent > budget:
+        message = too_large_message(what, sent, budget, "MAX_PAYLOAD_BYTES")
+        raise PayloadTooLargeError(message, size=sent, limit=budget)
 
 
 def too_large_message(what: str, sent: int, budget: int, setting: str) -> str:

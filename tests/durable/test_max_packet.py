@@ -15,8 +15,9 @@ import pytest
 from django.db import connection
 
 from headgate_django import durable
+from headgate_django.exceptions import PayloadTooLargeError
 from headgate_django.store.packet import max_packet
-from tests.durable.helpers import drive, start, types, view
+from tests.durable.helpers import counts, drive, start, types, view
 
 pytestmark = [
     pytest.mark.django_db,
@@ -86,3 +87,20 @@ def test_the_events_of_one_pass_too_large_together_are_written_in_statements_tha
     assert [manager.get_update(wf, u).result == "y" * half for u in "ab"] == [True, True]
     assert types(wf)[-4:] == ["UpdateAccepted"] * 2 + ["UpdateCompleted"] * 2
     assert view(wf).state == "running"
+
+
+def test_values_too_large_for_a_statement_are_refused_with_the_size_error(settings) -> None:
+    # MAX_PAYLOAD_BYTES raised past the server's packet: a start's input or a signal's
+    # payload failed with a raw error 1153 (which also ends the session).
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 32 * 1024 * 1024}
+    wf = start("packet-box")
+    drive()
+    rows = counts()
+    with pytest.raises(PayloadTooLargeError, match="max_allowed_packet"):
+        start("packet-box", "x" * packet())
+    with pytest.raises(PayloadTooLargeError, match="max_allowed_packet"):
+        durable.Client().signal(wf, "close", "x" * packet())
+    assert counts() == rows
+    durable.Client().signal(wf, "close", "x" * 1000)
+    drive()
+    assert view(wf).result == "closed"
