@@ -97,7 +97,7 @@ from headgate_django.store.durable_jobs import (
     operation_envelope,
 )
 from headgate_django.store.durable_runs import command_of
-from headgate_django.store.packet import check_result_sent
+from headgate_django.store.packet import check_json_sent, check_result_sent
 from headgate_django.store.vendor import connection_for
 from headgate_django.worker import execute
 
@@ -381,11 +381,17 @@ def _checked(
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
             check_result_sent(conn, outcome.result, check_result(outcome.result))
+        mysql = conn.vendor == "mysql"  # a statement must fit max_allowed_packet
         if isinstance(outcome, ContinuedAsNew):
             # A new run's input is stored like a start's (see Client.start).
-            check_payload(outcome.input, "input of continue_as_new")
+            data = check_payload(outcome.input, "input of continue_as_new")
+            if mysql:
+                check_json_sent(conn, outcome.input, len(data), "the input of continue_as_new")
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
+        for command, envelope in zip(commands, operations, strict=True) if mysql else ():
+            what = f"the input of {command.command_id} ({command.name})"
+            check_json_sent(conn, command.input, len(envelope.payload), what)
     except PayloadError as exc:
         return Failed(f"{type(exc).__name__}: {exc}", []), []
     return replace(outcome, commands=[_bounded(c, conn) for c in outcome.commands]), operations

@@ -108,6 +108,17 @@ def check_value_sent(conn: BaseDatabaseWrapper, param: Any, what: str) -> None:
         raise PayloadTooLargeError(message, size=sent, limit=budget)
 
 
+def check_json_sent(conn: BaseDatabaseWrapper, value: Any, size: int, what: str) -> None:
+    """:func:`check_value_sent` for a JSON value of ``size`` bytes (UTF-8) not prepared
+    yet: prepared and measured only when it could be too large."""
+    budget = value_budget(conn)
+    if budget is None or size * _MOST_EXPANSION <= budget:
+        return
+    from headgate_django.store.rows import prep
+
+    check_value_sent(conn, prep(conn, "result", value), what)
+
+
 def too_large_message(what: str, sent: int, budget: int, setting: str) -> str:
     """The message of a value refused for the packet: what to change, and where."""
     return (

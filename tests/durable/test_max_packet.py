@@ -104,3 +104,34 @@ def test_values_too_large_for_a_statement_are_refused_with_the_size_error(settin
     durable.Client().signal(wf, "close", "x" * 1000)
     drive()
     assert view(wf).result == "closed"
+
+
+@durable.operation("packet-length", version="1")
+def length(ctx: Any, value: str) -> int:
+    return len(value)
+
+
+@durable.workflow("packet-sends-text", version="1")
+def sends_text(ctx: durable.Context, size: int) -> Any:
+    return ctx.execute_operation("packet-length", "1", "z" * size).result()
+
+
+@durable.workflow("packet-continues", version="1")
+def continues(ctx: durable.Context, size: Any) -> Any:
+    if isinstance(size, int):
+        ctx.continue_as_new("z" * size)
+    return len(size)
+
+
+def test_a_workflow_value_too_large_for_a_statement_fails_the_execution(settings) -> None:
+    # MAX_PAYLOAD_BYTES raised past the server's packet: an Operation's input or a new run's
+    # input failed the pass with a raw error 1153 on every attempt.
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 32 * 1024 * 1024}
+    op, new_run = start("packet-sends-text", packet()), start("packet-continues", packet())
+    fits = start("packet-sends-text", 1000)
+    drive()
+    for wf in (op, new_run):
+        row = view(wf)
+        assert row.state == "failed" and row.failure_reason.startswith("PayloadTooLargeError: ")
+        assert "max_allowed_packet" in row.failure_reason
+    assert view(fits).result == 1000
