@@ -5,8 +5,10 @@ job's result) or many values written together (a worker's batched acknowledgemen
 make a statement the server refuses with error 1153, which also ends the session. MariaDB
 10.11 defaults to 16 MiB, below the default ``MAX_RESULT_BYTES`` of 32 MiB. The store
 measures what it sends against the server's own limit instead: one value too large for it
-is refused with :class:`ResultTooLargeError`, like a value over the setting, and values
-written together are split into statements that fit.
+is refused like a value over the setting (:class:`ResultTooLargeError` for a result,
+:class:`PayloadTooLargeError` for a payload or a durable input), and values written
+together (a batched ack, a pass's history events, an enqueue batch) are split into
+statements that fit. Where the database has no such limit every helper returns at once.
 """
 
 from __future__ import annotations
@@ -86,11 +88,11 @@ def split(
     budget = value_budget(conn)
     if budget is None or sum(most_sent(param(i)) + overhead for i in items) <= budget:
         return [items]
-    sizes = {}
-    for index, item in enumerate(items):
-        sizes[index] = sent_size(param(item)) + overhead
-        if sizes[index] > budget:
-            raise too_large(item, sizes[index], budget)
+    sizes: list[int] = []
+    for item in items:
+        sizes.append(sent_size(param(item)) + overhead)
+        if sizes[-1] > budget:
+            raise too_large(item, sizes[-1], budget)
     indexed = statements(range(len(items)), sizes.__getitem__, budget)
     return [[items[i] for i in group] for group in indexed]
 
