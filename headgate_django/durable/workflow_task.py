@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
@@ -95,6 +97,8 @@ from headgate_django.store.durable_jobs import (
     operation_envelope,
 )
 from headgate_django.store.durable_runs import command_of
+from headgate_django.store.packet import check_json_sent, check_result_sent
+from headgate_django.store.vendor import connection_for
 from headgate_django.worker import execute
 
 log = logging.getLogger("headgate_django.durable")
@@ -279,7 +283,7 @@ def _pass(
         if fact is not None:
             raise _Unfoldable("the pass does not replay")  # recorded apart, then retried
         return _replay_failed(ctx, header, outcome.error)
-    outcome, operations = _checked(outcome, header)
+    outcome, operations = _checked(outcome, header, connection_for(ctx.using))
     events = [NewEvent(e.type, e.payload, at=now) for e in fired]
     if fact is not None:
         events[-1] = replace(fact, at=now)
@@ -365,31 +369,41 @@ def _size_warning(header: Header, events: int, new: list[NewEvent]) -> str | Non
 
 
 def _checked(
-    outcome: Completed | Failed | ContinuedAsNew | Parked, header: Header
+    outcome: Completed | Failed | ContinuedAsNew | Parked,
+    header: Header,
+    conn: BaseDatabaseWrapper,
 ) -> tuple[Completed | Failed | ContinuedAsNew | Parked, list[Envelope]]:
     """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, an
     input over ``MAX_PAYLOAD_BYTES``, a result over ``MAX_RESULT_BYTES`` as an Operation's
-    or an update's) as a failure of the workflow: it is a bug in its code."""
+    or an update's, or on MySQL/MariaDB too large for ``max_allowed_packet``) as a failure
+    of the workflow: it is a bug in its code."""
     try:
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
-            check_result(outcome.result)
+            check_result_sent(conn, outcome.result, check_result(outcome.result))
+        mysql = conn.vendor == "mysql"  # a statement must fit max_allowed_packet
         if isinstance(outcome, ContinuedAsNew):
             # A new run's input is stored like a start's (see Client.start).
-            check_payload(outcome.input, "input of continue_as_new")
+            data = check_payload(outcome.input, "input of continue_as_new")
+            if mysql:
+                check_json_sent(conn, outcome.input, len(data), "the input of continue_as_new")
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
+        for command, envelope in zip(commands, operations, strict=True) if mysql else ():
+            what = f"the input of {command.command_id} ({command.name})"
+            check_json_sent(conn, command.input, len(envelope.payload), what)
     except PayloadError as exc:
         return Failed(f"{type(exc).__name__}: {exc}", []), []
-    return replace(outcome, commands=[_bounded(c) for c in outcome.commands]), operations
+    return replace(outcome, commands=[_bounded(c, conn) for c in outcome.commands]), operations
 
 
-def _bounded(command: Command) -> Command:
-    """An update result over ``MAX_RESULT_BYTES`` fails the update, not the workflow: the
-    caller asked for too much, the workflow did nothing wrong."""
+def _bounded(command: Command, conn: BaseDatabaseWrapper) -> Command:
+    """An update result over ``MAX_RESULT_BYTES`` (or on MySQL/MariaDB too large for
+    ``max_allowed_packet``) fails the update, not the workflow: the caller asked for too
+    much, the workflow did nothing wrong."""
     if isinstance(command, CompleteUpdate) and command.error is None:
         try:
-            check_result(command.result)
+            check_result_sent(conn, command.result, check_result(command.result))
         except ResultTooLargeError as exc:
             return replace(command, result=None, error=f"{type(exc).__name__}: {exc}")
     return command

@@ -13,13 +13,19 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.db import transaction
 
-from headgate_django.exceptions import NotFoundError, RevisionConflictError
+from headgate_django.exceptions import (
+    NotFoundError,
+    PayloadTooLargeError,
+    RevisionConflictError,
+)
 from headgate_django.kernel.replay_events import TIMER_FIRED, TIMER_SCHEDULED, Event, due_timers
 from headgate_django.models import Execution, HistoryEvent
+from headgate_django.store import packet
 from headgate_django.store import vendor as v
 
 EXEC_TABLE = "headgate_durable_execution"
@@ -245,6 +251,11 @@ def insert_header(cursor: Any, conn: Any, header: NewHeader, *, history_bytes: i
     payload bytes, is the caller's to add)."""
     q = conn.ops.quote_name
     now = v.now(conn)
+    input_param = prep(Execution, "input", header.input, conn)
+    meta_param = prep(Execution, "meta", header.meta or {}, conn)
+    if conn.vendor == "mysql":  # a statement must fit max_allowed_packet
+        packet.check_value_sent(conn, input_param, f"the input of execution {header.id}")
+        packet.check_value_sent(conn, meta_param, f"the meta of execution {header.id}")
     cursor.execute(
         f"INSERT INTO {EXEC_TABLE} (id, name, version, state, {q('input')}, "
         "failure_reason, suspended_reason, business_idempotency_key, task_queue, meta, "
@@ -255,10 +266,10 @@ def insert_header(cursor: Any, conn: Any, header: NewHeader, *, history_bytes: i
             header.id,
             header.name,
             header.version,
-            prep(Execution, "input", header.input, conn),
+            input_param,
             header.business_key,
             header.task_queue,
-            prep(Execution, "meta", header.meta or {}, conn),
+            meta_param,
             header.parent_id,
             header.parent_command_id,
             header.parent_close_policy,
@@ -270,20 +281,41 @@ def insert_header(cursor: Any, conn: Any, header: NewHeader, *, history_bytes: i
 def insert_events(
     cursor: Any, conn: Any, execution_id: str, first_seq: int, events: Sequence[NewEvent]
 ) -> None:
+    """Insert ``events`` at ``first_seq`` onwards: one multi-row statement, or on
+    MySQL/MariaDB as many as the events need to fit ``max_allowed_packet`` (a pass may
+    write several large results at once)."""
     q = conn.ops.quote_name
-    rows, params = [], []
-    for offset, event in enumerate(events):
-        rows.append(f"(%s, %s, %s, %s, {v.now(conn) if event.at is None else '%s'}, %s)")
-        params += [execution_id, first_seq + offset, event.type]
-        params.append(prep(HistoryEvent, "payload", event.payload, conn))
-        if event.at is not None:
-            params.append(prep(HistoryEvent, "at", event.at, conn))
-        params.append(event.fact_key)
-    cursor.execute(
-        f"INSERT INTO {HISTORY_TABLE} (execution_id, seq, {q('type')}, payload, {q('at')}, "
-        f"fact_key) VALUES {', '.join(rows)}",
-        params,
-    )
+    prepared = [
+        (first_seq + offset, event, prep(HistoryEvent, "payload", event.payload, conn))
+        for offset, event in enumerate(events)
+    ]
+
+    def too_large(item: tuple[int, NewEvent, Any], sent: int, budget: int) -> Exception:
+        seq, event, _ = item
+        what = f"the {event.type} event at seq {seq} of execution {execution_id}"
+        return PayloadTooLargeError(
+            packet.too_large_message(what, sent, budget, "MAX_PAYLOAD_BYTES"),
+            size=sent,
+            limit=budget,
+        )
+
+    for group in packet.split(conn, prepared, itemgetter(2), _EVENT_SLACK, too_large):
+        rows, params = [], []
+        for seq, event, payload in group:
+            rows.append(f"(%s, %s, %s, %s, {v.now(conn) if event.at is None else '%s'}, %s)")
+            params += [execution_id, seq, event.type, payload]
+            if event.at is not None:
+                params.append(prep(HistoryEvent, "at", event.at, conn))
+            params.append(event.fact_key)
+        cursor.execute(
+            f"INSERT INTO {HISTORY_TABLE} (execution_id, seq, {q('type')}, payload, "
+            f"{q('at')}, fact_key) VALUES {', '.join(rows)}",
+            params,
+        )
+
+
+#: The bytes of an event's row other than its payload (ids, seq, type, instant, fact key).
+_EVENT_SLACK = 2048
 
 
 def history_append(

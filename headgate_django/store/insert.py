@@ -38,6 +38,7 @@ from headgate_django.exceptions import (
 from headgate_django.kernel import sealed
 from headgate_django.kernel.names import is_internal_kind
 from headgate_django.kernel.states import State
+from headgate_django.store import packet
 from headgate_django.store import vendor as v
 from headgate_django.store.admitted import current_policy
 from headgate_django.store.backpressure import check_backpressure
@@ -495,15 +496,53 @@ def _insert_rows(conn: BaseDatabaseWrapper, planner: _Planner, using: str) -> li
         _pg_insert_batch(conn, planner, using)
         return [row.id for row in planner.rows]
     rows = planner.rest()
-    if len(rows) > CHUNK_ROWS or sum(map(len, map(_PAYLOAD, rows))) > CHUNK_BYTES:
+    total = sum(map(len, map(_PAYLOAD, rows)))
+    chunked = len(rows) > CHUNK_ROWS or total > CHUNK_BYTES
+    chunks = _chunks(rows) if chunked else [rows]
+    if conn.vendor == "mysql":
+        chunks = _packet_chunks(conn, chunks, total)  # refuses a job too large for one
+    if chunked or len(chunks) > 1:
         # A refusal in any chunk rolls back the chunks before it too.
         with transaction.atomic(using=using):
-            for chunk in _chunks(rows):
+            for chunk in chunks:
                 if not _insert_unopposed(conn, chunk, using):
                     _insert_opposed(conn, chunk, using)
     elif not _insert_unopposed(conn, rows, using):
         _insert_opposed(conn, rows, using)
     return [row.id for row in rows]
+
+
+#: MySQL/MariaDB: the most bytes a job's row takes in a statement besides its payload (its
+#: row text, id, fingerprint, unique key, workflow id and partition key, escaped).
+ROW_SLACK = 8 * 1024
+
+
+def _packet_chunks(
+    conn: BaseDatabaseWrapper, chunks: list[list[_Row]], total: int
+) -> list[list[_Row]]:
+    """MySQL/MariaDB: ``chunks`` cut again where a statement would pass the server's
+    ``max_allowed_packet`` (a server set below its default, or ``MAX_PAYLOAD_BYTES`` raised
+    near it); a job too large for a statement alone is refused before anything is written.
+    Measured only when the batch's payloads could come near it (``total`` bytes, escaping
+    at most doubling them)."""
+    rows = sum(map(len, chunks))
+    budget = packet.value_budget(conn)
+    if budget is None or 2 * total + rows * ROW_SLACK <= budget:
+        return chunks
+    return [
+        group
+        for chunk in chunks
+        for group in packet.split(conn, chunk, _PAYLOAD, ROW_SLACK, _too_large_for_packet)
+    ]
+
+
+def _too_large_for_packet(row: _Row, sent: int, budget: int) -> Exception:
+    what = f"{row.env.kind}: the payload of job {row.id}"
+    return PayloadTooLargeError(
+        packet.too_large_message(what, sent, budget, "MAX_PAYLOAD_BYTES"),
+        size=sent,
+        limit=budget,
+    )
 
 
 #: A row's payload, read in C: the size check above is one pass of C calls over the batch.

@@ -5,8 +5,10 @@ job's result) or many values written together (a worker's batched acknowledgemen
 make a statement the server refuses with error 1153, which also ends the session. MariaDB
 10.11 defaults to 16 MiB, below the default ``MAX_RESULT_BYTES`` of 32 MiB. The store
 measures what it sends against the server's own limit instead: one value too large for it
-is refused with :class:`ResultTooLargeError`, like a value over the setting, and values
-written together are split into statements that fit.
+is refused like a value over the setting (:class:`ResultTooLargeError` for a result,
+:class:`PayloadTooLargeError` for a payload or a durable input), and values written
+together (a batched ack, a pass's history events, an enqueue batch) are split into
+statements that fit. Where the database has no such limit every helper returns at once.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from headgate_django.exceptions import ResultTooLargeError
+from headgate_django.exceptions import PayloadTooLargeError, ResultTooLargeError
 from headgate_django.store import vendor as v
 
 T = TypeVar("T")
@@ -46,12 +48,86 @@ def value_budget(conn: BaseDatabaseWrapper) -> int | None:
 
 
 def sent_size(param: Any) -> int:
-    """The bytes a string parameter takes in a MySQL statement: its UTF-8 bytes, one more
-    for each character MySQLdb escapes (JSON holds no raw control character, so quotes and
-    backslashes are all there is to count)."""
+    """The bytes a string (or bytes) parameter takes in a MySQL statement: its UTF-8 bytes,
+    one more for each character MySQLdb escapes (JSON holds no raw control character, so
+    quotes and backslashes are all there is to count)."""
+    if isinstance(param, memoryview):
+        param = bytes(param)
+    if isinstance(param, bytes | bytearray):
+        # A sealed payload is binary: NUL, CR, LF and Ctrl-Z are escaped there too.
+        return len(param) + sum(param.count(c) for c in _ESCAPED_BYTES)
     if not isinstance(param, str):
         return 0
     return len(param.encode()) + param.count("\\") + param.count("'") + param.count('"')
+
+
+_ESCAPED_BYTES = (b"\\", b"'", b'"', b"\0", b"\n", b"\r", b"\x1a")
+
+
+def most_sent(param: Any) -> int:
+    """The most bytes ``param`` can take in a statement, without reading it: twice its
+    length (every byte escaped), or four bytes a character for text that is not ASCII."""
+    if isinstance(param, bytes | bytearray | memoryview):
+        return 2 * len(param)
+    if not isinstance(param, str):
+        return 0
+    return (2 if param.isascii() else 4) * len(param)
+
+
+def split(
+    conn: BaseDatabaseWrapper,
+    items: list[T],
+    param: Callable[[T], Any],
+    overhead: int,
+    too_large: Callable[[T, int, int], Exception],
+) -> list[list[T]]:
+    """``items`` (each writing ``param(item)`` and up to ``overhead`` bytes of its own) in
+    statements that fit the server's packet: all in one where there is no limit or they
+    plainly fit, else measured and grouped; one too large alone raises
+    ``too_large(item, sent, budget)`` before anything is written."""
+    budget = value_budget(conn)
+    if budget is None or sum(most_sent(param(i)) + overhead for i in items) <= budget:
+        return [items]
+    sizes: list[int] = []
+    for item in items:
+        sizes.append(sent_size(param(item)) + overhead)
+        if sizes[-1] > budget:
+            raise too_large(item, sizes[-1], budget)
+    indexed = statements(range(len(items)), sizes.__getitem__, budget)
+    return [[items[i] for i in group] for group in indexed]
+
+
+def check_value_sent(conn: BaseDatabaseWrapper, param: Any, what: str) -> None:
+    """Refuse ``param`` (a prepared value bounded by ``MAX_PAYLOAD_BYTES``: a durable
+    input, a signal's payload) too large for a statement, with
+    :class:`PayloadTooLargeError`; measured only when it could be."""
+    budget = value_budget(conn)
+    if budget is None or most_sent(param) <= budget:
+        return
+    sent = sent_size(param)
+    if sent > budget:
+        message = too_large_message(what, sent, budget, "MAX_PAYLOAD_BYTES")
+        raise PayloadTooLargeError(message, size=sent, limit=budget)
+
+
+def check_json_sent(conn: BaseDatabaseWrapper, value: Any, size: int, what: str) -> None:
+    """:func:`check_value_sent` for a JSON value of ``size`` bytes (UTF-8) not prepared
+    yet: prepared and measured only when it could be too large."""
+    budget = value_budget(conn)
+    if budget is None or size * _MOST_EXPANSION <= budget:
+        return
+    from headgate_django.store.rows import prep
+
+    check_value_sent(conn, prep(conn, "result", value), what)
+
+
+def too_large_message(what: str, sent: int, budget: int, setting: str) -> str:
+    """The message of a value refused for the packet: what to change, and where."""
+    return (
+        f"{what} is {sent} bytes as sent to the database, over its max_allowed_packet less "
+        f"{STATEMENT_SLACK} for the statement ({budget} bytes); raise max_allowed_packet on "
+        f"the server, or lower HEADGATE['{setting}'] so such values fail early"
+    )
 
 
 def statements(items: Iterable[T], size: Callable[[T], int], budget: int) -> Iterator[list[T]]:

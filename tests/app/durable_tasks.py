@@ -28,6 +28,18 @@ def step(ctx: Any, value: Any) -> Any:
     return value
 
 
+@durable.operation("it-text", version="1")
+def text(ctx: Any, size: int) -> str:
+    _record(ctx)
+    return "t" * size
+
+
+@durable.workflow("it-call-text", version="1")
+def call_text(ctx: durable.Context, size: int) -> Any:
+    error = ctx.execute_operation("it-text", "1", size).exception()
+    return {"error": str(error)} if error is not None else "kept"
+
+
 @durable.operation("it-crash-once", version="1")
 def crash_once(ctx: Any, marker: str) -> Any:
     """Hangs on its first attempt (the test kills the worker); the next attempt returns."""

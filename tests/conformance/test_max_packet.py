@@ -10,8 +10,10 @@ import pytest
 from django.db import connection
 
 from headgate_django import store, task, testing
-from headgate_django.exceptions import ResultTooLargeError
+from headgate_django.enqueue import enqueue
+from headgate_django.exceptions import PayloadTooLargeError, ResultTooLargeError
 from headgate_django.kernel.states import State
+from headgate_django.models import Job
 from headgate_django.store.fenced import Completion
 from headgate_django.store.packet import max_packet
 from tests.conformance.helpers import job_in_state, row
@@ -92,3 +94,29 @@ def test_an_effect_whose_result_is_too_large_for_a_statement_records_nothing():
         job_effect_once(claimed.ref, "fetch", lambda: "x" * packet())
     assert job_effects(job_id) == []
     assert job_effect_once(claimed.ref, "fetch", lambda: "small") == "small"
+
+
+@task(kind="test.packet.takes-text")
+def takes_text(ctx, text: str):
+    return None
+
+
+def test_a_job_too_large_for_a_statement_is_refused_at_enqueue_and_nothing_lands(settings):
+    # MAX_PAYLOAD_BYTES raised past the server's packet: the enqueue failed with a raw
+    # error 1153 (which also ends the session) instead of the size limit's error.
+    settings.HEADGATE = {"MAX_PAYLOAD_BYTES": 32 * 1024 * 1024}
+    before = Job.objects.count()
+    with pytest.raises(PayloadTooLargeError, match="max_allowed_packet") as info:
+        takes_text.enqueue(text="x" * packet())
+    assert info.value.details["limit"] < packet()
+    # In a batch, the whole batch is refused: none of it lands.
+    small, big = takes_text.envelope(text="ok"), takes_text.envelope(text="x" * packet())
+    with pytest.raises(PayloadTooLargeError, match="max_allowed_packet"):
+        enqueue([small, big])
+    assert Job.objects.count() == before
+    # Jobs that each fit go in, in statements that fit: a batch of two that would not fit
+    # one statement together, and a single one as large as a statement allows.
+    near = packet() * 3 // 5
+    ids = enqueue([takes_text.envelope(text="a" * near), takes_text.envelope(text="b" * near)])
+    assert Job.objects.filter(pk__in=ids).count() == 2
+    assert takes_text.enqueue(text="c" * (packet() - 128 * 1024))

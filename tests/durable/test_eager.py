@@ -12,12 +12,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from headgate_django import durable
 from headgate_django.admission import set_concurrency_limit
 from headgate_django.models import Job
 from headgate_django.store.operator import queue_set_paused
+from headgate_django.store.packet import max_packet
 from tests.app import durable_tasks  # noqa: F401  (registers the definitions here too)
+from tests.app.models import Execution
 from tests.conftest import wait_for
 from tests.durable.helpers import op_job, op_jobs, seqs, start, task_job, types, view
 from tests.integration.helpers import FAST, headgate_env, runs, wait_serving
@@ -166,4 +169,21 @@ def test_a_worker_lacking_a_workflow_says_so_in_its_status_line(start_worker: An
     assert "leaving its task for a worker that does" in worker.output()
     assert view(wf).state == "running"
     assert task_job(wf).state == "scheduled"  # left for another worker, not failed
+    assert worker.terminate() == 0
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="max_allowed_packet: MySQL/MariaDB")
+def test_an_eager_operation_result_too_large_for_a_statement_fails_it_at_once(
+    start_worker: Any,
+) -> None:
+    # Run on the pass's own thread, the Operation's result meets the check of any other:
+    # over max_allowed_packet (below MAX_RESULT_BYTES), it fails the Operation without a retry.
+    wf = start("it-call-text", max_packet(connection))
+    worker = start_worker("--worker-id", "w1", env=env())
+    wait_for(lambda: view(wf).state == "succeeded", timeout=60)
+    assert "max_allowed_packet" in view(wf).result["error"]
+    (job,) = op_jobs(wf)
+    # Leased by the pass and run on its thread: the task was claimed only once.
+    assert (job.fence, job.claimed_by, task_job(wf).fence) == (1, "w1", 1)
+    assert Execution.objects.filter(job_id=job.id).count() == 1  # its effect ran once
     assert worker.terminate() == 0
