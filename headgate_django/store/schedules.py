@@ -150,7 +150,6 @@ def schedule_upsert(
         obj = _named(name, using, lock=True)
         if obj is None:
             refuse_case_clash(Schedule, "name", name, "schedule", using, ScheduleError)
-        if obj is None:
             obj = Schedule(name=name, created_at=now)
         respec = obj.pk is None or (obj.spec, obj.timezone) != (spec.text, spec.tz)
         withdrawn: list[datetime] = []
