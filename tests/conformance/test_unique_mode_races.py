@@ -6,7 +6,6 @@ with ``DuplicateError``: a burst of debounced enqueues is what debounce is for."
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -15,11 +14,12 @@ from django.db import connection, transaction
 from headgate_django import Envelope, enqueue, store
 from headgate_django.enqueue import enqueue_one
 from headgate_django.models import Job
+from tests.conformance.helpers import wait_for_lock_wait
 
 
 def _winner_holds(env: Envelope) -> threading.Thread:
-    """Another connection enqueues ``env`` and commits 0.3 s later, so an enqueue of the
-    same key meanwhile finds no holder and then loses on the unique index."""
+    """Another connection enqueues ``env`` and commits once an enqueue of the same key
+    waits on the unique index: that one found no holder, and then loses there."""
     holding = threading.Event()
 
     def run() -> None:
@@ -27,7 +27,7 @@ def _winner_holds(env: Envelope) -> threading.Thread:
             with transaction.atomic():
                 enqueue(env)
                 holding.set()
-                time.sleep(0.3)
+                wait_for_lock_wait()
         finally:
             connection.close()
 
