@@ -304,11 +304,11 @@ def job_renew_leases(
     A row another transaction holds locked is neither waited for nor renewed: it is left
     for the next renewal, and reported lost only if its committed row says so. A handler
     inside ``ctx.once`` keeps its job's row locked while its function runs. Waiting for
-    that row (first, or after the others) kept the worker's renewal thread there for as
-    long as the function ran: the other jobs' next renewals never came, their leases
-    lapsed and the reclaim duty took them from a live worker and ran them again. The
-    locked job itself needs no renewal meanwhile: the reclaim skips locked rows, and
-    ``job_effect_once`` gives the lease back its margin when it commits.
+    that row (first, or after the others) would keep the worker's renewal thread there for
+    as long as the function runs: the other jobs' next renewals would not come, their
+    leases would lapse and the reclaim duty would take them from a live worker and run
+    them again. The locked job itself needs no renewal meanwhile: the reclaim skips
+    locked rows, and ``job_effect_once`` gives the lease back its margin when it commits.
     """
     if not refs:
         return set()

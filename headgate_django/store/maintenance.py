@@ -131,7 +131,7 @@ def _sweep_recent_quarantines(conn: Any, using: str) -> None:
     The quarantine moves the fingerprint's waiting jobs, and an enqueue refuses a
     quarantined fingerprint, each in a statement that cannot see the other's uncommitted
     write: a job enqueued (or its transaction committed) while the quarantine was being
-    written slipped through as available, and crashed workers again up to the crash limit.
+    written slips through as available, and would crash workers again up to the crash limit.
     Looking again on the next passes catches it, as well as a job of the fingerprint that
     was running at the quarantine and went back to wait. Here, not in the enqueue: the
     enqueue path stays one statement. The quarantine rows are locked, so a release that
