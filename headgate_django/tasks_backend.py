@@ -55,9 +55,14 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     )
 
 from headgate_django.context import JobContext
-from headgate_django.envelope import Envelope, check_result, decode_call, encode_call
+from headgate_django.envelope import (
+    Envelope,
+    check_not_too_long,
+    check_result,
+    decode_call,
+    encode_call,
+)
 from headgate_django.exceptions import DefinitionError
-from headgate_django.kernel.backoff import MAX_WAIT
 from headgate_django.kernel.names import validate_kind, validate_queue
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
@@ -119,10 +124,10 @@ class HeadgateBackend(BaseTaskBackend):
         retention = getattr(task, "retention", None)
         if retention is not None and retention < timedelta(0):
             raise InvalidTaskOptionError(f"{task.module_path}: retention cannot be negative")
-        if retention is not None and retention > MAX_WAIT:
-            raise InvalidTaskOptionError(
-                f"{task.module_path}: retention is at most {MAX_WAIT.days} days"
-            )
+        try:  # the limit every envelope's retention has
+            check_not_too_long(f"{task.module_path}: retention", retention)
+        except DefinitionError as exc:
+            raise InvalidTaskOptionError(str(exc)) from None
         _register(task)
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:

@@ -210,8 +210,8 @@ def _retry_free(
 ) -> int:
     """The retry's update, in a savepoint: an enqueue of one of the keys that had not
     committed when :func:`_free_keys` looked wins the unique index, and the update fails
-    on it. The keys are then looked at again and the rows still free retried; before,
-    the whole chunk failed with an ``IntegrityError``."""
+    on it. The keys are then looked at again and the rows still free retried, so such a
+    job is skipped like one whose key was taken before, not failing the whole chunk."""
     while rows:
         ids = [r[0] for r in rows]
         try:

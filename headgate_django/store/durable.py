@@ -513,8 +513,9 @@ def execution_reconcile(
     finished without a hook (crash quarantine, bulk cancel). Returns what it touched.
 
     A quarantined workflow task counts as present: the wake would leave it as it is (only
-    releasing the quarantine runs it again), so such an execution was "revived" on every
-    sweep for nothing, and enough of them filled the sweep's slice for good."""
+    releasing the quarantine runs it again), so counted as missing such an execution would
+    be "revived" on every sweep for nothing, and enough of them would fill the sweep's
+    slice for good."""
     conn = v.connection_for(using)
     live = [*jobs.LIVE_JOB_STATES, State.QUARANTINED.value]
     with conn.cursor() as cursor:

@@ -304,17 +304,17 @@ def job_renew_leases(
     A row another transaction holds locked is neither waited for nor renewed: it is left
     for the next renewal, and reported lost only if its committed row says so. A handler
     inside ``ctx.once`` keeps its job's row locked while its function runs. Waiting for
-    that row (first, or after the others) kept the worker's renewal thread there for as
-    long as the function ran: the other jobs' next renewals never came, their leases
-    lapsed and the reclaim duty took them from a live worker and ran them again. The
-    locked job itself needs no renewal meanwhile: the reclaim skips locked rows, and
-    ``job_effect_once`` gives the lease back its margin when it commits.
+    that row (first, or after the others) would keep the worker's renewal thread there for
+    as long as the function runs: the other jobs' next renewals would not come, their
+    leases would lapse and the reclaim duty would take them from a live worker and run
+    them again. The locked job itself needs no renewal meanwhile: the reclaim skips
+    locked rows, and ``job_effect_once`` gives the lease back its margin when it commits.
     """
     if not refs:
         return set()
     conn = v.connection_for(using)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
-    kept, behind_locks = _renew(conn, using, refs, ttl_ms, wait=False)
+    kept, behind_locks = _renew(conn, using, refs, ttl_ms)
     if behind_locks:
         kept |= _still_held(conn, behind_locks)
     return {r.job_id for r in refs} - kept
@@ -335,19 +335,18 @@ def _still_held(conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]
 
 
 def _renew(
-    conn: BaseDatabaseWrapper, using: str, refs: Sequence[LeaseRef], ttl_ms: int, *, wait: bool
+    conn: BaseDatabaseWrapper, using: str, refs: Sequence[LeaseRef], ttl_ms: int
 ) -> tuple[set[str], list[LeaseRef]]:
-    """Renew ``refs`` in one transaction; return the ids renewed and, unless ``wait``, the
-    refs skipped because another transaction holds their rows (or they are gone).
+    """Renew the rows of ``refs`` no other transaction holds, in one transaction; return
+    the ids renewed and the refs skipped (their rows locked elsewhere, or gone).
 
-    Not in autocommit, even on PostgreSQL: the rows are locked in id order first (see
-    :func:`_lock_in_id_order`), and a renewal is off the hot path (once per lease/3 per
-    worker).
+    Not in autocommit, even on PostgreSQL: the rows are locked first (see
+    :func:`_lock_free`), and a renewal is off the hot path (once per lease/3 per worker).
     """
     with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
-        locked = _lock_in_id_order(cursor, conn, refs, skip_locked=not wait)
+        locked = _lock_free(cursor, conn, refs)
         skipped: list[LeaseRef] = []
-        if locked is not None and not wait:
+        if locked is not None:
             skipped = [r for r in refs if r.job_id not in locked]
             refs = [r for r in refs if r.job_id in locked]
         if not refs:
@@ -361,26 +360,21 @@ def _renew(
     return kept, skipped
 
 
-def _lock_in_id_order(
-    cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef], *, skip_locked: bool
-) -> set[str] | None:
-    """Lock the rows of ``refs`` in id order before a batch writes them; the ids locked
-    (``None`` on SQLite, which has no row locks). With ``skip_locked`` a row another
-    transaction holds is left out rather than waited for.
+def _lock_free(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str] | None:
+    """Lock the rows of ``refs`` that no other transaction holds, skipping the others; the
+    ids locked (``None`` on SQLite, which has no row locks).
 
-    A batch renewal can hold a durable execution's workflow task and its Operation job at
-    once (an Operation run on the pass's thread). Recording that Operation's outcome locks
-    its job, then the header, then the task; a renewal that locked the task first and then
-    waited for the Operation's row would deadlock with it. An Operation job's id
-    (``<execution>:op:<n>``) sorts before its task's (``<execution>:task``), so in id order
-    the renewal never holds the task while it waits for the Operation.
+    The renewal never waits for a row. A ``ctx.once`` holds its job's row for as long as
+    its function runs, and recording an eager Operation's outcome locks its job, then the
+    header, then the workflow task: a renewal waiting for either would leave the worker's
+    other leases unrenewed meanwhile, or deadlock with the outcome over the task it holds.
     """
     if not v.for_update(conn):
-        return None  # SQLite: one writer at a time, nothing to order
+        return None  # SQLite: one writer at a time, nothing is locked by another
     ids = sorted({r.job_id for r in refs})
-    lock = v.skip_locked(conn) if skip_locked else v.for_update(conn)
     cursor.execute(
-        f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) ORDER BY id{lock}",
+        f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) ORDER BY id"
+        f"{v.skip_locked(conn)}",
         ids,
     )
     return {row[0] for row in cursor.fetchall()}

@@ -131,13 +131,12 @@ def _sweep_recent_quarantines(conn: Any, using: str) -> None:
     The quarantine moves the fingerprint's waiting jobs, and an enqueue refuses a
     quarantined fingerprint, each in a statement that cannot see the other's uncommitted
     write: a job enqueued (or its transaction committed) while the quarantine was being
-    written slipped through as available, and crashed workers again up to the crash limit.
+    written slips through as available, and would crash workers again up to the crash limit.
     Looking again on the next passes catches it, as well as a job of the fingerprint that
     was running at the quarantine and went back to wait. Here, not in the enqueue: the
     enqueue path stays one statement. The quarantine rows are locked, so a release that
     deletes one is waited for (or seen) and its released jobs are not taken back.
     """
-    column = "fp_waiting" if conn.vendor == "mysql" else "fingerprint"
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(
             f"SELECT fingerprint FROM headgate_quarantine WHERE quarantined_at >= {v.plus_ms(conn)}"
@@ -146,12 +145,7 @@ def _sweep_recent_quarantines(conn: Any, using: str) -> None:
         )
         fingerprints = sorted(row[0] for row in cursor.fetchall())
         if fingerprints:
-            cursor.execute(
-                f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)} "
-                f"WHERE {column} IN ({v.placeholders(len(fingerprints))}) "
-                f"AND state IN ({v.states_in(sorted(WAITING_STATES))})",
-                [State.QUARANTINED.value, *fingerprints],
-            )
+            _quarantine_waiting(cursor, conn, fingerprints)
 
 
 def _in_progress_step(checkpoint: Any) -> str | None:
@@ -178,14 +172,21 @@ def _quarantine(
         ),
         [fp, kind, crashes, payload, job_id, reason],
     )
-    # MySQL/MariaDB find waiting jobs by the generated column that is their fingerprint
-    # only while they wait (migration 0020); elsewhere a partial index has that condition,
-    # which the statement repeats in its text for SQLite to match it.
+    _quarantine_waiting(cursor, conn, [fp])
+
+
+def _quarantine_waiting(cursor: Any, conn: Any, fingerprints: list[str]) -> None:
+    """Quarantine the waiting jobs of ``fingerprints``.
+
+    MySQL/MariaDB find waiting jobs by the generated column that is their fingerprint only
+    while they wait (migration 0020); elsewhere a partial index has that condition, which
+    the statement repeats in its text for SQLite to match it."""
     column = "fp_waiting" if conn.vendor == "mysql" else "fingerprint"
     cursor.execute(
         f"UPDATE headgate_job SET state = %s, finalized_at = {v.now(conn)} "
-        f"WHERE {column} = %s AND state IN ({v.states_in(sorted(WAITING_STATES))})",
-        [State.QUARANTINED.value, fp],
+        f"WHERE {column} IN ({v.placeholders(len(fingerprints))}) "
+        f"AND state IN ({v.states_in(sorted(WAITING_STATES))})",
+        [State.QUARANTINED.value, *fingerprints],
     )
 
 

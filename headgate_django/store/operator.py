@@ -26,7 +26,7 @@ from headgate_django.exceptions import (
 )
 from headgate_django.kernel import names
 from headgate_django.kernel.states import Event, State, check
-from headgate_django.models import Job, Quarantine, QueueState
+from headgate_django.models import LIVE_JOB_STATES, Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
 from headgate_django.store.fenced import after_finish
 from headgate_django.store.insert import seal_payload
@@ -265,10 +265,7 @@ def job_cancel_many(job_ids: list[str], *, using: str = "default") -> int:
     """
     if not job_ids:
         return 0
-    live = [
-        s.value
-        for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE)
-    ]
+    live = LIVE_JOB_STATES  # the unfinished states, all of which a cancel may finish
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         # Lock the rows to cancel first, so the hooks get exactly the jobs this call

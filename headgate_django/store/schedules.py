@@ -150,7 +150,6 @@ def schedule_upsert(
         obj = _named(name, using, lock=True)
         if obj is None:
             refuse_case_clash(Schedule, "name", name, "schedule", using, ScheduleError)
-        if obj is None:
             obj = Schedule(name=name, created_at=now)
         respec = obj.pk is None or (obj.spec, obj.timezone) != (spec.text, spec.tz)
         withdrawn: list[datetime] = []
@@ -408,8 +407,8 @@ def _lock_unpaused(
     # MySQL/MariaDB (and SQLite, where it changes nothing): locked by primary key in its
     # order, after a plain read of the keys. A ``FOR UPDATE`` by name locks through the
     # name index or, for a large batch, a table scan of the rows, depending on the plan;
-    # an operator's lock of one schedule by name then held the index entry the pass's
-    # move needed while it waited for the row the pass held. Every lock and write of a
+    # an operator's lock of one schedule by name would then hold the index entry the
+    # pass's move needs while it waits for the row the pass holds. Every lock and write of a
     # schedule row here and in the operator's paths (:func:`_named`) goes by primary key.
     keys = list(Schedule.objects.using(using).filter(name__in=names).values_list("pk", flat=True))
     asked = set(names)

@@ -247,9 +247,9 @@ def _fail_pending(cursor: Any, conn: Any, items: list[tuple[str, str]]) -> None:
     Only while it is still pending: the plan was made from a read outside this
     transaction, and an operator may have promoted the node since (and a worker claimed
     it). The read locks the row, so a promote still uncommitted is waited for and then
-    seen; the update repeats the condition all the same. Cancelling a node that had moved
-    on undid the promote, or (running) broke ``headgate_job_running_has_lease`` and
-    failed the whole tick.
+    seen; the update repeats the condition all the same. Cancelling a node that has moved
+    on would undo the promote, or (running) break ``headgate_job_running_has_lease`` and
+    fail the whole tick.
     """
     pending = State.PENDING.value
     for job_id, reason in items:

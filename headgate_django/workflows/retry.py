@@ -10,7 +10,7 @@ revision + 1 before it puts the failed nodes back; completed ancestors never rer
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,18 +179,10 @@ def retry_children_automatically(nodes: Iterable[Any]) -> list[str]:
     have. Returns the child workflow ids whose retry was requested.
     """
     links = [n for n in nodes if n.kind is NodeKind.CHILD_WORKFLOW]
-    jobs = job_get_many(n.job_id for n in links)
     requested: list[str] = []
-    for node in links:
-        job = jobs.get(node.job_id)
-        if job is None or job.state != State.ARCHIVED:
-            continue
-        child = node.child_workflow_id or ""
-        if job_state(coordinator_job_id(child)) != State.ARCHIVED:
-            continue
-        child_cp = checkpoint_from_row(workflow_checkpoint_load(child))
+    for child, revision in _failed_children(links, job_get_many(n.job_id for n in links)):
         try:
-            request_failed_subgraph_retry(child, child_cp.revision)
+            request_failed_subgraph_retry(child, revision)
         except (DefinitionError, InvalidTransitionError, RevisionConflictError, NotFoundError):
             continue
         requested.append(child)
@@ -199,11 +191,17 @@ def retry_children_automatically(nodes: Iterable[Any]) -> list[str]:
 
 def _retry_children(nodes: Iterable[Any], jobs: dict[str, Job]) -> None:
     """A failed child link is reopened only after its child workflow's own retry."""
+    for child, revision in _failed_children(nodes, jobs):
+        request_failed_subgraph_retry(child, revision)
+
+
+def _failed_children(nodes: Iterable[Any], jobs: dict[str, Job]) -> Iterator[tuple[str, int]]:
+    """The child workflows, with their current revisions, of the archived links among
+    ``nodes`` whose child workflow is archived too (failed)."""
     for node in nodes:
         job = jobs.get(node.job_id)
         if node.kind is not NodeKind.CHILD_WORKFLOW or job is None or job.state != State.ARCHIVED:
             continue
         child = node.child_workflow_id or ""
         if job_state(coordinator_job_id(child)) == State.ARCHIVED:
-            child_cp = checkpoint_from_row(workflow_checkpoint_load(child))
-            request_failed_subgraph_retry(child, child_cp.revision)
+            yield child, checkpoint_from_row(workflow_checkpoint_load(child)).revision

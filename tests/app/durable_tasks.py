@@ -113,25 +113,6 @@ def side_call(ctx: durable.Context, value: Any) -> Any:
     return ctx.execute_operation("it-side", "1", value).result()
 
 
-@durable.operation("it-capped", version="1", queue="capped")
-def capped(ctx: Any, _: Any) -> int:
-    """Records how many jobs of its queue run while it does (the queue has a ceiling)."""
-    from headgate_django.models import Job
-
-    time.sleep(0.3)
-    running = Job.objects.filter(queue="capped", state="running").count()
-    Execution.objects.create(
-        job_id=ctx.job_id, label=str(running), attempt=ctx.attempt, fence=0, pid=os.getpid()
-    )
-    time.sleep(0.3)
-    return running
-
-
-@durable.workflow("it-capped-call", version="1")
-def capped_call(ctx: durable.Context, _: Any) -> Any:
-    return ctx.execute_operation("it-capped", "1", None).result()
-
-
 @durable.operation("it-lease-watch", version="1")
 def lease_watch(ctx: Any, seconds: float) -> dict[str, Any]:
     """Samples its own job's lease expiry for ``seconds``: every renewal sets it to the

@@ -130,6 +130,7 @@ def wait_for_lock_wait(timeout: float = 15.0) -> None:
 
     Races are ordered with it: one connection holds a row locked, the path under test
     runs in a second one until it blocks on that row, and only then is the first let go.
+    It may be called inside the transaction that holds the lock.
     """
     from django.db import connection
 
@@ -151,6 +152,10 @@ def wait_for_lock_wait(timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                # Inside a transaction PostgreSQL answers pg_stat_activity from a snapshot
+                # taken at its first read: drop it, or a wait begun since is never seen.
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(sql)
             if cursor.fetchone()[0]:
                 return

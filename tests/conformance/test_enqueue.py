@@ -294,6 +294,23 @@ def test_ids_differing_only_by_case_are_two_jobs_or_a_clear_conflict():
     assert Job.objects.filter(id="Order-47").exists()
 
 
+def test_a_case_conflict_in_a_batch_names_the_id_that_clashes():
+    """Another id of the caller's in the same batch is not the one to blame."""
+    enqueue(dataclasses.replace(tasks.echo.envelope(value=1), id="Order-48"))
+    batch = [
+        dataclasses.replace(tasks.echo.envelope(value=2), id="fresh-48"),
+        dataclasses.replace(tasks.echo.envelope(value=3), id="order-48"),
+    ]
+    try:
+        ids = enqueue(batch)
+    except IdConflictError as exc:
+        assert exc.details == {"id": "order-48"}
+        assert "'order-48'" in str(exc) and "'Order-48'" in str(exc)
+        assert Job.objects.count() == 1
+    else:
+        assert ids == ["fresh-48", "order-48"]
+
+
 def test_an_idempotent_id_in_a_batch_with_new_jobs_inserts_only_the_new_ones():
     env = dataclasses.replace(tasks.echo.envelope(value=1), id="order-45")
     enqueue(env)

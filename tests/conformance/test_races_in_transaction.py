@@ -8,13 +8,13 @@ serialises the writers."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.db import connection, transaction
 
 from headgate_django import DuplicateError, Envelope, enqueue
 from headgate_django.models import Job
+from tests.conformance.helpers import wait_for_lock_wait
 
 
 def _winner_commits_after(env: Envelope, holding: threading.Event, go: threading.Event):
@@ -26,7 +26,7 @@ def _winner_commits_after(env: Envelope, holding: threading.Event, go: threading
                 enqueue(env)
                 holding.set()
                 go.wait(timeout=30)
-                time.sleep(0.3)  # the loser is waiting on the unique index by now
+                wait_for_lock_wait()  # the loser is waiting on the unique index
         finally:
             connection.close()
 

@@ -1,12 +1,10 @@
-"""A lease renewal must not leave a worker's other jobs unrenewed while it waits for one
-job's row.
+"""A lease renewal must not leave a worker's other jobs unrenewed while one job's row is
+locked.
 
 A handler inside ``ctx.once`` holds its own job's row locked for as long as its function
-runs. The worker's renewal covers every job it holds, in one transaction that locks the
-rows in id order: waiting there for the ``once`` job, it had not yet extended the jobs
-after it, whose leases then lapsed although the worker was alive and renewing on time.
-The reclaim duty counted them as crashes and handed them to another worker: the same job
-ran twice at once.
+runs. A renewal that waited for that row would not extend the worker's other leases
+meanwhile: they would lapse although the worker was alive and renewing on time, and the
+reclaim duty would hand them to another worker, so the same job ran twice at once.
 """
 
 from __future__ import annotations
@@ -26,67 +24,12 @@ SHORT = timedelta(seconds=2)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_renewal_waiting_for_a_locked_row_still_renews_the_rest():
-    if connection.vendor == "sqlite":
-        pytest.skip("SQLite has no row locks: one writer at a time")
-    queue = "renew-behind-lock"
-    enqueue([Envelope(kind="test.noop", id=i, queue=queue) for i in ("a-once", "b-other")])
-    claimed = {
-        c.ref.job_id: c.ref
-        for c in store.job_claim(worker_id="w1", limit=2, lease_ttl=SHORT, queues=[queue])
-    }
-    assert set(claimed) == {"a-once", "b-other"}
-    in_once, errors = threading.Event(), []
-
-    def run_once() -> None:
-        def slow() -> int:
-            in_once.set()
-            time.sleep(4)  # longer than what is left of the leases
-            return 1
-
-        try:
-            job_effect_once(claimed["a-once"], "slow", slow)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    lost: list[set[str]] = []
-
-    def renew() -> None:
-        try:
-            lost.append(
-                store.job_renew_leases(list(claimed.values()), lease_ttl=timedelta(minutes=5))
-            )
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    handler = threading.Thread(target=run_once)
-    handler.start()
-    assert in_once.wait(timeout=30)
-    renewer = threading.Thread(target=renew)
-    renewer.start()  # on time: both leases still have most of their 2 s
-    try:
-        time.sleep(2.5)  # past the leases the claim granted
-        report = store.job_reclaim_expired()
-    finally:
-        handler.join()
-        renewer.join()
-    assert errors == []
-    assert report.retried == []
-    assert lost == [set()]
-    assert set(Job.objects.values_list("state", flat=True)) == {"running"}
-
-
-@pytest.mark.django_db(transaction=True)
 def test_a_locked_row_does_not_hold_up_the_next_renewals():
-    """The renewal waited for the ``once`` job's row once it had renewed the others: the
-    worker's renewal thread was stuck there for as long as the function ran, so the next
-    renewals of the other jobs never came, their leases lapsed and the reclaim duty took
-    them from a live worker. A row held by another transaction is now left for the next
-    renewal (neither renewed nor lost), and the ``once`` keeps its job's lease margin."""
+    """A renewal that waited for the ``once`` job's row, even after renewing the others,
+    would keep the worker's renewal thread there for as long as the function ran: the next
+    renewals of the other jobs would never come. A row held by another transaction is left
+    for the next renewal (neither renewed nor lost), and the ``once`` keeps its job's lease
+    margin."""
     if connection.vendor == "sqlite":
         pytest.skip("SQLite has no row locks: one writer at a time")
     queue = "renew-not-stuck"
@@ -152,6 +95,7 @@ def test_a_once_longer_than_the_lease_leaves_its_job_leased():
         pytest.skip("SQLite has no row locks: one writer at a time")
     enqueue(Envelope(kind="test.noop", id="long-once", queue="long-once"))
     (claimed,) = store.job_claim(worker_id="w1", limit=1, lease_ttl=SHORT, queues=["long-once"])
+    granted = Job.objects.get(pk="long-once").lease_expires_at
 
     def slow() -> int:
         time.sleep(2.5)  # longer than the lease
@@ -161,4 +105,6 @@ def test_a_once_longer_than_the_lease_leaves_its_job_leased():
     assert store.job_reclaim_expired().retried == []
     job = Job.objects.get(pk="long-once")
     assert job.state == "running"
-    assert job.lease_expires_at > store.db_now() + timedelta(seconds=1)
+    # Moved on by the time the function held the row (the margin comes back whole),
+    # measured on the store clock, so no delay before or after the once can upset it.
+    assert job.lease_expires_at >= granted + timedelta(seconds=2.5)

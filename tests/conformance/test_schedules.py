@@ -34,6 +34,7 @@ from headgate_django.store.schedules import (
 )
 from tests.app import tasks
 from tests.app.models import Execution
+from tests.conformance.helpers import wait_for_lock_wait
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clear_of_the_hour")]
 
@@ -311,7 +312,10 @@ def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkey
     def lock_then_let_the_operator_in(*args, **kwargs):
         locked = real_lock(*args, **kwargs)
         thread.start()
-        time.sleep(0.5)  # the operator's statement now waits on the pass's locks
+        if connections["default"].vendor == "sqlite":
+            time.sleep(0.5)  # the operator's transaction now waits for the write lock
+        else:
+            wait_for_lock_wait()  # the operator's statement waits on the pass's locks
         return locked
 
     monkeypatch.setattr(store_schedules, "_lock_unpaused", lock_then_let_the_operator_in)
