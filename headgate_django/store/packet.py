@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from django.db import InterfaceError, OperationalError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.exceptions import PayloadTooLargeError, ResultTooLargeError
@@ -42,8 +43,17 @@ def max_packet(conn: BaseDatabaseWrapper) -> int | None:
 
 
 def value_budget(conn: BaseDatabaseWrapper) -> int | None:
-    """The most bytes one value may take in a statement, or None without a limit."""
-    packet = max_packet(conn)
+    """The most bytes one value may take in a statement, or None without a limit, or while
+    the database cannot be asked.
+
+    A session that died with the database asks again on its next use: an outage then is
+    no reason to fail what is being measured (a handler's result, which would run its job
+    again). What is written next waits for the database like any other write, and its
+    new session measures again."""
+    try:
+        packet = max_packet(conn)
+    except (OperationalError, InterfaceError):
+        return None
     return None if packet is None else packet - STATEMENT_SLACK
 
 

@@ -120,3 +120,22 @@ def test_a_job_too_large_for_a_statement_is_refused_at_enqueue_and_nothing_lands
     ids = enqueue([takes_text.envelope(text="a" * near), takes_text.envelope(text="b" * near)])
     assert Job.objects.filter(pk__in=ids).count() == 2
     assert takes_text.enqueue(text="c" * (packet() - 128 * 1024))
+
+
+def test_a_database_outage_while_measuring_a_result_does_not_fail_the_job():
+    """The size is measured against the packet the server reports, asked once per
+    session; a worker whose session died with the database asks again, and that must not
+    turn the handler's success into a failure (it ran the job a second time)."""
+    from django.db import connections
+    from django.db.utils import ConnectionHandler
+
+    from headgate_django.worker.execute import Succeeded, result_outcome
+    from tests.conftest import free_port
+
+    # The test database's own settings, at a port nothing listens on: a database that is down.
+    settings = {**connections.settings["default"], "HOST": "127.0.0.1", "PORT": free_port()}
+    down = ConnectionHandler({"default": settings})["default"]
+    try:
+        assert result_outcome({"rows": 3}, down) == Succeeded(result={"rows": 3})
+    finally:
+        down.close()
