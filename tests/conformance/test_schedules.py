@@ -290,7 +290,10 @@ def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkey
     # alone (the batch's shared one names twenty).
     target = "half-hourly"
     schedules.upsert(target, "@every 30m", tasks.periodic.envelope())
-    Schedule.objects.filter(name=target).update(next_run_at=db_now() - timedelta(minutes=1))
+    # Its current half-hour's tick, exactly one due whenever the test runs (a minute ago
+    # was two ticks in the first minute after :00 or :30).
+    current = previous_ticks(parse_spec("@every 30m"), db_now(), 1)[0]
+    Schedule.objects.filter(name=target).update(next_run_at=current)
     errors: list[BaseException] = []
 
     def operator() -> None:
