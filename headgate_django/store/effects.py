@@ -64,13 +64,9 @@ def job_effect_once(
     _check_name(name)
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
-        (_, expires, at) = lock_held(cursor, conn, ref, "fence, lease_expires_at")
+        (_, at) = lock_held(cursor, conn, ref, "fence")
         found, value = job_effect_recorded(ref.job_id, name, using=using)
         if not found:
-            # The renewals leave the row alone while it is locked here (they do not wait
-            # for it): at the commit the lease gets back the margin it had now.
-            margin = v.parse_instant(conn, expires) - v.parse_instant(conn, at)
-            margin_ms = int(margin.total_seconds() * 1000)
             value = fn()
             packet.check_result_sent(conn, value, check_result(value))
             Effect.objects.using(using).create(
@@ -80,12 +76,6 @@ def job_effect_once(
                 fence=ref.fence,
                 created_at=v.parse_instant(conn, at),
             )
-            if margin_ms > 0 and complete is None:
-                cursor.execute(
-                    f"UPDATE headgate_job SET lease_expires_at = {v.plus_ms(conn)} "
-                    "WHERE id = %s AND lease_id = %s AND fence = %s",
-                    [margin_ms, ref.job_id, ref.lease_id, ref.fence],
-                )
         if complete is not None and not job_complete_many(
             [complete._replace(result=value)], using=using
         ):

@@ -299,85 +299,42 @@ def after_finish(
 def job_renew_leases(
     refs: Sequence[LeaseRef], *, lease_ttl: timedelta, using: str = "default"
 ) -> set[str]:
-    """Extend the leases still held; return the ids whose lease was lost.
-
-    A row another transaction holds locked is neither waited for nor renewed: it is left
-    for the next renewal, and reported lost only if its committed row says so. A handler
-    inside ``ctx.once`` keeps its job's row locked while its function runs. Waiting for
-    that row (first, or after the others) would keep the worker's renewal thread there for
-    as long as the function runs: the other jobs' next renewals would not come, their
-    leases would lapse and the reclaim duty would take them from a live worker and run
-    them again. The locked job itself needs no renewal meanwhile: the reclaim skips
-    locked rows, and ``job_effect_once`` gives the lease back its margin when it commits.
-    """
+    """Extend the leases still held; return the ids whose lease was lost."""
     if not refs:
         return set()
     conn = v.connection_for(using)
     ttl_ms = int(lease_ttl.total_seconds() * 1000)
-    kept, behind_locks = _renew(conn, using, refs, ttl_ms)
-    if behind_locks:
-        kept |= _still_held(conn, behind_locks)
-    return {r.job_id for r in refs} - kept
-
-
-def _still_held(conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]:
-    """The ids of ``refs`` whose committed row is still held under them (a plain read,
-    which waits for no lock)."""
-    wanted = {(r.job_id, r.lease_id, r.fence) for r in refs}
-    ids = sorted({r.job_id for r in refs})
-    with conn.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id, lease_id, fence FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) "
-            "AND state = %s",
-            [*ids, _RUNNING],
-        )
-        return {row[0] for row in cursor.fetchall() if tuple(row) in wanted}
-
-
-def _renew(
-    conn: BaseDatabaseWrapper, using: str, refs: Sequence[LeaseRef], ttl_ms: int
-) -> tuple[set[str], list[LeaseRef]]:
-    """Renew the rows of ``refs`` no other transaction holds, in one transaction; return
-    the ids renewed and the refs skipped (their rows locked elsewhere, or gone).
-
-    Not in autocommit, even on PostgreSQL: the rows are locked first (see
-    :func:`_lock_free`), and a renewal is off the hot path (once per lease/3 per worker).
-    """
+    # Not in autocommit, even on PostgreSQL: the rows are locked in id order first (see
+    # _lock_in_id_order), and a renewal is off the hot path (once per lease/3 per worker).
     with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
-        locked = _lock_free(cursor, conn, refs)
-        skipped: list[LeaseRef] = []
-        if locked is not None:
-            skipped = [r for r in refs if r.job_id not in locked]
-            refs = [r for r in refs if r.job_id in locked]
-        if not refs:
-            return set(), skipped
+        _lock_in_id_order(cursor, conn, refs)
         kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
         # A job past its deadline is archived now, and its handler told to stop as if
         # its lease were lost.
         from headgate_django.store.deadlines import archive_held_past_deadline
 
         kept -= archive_held_past_deadline(cursor, conn, [r for r in refs if r.job_id in kept])
-    return kept, skipped
+    return {r.job_id for r in refs} - kept
 
 
-def _lock_free(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str] | None:
-    """Lock the rows of ``refs`` that no other transaction holds, skipping the others; the
-    ids locked (``None`` on SQLite, which has no row locks).
+def _lock_in_id_order(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> None:
+    """Lock the rows of ``refs`` in id order before a batch writes them.
 
-    The renewal never waits for a row. A ``ctx.once`` holds its job's row for as long as
-    its function runs, and recording an eager Operation's outcome locks its job, then the
-    header, then the workflow task: a renewal waiting for either would leave the worker's
-    other leases unrenewed meanwhile, or deadlock with the outcome over the task it holds.
+    A batch renewal can hold a durable execution's workflow task and its Operation job at
+    once (an Operation run on the pass's thread). Recording that Operation's outcome locks
+    its job, then the header, then the task; a renewal that locked the task first and then
+    waited for the Operation's row would deadlock with it. An Operation job's id
+    (``<execution>:op:<n>``) sorts before its task's (``<execution>:task``), so in id order
+    the renewal never holds the task while it waits for the Operation.
     """
     if not v.for_update(conn):
-        return None  # SQLite: one writer at a time, nothing is locked by another
+        return  # SQLite: one writer at a time, nothing to order
     ids = sorted({r.job_id for r in refs})
     cursor.execute(
         f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) ORDER BY id"
-        f"{v.skip_locked(conn)}",
+        f"{v.for_update(conn)}",
         ids,
     )
-    return {row[0] for row in cursor.fetchall()}
 
 
 def job_release_many(refs: Sequence[LeaseRef], *, using: str = "default") -> set[str]:
