@@ -298,7 +298,14 @@ class JobContext:
 
         def write() -> None:
             nonlocal result
-            result = job_effect_once(self.lease, name, fn, complete=complete, using=self._using)
+            result = job_effect_once(
+                self.lease,
+                name,
+                fn,
+                complete=complete,
+                lease_ttl=self.host.lease_ttl if self.host is not None else None,
+                using=self._using,
+            )
 
         self._fenced(write)
         if last:

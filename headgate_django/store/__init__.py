@@ -12,9 +12,11 @@ from headgate_django.store.claim import ClaimedJob, job_available, job_claim
 from headgate_django.store.duties import duty_acquire, duty_release
 from headgate_django.store.fenced import (
     LeaseRef,
+    Renewal,
     job_complete_many,
     job_mark_undecodable,
     job_release_many,
+    job_renew_free_leases,
     job_renew_leases,
     job_retry,
     job_revoke,
@@ -56,6 +58,7 @@ __all__ = [
     "EvictionPass",
     "Inserted",
     "LeaseRef",
+    "Renewal",
     "configured_rate_classes",
     "db_now",
     "duty_acquire",
@@ -76,6 +79,7 @@ __all__ = [
     "job_promote_due",
     "job_reclaim_expired",
     "job_release_many",
+    "job_renew_free_leases",
     "job_renew_leases",
     "job_replace_payload",
     "job_reschedule",

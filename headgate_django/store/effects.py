@@ -11,8 +11,9 @@ function's own writes must go to the same database alias to share the transactio
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import transaction
@@ -53,6 +54,7 @@ def job_effect_once(
     fn: Callable[[], T],
     *,
     complete: Completion | None = None,
+    lease_ttl: timedelta | None = None,
     using: str = "default",
 ) -> T:
     """Run ``fn`` at most once for the held job ``ref``, in one transaction with its record.
@@ -60,14 +62,22 @@ def job_effect_once(
     A recorded effect returns its result unrun. ``fn`` raising rolls back its writes and
     records nothing; so does a result that is not JSON (``TypeError``/``ValueError``).
     With ``complete`` (the job's completion, its result left out) the job is completed, with
-    the effect's result as its own, in the same commit: the effect is the job's last act."""
+    the effect's result as its own, in the same commit: the effect is the job's last act.
+
+    With ``lease_ttl`` (the worker's), a function that ran past a third of it renews the
+    lease in the same commit. The worker's renewals leave the row alone while it is held
+    here (see ``job_renew_free_leases``); its own renewal of the row, waiting for this
+    commit, may not be queued yet when it comes, and a lease left lapsed by a long
+    function would let the reclaim duty take the job from a live worker."""
     _check_name(name)
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         (_, at) = lock_held(cursor, conn, ref, "fence")
         found, value = job_effect_recorded(ref.job_id, name, using=using)
         if not found:
+            started = time.monotonic()
             value = fn()
+            ran = time.monotonic() - started
             packet.check_result_sent(conn, value, check_result(value))
             Effect.objects.using(using).create(
                 job_id=ref.job_id,
@@ -76,6 +86,12 @@ def job_effect_once(
                 fence=ref.fence,
                 created_at=v.parse_instant(conn, at),
             )
+            if lease_ttl is not None and complete is None and ran >= lease_ttl.total_seconds() / 3:
+                cursor.execute(
+                    f"UPDATE headgate_job SET lease_expires_at = {v.plus_ms(conn)} "
+                    "WHERE id = %s AND lease_id = %s AND fence = %s",
+                    [int(lease_ttl.total_seconds() * 1000), ref.job_id, ref.lease_id, ref.fence],
+                )
         if complete is not None and not job_complete_many(
             [complete._replace(result=value)], using=using
         ):

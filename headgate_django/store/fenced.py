@@ -299,7 +299,8 @@ def after_finish(
 def job_renew_leases(
     refs: Sequence[LeaseRef], *, lease_ttl: timedelta, using: str = "default"
 ) -> set[str]:
-    """Extend the leases still held; return the ids whose lease was lost."""
+    """Extend the leases still held, waiting for rows another transaction holds; return
+    the ids whose lease was lost."""
     if not refs:
         return set()
     conn = v.connection_for(using)
@@ -308,13 +309,62 @@ def job_renew_leases(
     # _lock_in_id_order), and a renewal is off the hot path (once per lease/3 per worker).
     with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
         _lock_in_id_order(cursor, conn, refs)
-        kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
-        # A job past its deadline is archived now, and its handler told to stop as if
-        # its lease were lost.
-        from headgate_django.store.deadlines import archive_held_past_deadline
-
-        kept -= archive_held_past_deadline(cursor, conn, [r for r in refs if r.job_id in kept])
+        kept = _renew_locked(cursor, conn, refs, ttl_ms)
     return {r.job_id for r in refs} - kept
+
+
+class Renewal(NamedTuple):
+    """What :func:`job_renew_free_leases` did: the ids whose lease was lost, and the refs
+    whose rows another transaction held (neither renewed nor lost)."""
+
+    lost: set[str]
+    locked: list[LeaseRef]
+
+
+def job_renew_free_leases(
+    refs: Sequence[LeaseRef], *, lease_ttl: timedelta, using: str = "default"
+) -> Renewal:
+    """Extend the leases still held on the rows no other transaction holds, never waiting.
+
+    A handler inside ``ctx.once`` holds its job's row for as long as its function runs,
+    and a workflow pass holds an eager Operation's job while it replays with its outcome.
+    A renewal that waited for such a row would leave the worker's other leases unrenewed
+    meanwhile: they would lapse under a live worker, and the reclaim duty would run their
+    jobs a second time. The rows skipped here cannot be reclaimed while they are held (the
+    reclaim skips locked rows); the worker renews them with :func:`job_renew_leases`, one
+    at a time, apart from this renewal, so each is renewed as soon as its holder commits.
+    """
+    if not refs:
+        return Renewal(set(), [])
+    conn = v.connection_for(using)
+    if not v.for_update(conn):  # SQLite: one writer at a time, no row is held by another
+        return Renewal(job_renew_leases(refs, lease_ttl=lease_ttl, using=using), [])
+    ttl_ms = int(lease_ttl.total_seconds() * 1000)
+    ids = sorted({r.job_id for r in refs})
+    with transaction.atomic(using=using), server_bound_cursor(conn) as cursor:
+        cursor.execute(
+            f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))}) ORDER BY id"
+            f"{v.skip_locked(conn)}",
+            ids,
+        )
+        free = {row[0] for row in cursor.fetchall()}
+        renewing = [r for r in refs if r.job_id in free]
+        kept = _renew_locked(cursor, conn, renewing, ttl_ms) if renewing else set()
+    # A row not returned is held by another transaction, or gone; the renewal that waits
+    # for it tells which.
+    return Renewal(free - kept, [r for r in refs if r.job_id not in free])
+
+
+def _renew_locked(
+    cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef], ttl_ms: int
+) -> set[str]:
+    """Renew the rows of ``refs`` this transaction has locked; the ids still held."""
+    kept = _fenced_ids(cursor, conn, f"lease_expires_at = {v.plus_ms(conn)}", [ttl_ms], refs)
+    # A job past its deadline is archived now, and its handler told to stop as if its
+    # lease were lost.
+    from headgate_django.store.deadlines import archive_held_past_deadline
+
+    return kept - archive_held_past_deadline(cursor, conn, [r for r in refs if r.job_id in kept])
 
 
 def _lock_in_id_order(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> None:

@@ -178,6 +178,7 @@ class Worker:
         self._sizer = ClaimSizer(concurrency, s.CLAIM_BATCH)
         # Jobs a handler runs on its own thread (see adopt()): renewed, never claimed.
         self._adopted: dict[LeaseRef, JobContext] = {}
+        self._lock_waiter: threading.Thread | None = None  # see _renew_behind_locks
         self._lock = threading.Lock()
         self._busy = 0  # handler threads still inside a handler
         self._claim_parked = False  # the claim loop found no room and waits for some
@@ -772,18 +773,67 @@ class Worker:
 
     def _renew(self) -> bool:
         with self._lock:
-            held = [r for r in self._held.values() if not r.settled]
-            adopted = list(self._adopted.items())
-        refs = [r.job.ref for r in held] + [ref for ref, _ in adopted]
-        lost = store.job_renew_leases(refs, lease_ttl=self.lease_ttl, using=self.using)
-        for ref, ctx in adopted:
-            if ref.job_id in lost:
-                log.warning("lease on job %s was lost; telling the handler to stop", ref.job_id)
-                ctx.cancel()
+            refs = [r.job.ref for r in self._held.values() if not r.settled]
+            refs += self._adopted
+        lost, locked = store.job_renew_free_leases(refs, lease_ttl=self.lease_ttl, using=self.using)
+        self._stop_lost([r for r in refs if r.job_id in lost])
+        if locked:
+            self._renew_behind_locks(locked)
+        return True
+
+    def _renew_behind_locks(self, refs: list[LeaseRef]) -> None:
+        """Renew, on a thread of their own, the rows the renewal found held by another
+        transaction (a handler's ``ctx.once``, a workflow pass folding an eager Operation's
+        outcome): each is waited for, and renewed the moment its holder commits, while
+        this thread goes on renewing the others. One such thread at a time; rows still
+        held when it is busy are found again by the next renewal."""
+        with self._lock:
+            if self._lock_waiter is not None and self._lock_waiter.is_alive():
+                return
+            waiter = threading.Thread(
+                target=self._wait_and_renew,
+                args=(sorted(refs),),
+                name=f"headgate-renew-locked-{self.worker_id}",
+                daemon=True,
+            )
+            self._lock_waiter = waiter
+        waiter.start()
+
+    def _wait_and_renew(self, refs: list[LeaseRef]) -> None:
+        # One row per transaction: waiting for one row while holding none, this thread
+        # can neither deadlock with a holder nor keep another job's row from its acker.
+        try:
+            for ref in refs:
+                with self._lock:
+                    entry = self._held.get(ref)
+                    ours = ref in self._adopted or (entry is not None and not entry.settled)
+                if not ours:
+                    continue
+                lost = self._safe(
+                    lambda ref=ref: store.job_renew_leases(
+                        [ref], lease_ttl=self.lease_ttl, using=self.using
+                    )
+                )
+                if lost:
+                    self._stop_lost([ref])
+        finally:
+            with contextlib.suppress(DatabaseError):
+                connections[self.using].close()
+
+    def _stop_lost(self, refs: list[LeaseRef]) -> None:
+        """Tell the handlers of the attempts ``refs`` (whose leases were lost) to stop."""
+        if not refs:
+            return
+        with self._lock:
+            adopted = [self._adopted[r] for r in refs if r in self._adopted]
+            held = [self._held[r] for r in refs if r in self._held]
+        for ctx in adopted:
+            log.warning("lease on job %s was lost; telling the handler to stop", ctx.job_id)
+            ctx.cancel()
         for entry in held:
             # An outcome written while this renewal ran also reads as "lost"; its writer
             # (the acker or the handler's thread) reports one that did not land.
-            if entry.job.ref.job_id not in lost or entry.finishing:
+            if entry.settled or entry.finishing:
                 continue
             entry.ctx.cancel()
             if self._drop_unstarted(entry):
@@ -792,7 +842,6 @@ class Worker:
                 log.warning(
                     "lease on job %s was lost; telling the handler to stop", entry.job.ref.job_id
                 )
-        return True
 
     def _drop_unstarted(self, entry: _Held) -> bool:
         """Forget a job still in the buffer (its handler thread will skip it)."""
