@@ -774,7 +774,7 @@ class Worker:
     def _renew(self) -> bool:
         with self._lock:
             refs = [r.job.ref for r in self._held.values() if not r.settled]
-            refs += self._adopted
+            refs.extend(self._adopted)
         lost, locked = store.job_renew_free_leases(refs, lease_ttl=self.lease_ttl, using=self.using)
         self._stop_lost([r for r in refs if r.job_id in lost])
         if locked:
