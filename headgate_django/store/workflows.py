@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 
 from headgate_django.envelope import decode_call
-from headgate_django.kernel.names import COORDINATOR_KIND
+from headgate_django.kernel.names import CHILD_KIND, COORDINATOR_KIND
 from headgate_django.kernel.names import GRAFT_KIND as GRAFT_KIND  # re-exported: the workflow
 from headgate_django.kernel.names import RETRY_KIND as RETRY_KIND  # layer imports them here
 from headgate_django.kernel.states import State
@@ -370,6 +370,17 @@ def workflow_live_job_ids(workflow_id: str, *, using: str = "default") -> list[s
         Job.objects.using(using)
         .filter(workflow_id=workflow_id, state__in=live)
         .exclude(pk=coordinator_job_id(workflow_id))
+        .values_list("id", flat=True)
+    )
+
+
+def workflow_waiting_links(workflow_id: str, *, using: str = "default") -> list[str]:
+    """The job ids of the workflow's child-workflow links that wait for their child now
+    (released by the coordinator and not finished; one indexed query)."""
+    waiting = [s.value for s in (State.SCHEDULED, State.AVAILABLE, State.RUNNING, State.RETRYABLE)]
+    return list(
+        Job.objects.using(using)
+        .filter(workflow_id=workflow_id, kind=CHILD_KIND, state__in=waiting)
         .values_list("id", flat=True)
     )
 

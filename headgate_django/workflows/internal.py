@@ -62,6 +62,7 @@ def child_link(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any)
     from headgate_django.store.reads import job_state
     from headgate_django.store.workflows import coordinator_job_id, workflow_checkpoint_load
     from headgate_django.workflows.inspect import load_graph_of
+    from headgate_django.workflows.link_cycles import cycle_through
 
     graph = load_graph_of(workflow_id)
     child_id = graph.node(node).child_workflow_id or ""
@@ -77,4 +78,10 @@ def child_link(ctx: JobContext, workflow_id: str = "", node: str = "", **_: Any)
         return {"child_workflow_id": child_id, "outcome": "succeeded"}
     if state is None or State(state) in _FAILED:
         raise Skip(f"child workflow {child_id!r} is {state or 'missing'}")
+    cycle = cycle_through(workflow_id, child_id)
+    if cycle is not None:
+        raise Skip(
+            f"child-workflow links form a cycle, {' -> '.join(cycle)}: none of these "
+            "workflows can finish"
+        )
     raise Snooze(headgate_settings.COORDINATOR_POLL)

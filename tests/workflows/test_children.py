@@ -220,3 +220,42 @@ def test_cancelling_a_child_workflow_wakes_its_waiting_link_at_once():
     assert job("checkout:cx:billing").state == "available"  # woken, not left for an hour
     testing.run_jobs()
     assert node_states("checkout:cx") == {"billing": "archived", "receipt": "missing"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("length", [2, 3])
+def test_workflows_linking_each_other_one_by_one_fail_instead_of_waiting_for_ever(length):
+    """A bundle refuses such links at once; workflows enqueued one by one are only linked
+    in a cycle once their links all wait, which a waiting link sees and fails on."""
+    ids = [f"ring-{i}" for i in range(length)]
+    for i, w in enumerate(ids):
+        enqueue(
+            Workflow(w)
+            .add("work", tasks.noop.envelope(), [])
+            .add_child("next", ids[(i + 1) % length], ["work"])
+            .prepare()
+        )
+    run(max_jobs=500)
+    assert {coordinator(w).state for w in ids} == {"archived"}
+    errors = [last_error(f"{w}:next") for w in ids]
+    found = [e for e in errors if "cycle" in e]
+    assert found, errors
+    assert "none of these workflows can finish" in found[0]
+    first = found[0].split("cycle, ")[1].split(":")[0].split(" -> ")
+    assert len(first) == length + 1 and first[0] == first[-1] and set(first) == set(ids)
+    # Each other link then saw its child fail.
+    assert all("cycle" in e or "is archived" in e for e in errors)
+
+
+@pytest.mark.django_db
+def test_a_link_waiting_on_a_child_that_waits_on_another_workflow_keeps_waiting():
+    """Chains of waiting links that do not come back are not cycles."""
+    enqueue(Workflow("top").add_child("mid", "middle").prepare())
+    enqueue(Workflow("middle").add_child("bottom", "bottom").prepare())
+    enqueue(Workflow("bottom").add_signal("go", "go").prepare())
+    run(max_jobs=200)
+    assert job_state("top:mid") == "scheduled"
+    assert job_state("middle:bottom") == "scheduled"
+    emit_signal("bottom", "go")
+    run()
+    assert {coordinator(w).state for w in ("top", "middle", "bottom")} == {"completed"}
