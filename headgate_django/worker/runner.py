@@ -809,13 +809,18 @@ class Worker:
                     ours = ref in self._adopted or (entry is not None and not entry.settled)
                 if not ours:
                     continue
-                lost = self._safe(
-                    lambda ref=ref: store.job_renew_leases(
-                        [ref], lease_ttl=self.lease_ttl, using=self.using
-                    )
-                )
+                try:
+                    lost = store.job_renew_leases([ref], lease_ttl=self.lease_ttl, using=self.using)
+                except DatabaseError as exc:
+                    # Not an outage (the heartbeat's renewal reports those): most likely
+                    # the holder outlasted MySQL's lock wait timeout. The next renewal
+                    # finds the row again.
+                    log.info("renewal of job %s behind a lock failed: %s", ref.job_id, exc)
+                    return
                 if lost:
                     self._stop_lost([ref])
+        except Exception:  # a bug: the next renewal starts another thread
+            log.exception("renewal of leases behind a lock failed")
         finally:
             with contextlib.suppress(DatabaseError):
                 connections[self.using].close()
