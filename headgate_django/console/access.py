@@ -29,3 +29,10 @@ def is_console_user(user: Any, permission: str = VIEW_JOBS) -> bool:
         and user.is_staff
         and user.has_perm(permission)
     )
+
+
+def storable(*texts: str) -> bool:
+    """False when a text holds NUL. No stored id, name or filter value does, and PostgreSQL
+    refuses NUL in a query, so a page or socket asked for one answers "no such thing"
+    before it reads (instead of failing in the database)."""
+    return not any("\x00" in text for text in texts)

@@ -79,6 +79,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     poll_interval = 0.5
     idle_interval = 5.0
     burst_seconds = 3.0
+    # Set before ``connect`` can refuse: the disconnect that follows a refusal reads them.
+    watcher: asyncio.Task[None] | None = None
+    group: str | None = None
 
     # -- what a subclass supplies (sync: they run in a database thread) --------------
     def group_for(self, object_id: str) -> str:
@@ -95,16 +98,17 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     # -- lifecycle -------------------------------------------------------------------
     async def connect(self) -> None:
-        self.watcher: asyncio.Task[None] | None = None
-        self.group: str | None = None
         user = self.scope.get("user")
-        if not await database_sync_to_async(access.is_console_user)(user, self.permission):
+        object_id = self.scope["url_route"]["kwargs"].get(self.id_kwarg, "")
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        texts = [object_id, *query, *(value for values in query.values() for value in values)]
+        allowed = database_sync_to_async(access.is_console_user)
+        if not access.storable(*texts) or not await allowed(user, self.permission):
             await self.close(code=REFUSED)
             return
-        self.object_id = self.scope["url_route"]["kwargs"].get(self.id_kwarg, "")
+        self.object_id = object_id
         self.site_name = query_site(self.scope)
         self.reveal = await database_sync_to_async(may_see_payloads)(user)
-        query = parse_qs(self.scope.get("query_string", b"").decode())
         self.query = {key: values[0] for key, values in query.items()}
         self.job_url = links.job_url_builder(self.site_name)
         self.wake = asyncio.Event()

@@ -20,14 +20,15 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models.constants import LOOKUP_SEP
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from headgate_django.console import links
+from headgate_django.console.access import storable
 from headgate_django.console.groups import DURABLE_PREFIX
 from headgate_django.envelope import nested_deeper_than
 from headgate_django.visibility import may_see_payloads, private_fields
@@ -47,6 +48,15 @@ def refuse_writes(request: HttpRequest) -> None:
     """403 for anything but a read: the console changes nothing, whatever is posted."""
     if request.method not in READ_METHODS:
         raise PermissionDenied("the headgate console is read-only")
+
+
+def refuse_unstorable(request: HttpRequest) -> None:
+    """404 for a path, 400 for a query, holding NUL: nothing stored has it, and PostgreSQL
+    would refuse the lookup with an error (a 500) instead of finding nothing."""
+    if not storable(request.path):
+        raise Http404("no headgate object has NUL in its id")
+    if not storable(*(text for key, values in request.GET.lists() for text in (key, *values))):
+        raise BadRequest("a query parameter holds NUL")
 
 
 class CappedPaginator(Paginator):
@@ -87,18 +97,22 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         # Without this a POSTed action (delete_selected) renders the list again with 200.
         refuse_writes(request)
+        refuse_unstorable(request)
         return super().changelist_view(request, extra_context)
 
     def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         refuse_writes(request)
+        refuse_unstorable(request)
         return super().changeform_view(request, *args, **kwargs)
 
     def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         refuse_writes(request)
+        refuse_unstorable(request)
         return super().delete_view(request, *args, **kwargs)
 
     def history_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         refuse_writes(request)
+        refuse_unstorable(request)
         return super().history_view(request, *args, **kwargs)
 
     # -- fields: all read-only, user data only with the reveal permission -------------

@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
 from headgate_django.console import access, views
-from headgate_django.console.readonly import refuse_writes
+from headgate_django.console.readonly import refuse_unstorable, refuse_writes
 
 
 def _page(site: AdminSite, view: Callable[..., HttpResponse], permission: str) -> Any:
@@ -26,6 +26,7 @@ def _page(site: AdminSite, view: Callable[..., HttpResponse], permission: str) -
         if not access.is_console_user(request.user, permission):
             raise PermissionDenied
         refuse_writes(request)
+        refuse_unstorable(request)
         request.current_app = site.name
         return view(request, site, **kwargs)
 

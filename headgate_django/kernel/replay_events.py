@@ -624,6 +624,8 @@ def history_from_json(data: str | bytes | Mapping[str, Any]) -> HistoryExport:
             data = json.loads(data)
         except ValueError as exc:
             raise HistoryCorruptError(f"The history export is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise HistoryCorruptError("The history export is nested too deeply to read.") from None
     if not isinstance(data, Mapping) or not isinstance(data.get("workflow"), Mapping):
         raise HistoryCorruptError("A history export needs a 'workflow' object.")
     workflow, events = data["workflow"], data.get("events")

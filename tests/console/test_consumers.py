@@ -291,3 +291,43 @@ def test_the_schedule_list_follows_a_pause_and_a_tick(viewer: Any) -> None:
         await comm.disconnect()
 
     async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "query", ["state__exact=failed", "q=" + "x" * 256, "state__exact=%00", "queue__exact=%00"]
+)
+def test_a_refused_job_list_socket_closes_cleanly(viewer: Any, query: str) -> None:
+    """A filter no job list has is refused before the handshake, and the disconnect that
+    follows (the server always sends one) does not fail either."""
+
+    async def scenario() -> None:
+        comm = communicator(f"/ws/headgate/jobs/?{query}", viewer)
+        assert await comm.connect(timeout=5) == (False, 4403)
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ws/headgate/workflows/a\x00b/",
+        "/ws/headgate/executions/a\x00b/",
+        "/ws/headgate/job/a\x00b/",
+        "/ws/headgate/jobs/?q=a%00",
+        "/ws/headgate/jobs/?kind__exact=a%00",
+        "/ws/headgate/schedules/?after=a%00",
+    ],
+)
+def test_a_nul_character_in_a_socket_id_or_query_is_refused(viewer: Any, path: str) -> None:
+    """No stored id or name holds NUL, and PostgreSQL refuses it in a query: such a socket
+    is refused before the handshake instead of failing on its first read."""
+
+    async def scenario() -> None:
+        comm = communicator(path, viewer)
+        assert await comm.connect(timeout=5) == (False, 4403)
+        await comm.disconnect()
+
+    async_to_sync(scenario)()

@@ -367,3 +367,27 @@ def test_execution_page_links_parent_and_children(viewer: Any) -> None:
     assert f'data-url="{template}" data-mark="{ID_MARK}"' in html
     child = reverse("admin:headgate_django_execution_page", args=["order:9:child:1"])
     assert snapshot_of(client.get(child).content.decode())["parent_id"] == wf
+
+
+@pytest.mark.django_db
+def test_a_nul_character_is_not_found_in_a_path_and_refused_in_a_query(
+    viewer: Any, console_data: Any
+) -> None:
+    """PostgreSQL refuses NUL in a query; the console answers 404 or 400 before it asks."""
+    client = Client()
+    client.force_login(viewer)
+    for url in (
+        reverse("admin:headgate_django_workflow", args=["a\x00b"]),
+        reverse("admin:headgate_django_execution_page", args=["a\x00b"]),
+        reverse("admin:headgate_django_job_change", args=["a\x00b"]),
+        reverse("admin:headgate_django_execution_change", args=["a\x00b"]),
+    ):
+        assert client.get(url).status_code == 404, url
+    for url, query in (
+        (reverse("admin:headgate_django_workflows"), {"q": "a\x00"}),
+        (reverse("admin:headgate_django_workflows"), {"cursor": "a\x00"}),
+        (reverse("admin:headgate_django_schedules"), {"after": "a\x00"}),
+        (reverse("admin:headgate_django_job_changelist"), {"queue__exact": "a\x00"}),
+        (reverse("admin:headgate_django_workflowcheckpoint_changelist"), {"workflow_id": "\x00"}),
+    ):
+        assert client.get(url, query).status_code == 400, (url, query)

@@ -410,3 +410,16 @@ def test_durable_replay_command_reads_runs_and_patch_markers(
         with pytest.raises(CommandError, match="1 of 1 history file"):
             call_command("durable_replay", path)
         assert "FAIL" in capsys.readouterr().err
+
+
+def test_durable_replay_command_reports_a_file_nested_too_deeply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hostile or broken file is a failed check like any corrupt export, not a traceback."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CommandError, match="1 of 1 history file"):
+        call_command("durable_replay", str(path))
+    assert "HistoryCorruptError" in capsys.readouterr().err
+    with pytest.raises(HistoryCorruptError, match="nested too deeply"):
+        durable.replay(path.read_bytes())
