@@ -9,7 +9,12 @@ results, signal payloads, durable values) follows the rule of
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ObjectDoesNotExist
 
 VIEW_JOBS = "headgate_django.view_job"
 #: DAG workflows (their coordinators' state, history and signal emissions), as the API's
@@ -36,3 +41,27 @@ def storable(*texts: str) -> bool:
     refuses NUL in a query, so a page or socket asked for one answers "no such thing"
     before it reads (instead of failing in the database)."""
     return not any("\x00" in text for text in texts)
+
+
+def session_now(session: Any) -> Any:
+    """The scope's session read again from its store (a logout or an expiry since it was
+    read shows), or None when the scope has none."""
+    key = getattr(session, "session_key", None) if session is not None else None
+    if key is None:
+        return None
+    return import_module(settings.SESSION_ENGINE).SessionStore(key)
+
+
+def reloaded(user: Any) -> Any:
+    """``user`` as the database says now (a scope without a session, whose user some
+    middleware set): fields read again, permission caches dropped; a deleted user is
+    anonymous."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return user
+    try:
+        user.refresh_from_db()
+    except ObjectDoesNotExist:
+        return AnonymousUser()
+    for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+        user.__dict__.pop(cache, None)
+    return user

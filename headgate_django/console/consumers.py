@@ -27,6 +27,7 @@ from urllib.parse import parse_qs
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from asgiref.sync import sync_to_async
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
@@ -62,8 +63,11 @@ from headgate_django.store.schedules import schedule_fingerprint
 from headgate_django.visibility import may_see_payloads
 
 log = logging.getLogger(__name__)
-REFUSED = 4403  # close code: not allowed (the handshake is rejected)
+REFUSED = 4403  # close code: not allowed (the handshake is rejected, or access was lost)
 GONE = 4404  # close code: the workflow or execution no longer exists
+#: Close code: the user may now see more or less user data than the page was built with;
+#: the page reconnects and gets a snapshot built for what it may see now.
+RECONNECT = 4000
 
 
 def query_site(scope: dict[str, Any]) -> str:
@@ -79,6 +83,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     poll_interval = 0.5
     idle_interval = 5.0
     burst_seconds = 3.0
+    #: How often an open socket checks its user again: a logout, an expired session, a
+    #: deactivated account or a revoked permission closes it within this time.
+    recheck_interval = 10.0
     # Set before ``connect`` can refuse: the disconnect that follows a refusal reads them.
     watcher: asyncio.Task[None] | None = None
     group: str | None = None
@@ -147,11 +154,19 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         return self.poll_interval if fast else self.idle_interval
 
     async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        recheck_at = loop.time() + self.recheck_interval
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=self._interval())
             self.wake.clear()
             try:
+                if loop.time() >= recheck_at:
+                    recheck_at = loop.time() + self.recheck_interval
+                    code = await self._access_changed()
+                    if code is not None:
+                        await self.close(code=code)
+                        return
                 if not await self._check():
                     return
             except asyncio.CancelledError:
@@ -173,6 +188,22 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if message is not None:
             await self.send_json(message)
         return True
+
+    async def _access_changed(self) -> int | None:
+        """The close code if the user may no longer see this page, or may now see more or
+        less user data than it shows; None if nothing changed. The connect's check holds
+        only while the socket is open: a session can end and a permission can be revoked
+        while a page stays open for days."""
+        session = await database_sync_to_async(access.session_now)(self.scope.get("session"))
+        if session is not None:
+            user = await get_user({**self.scope, "session": session})
+        else:
+            user = await database_sync_to_async(access.reloaded)(self.scope.get("user"))
+        if not await database_sync_to_async(access.is_console_user)(user, self.permission):
+            return REFUSED
+        if await database_sync_to_async(may_see_payloads)(user) != self.reveal:
+            return RECONNECT
+        return None
 
     async def _snapshot(self) -> dict[str, Any] | None:
         try:

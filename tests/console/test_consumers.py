@@ -331,3 +331,88 @@ def test_a_nul_character_in_a_socket_id_or_query_is_refused(viewer: Any, path: s
         await comm.disconnect()
 
     async_to_sync(scenario)()
+
+
+async def closed_with(comm: WebsocketCommunicator, timeout: float = 10) -> int:
+    """The close code the server sends next, skipping the updates before it."""
+    while True:
+        output = await comm.receive_output(timeout=timeout)
+        if output["type"] == "websocket.close":
+            return int(output["code"])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("change", ["not staff", "deactivated", "permission revoked", "deleted"])
+def test_an_open_socket_closes_once_its_user_loses_access(
+    viewer: Any, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connect's check held only while the socket opened: a page left open kept
+    receiving the workflow's changes after its user lost access."""
+    monkeypatch.setattr(LiveConsumer, "recheck_interval", 0.2)
+    signal_workflow("revoked-wf")
+
+    def revoke() -> None:
+        if change == "not staff":
+            viewer.is_staff = False
+            viewer.save()
+        elif change == "deactivated":
+            viewer.is_active = False
+            viewer.save()
+        elif change == "permission revoked":
+            viewer.user_permissions.clear()
+        else:
+            type(viewer).objects.filter(pk=viewer.pk).delete()
+
+    async def scenario() -> None:
+        comm = communicator("/ws/headgate/workflows/revoked-wf/", viewer)
+        assert (await comm.connect(timeout=5))[0]
+        assert (await comm.receive_json_from(timeout=10))["type"] == "snapshot"
+        await database_sync_to_async(revoke)()
+        assert await closed_with(comm) == 4403
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_socket_whose_user_loses_the_payload_permission_reconnects_for_a_new_snapshot(
+    reader: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(LiveConsumer, "recheck_interval", 0.2)
+    signal_workflow("reveal-wf")
+
+    async def scenario() -> None:
+        comm = communicator("/ws/headgate/workflows/reveal-wf/", reader)
+        assert (await comm.connect(timeout=5))[0]
+        assert (await comm.receive_json_from(timeout=10))["type"] == "snapshot"
+        await database_sync_to_async(
+            lambda: reader.user_permissions.remove(
+                reader.user_permissions.get(codename="view_job_payload")
+            )
+        )()
+        assert await closed_with(comm) == 4000
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_socket_closes_when_its_user_logs_out(
+    viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sampleproject.asgi import application
+
+    monkeypatch.setattr(LiveConsumer, "recheck_interval", 0.2)
+    signal_workflow("logout-wf")
+    client = Client()
+    client.force_login(viewer)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    headers = [(b"origin", b"http://testserver"), (b"cookie", cookie)]
+
+    async def scenario() -> None:
+        comm = communicator("/ws/headgate/workflows/logout-wf/", None, application, headers=headers)
+        assert (await comm.connect(timeout=5))[0]
+        assert (await comm.receive_json_from(timeout=10))["type"] == "snapshot"
+        assert await comm.receive_nothing(timeout=0.6)  # rechecked meanwhile: still allowed
+        await database_sync_to_async(client.logout)()
+        assert await closed_with(comm) == 4403
+
+    async_to_sync(scenario)()
