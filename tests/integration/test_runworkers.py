@@ -53,6 +53,11 @@ def test_the_status_line_accounts_for_every_claim(start_worker):
         (["--queue", ""], "--queue: a queue name must be a non-empty string"),
         (["--queue", "a b"], "--queue: invalid queue name 'a b'"),
         (["--lease-ttl", "0"], "--lease-ttl must be positive"),
+        (["--lease-ttl", "nan"], "--lease-ttl must be positive and at most 31536000 seconds"),
+        (["--lease-ttl", "inf"], "at most 31536000 seconds (a year), not inf"),
+        (["--lease-ttl", "1e15"], "at most 31536000 seconds (a year), not 1e+15"),
+        (["--metrics-port", "99999"], "--metrics-port must be from 1 to 65535, not 99999"),
+        (["--metrics-port", "-1"], "--metrics-port must be from 1 to 65535, not -1"),
     ],
 )
 def test_a_refused_option_exits_one_with_the_reason_before_the_start_line(

@@ -22,6 +22,9 @@ from headgate_django.worker.exit import exit_code, exit_now
 from headgate_django.worker.runner import Worker
 from headgate_django.worker.signals import relayed_signals
 
+#: The longest ``--lease-ttl`` accepted, in seconds.
+LEASE_TTL_MAX = 365 * 24 * 3600
+
 
 class Command(BaseCommand):
     help = "Run headgate workers: claim jobs, run handlers, keep leases and duties."
@@ -104,8 +107,16 @@ class Command(BaseCommand):
         for name in ("concurrency", "processes"):
             if options[name] < 1:
                 raise CommandError(f"--{name} must be at least 1, not {options[name]}")
-        if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
-            raise CommandError("--lease-ttl must be positive")
+        lease_ttl = options["lease_ttl"]
+        # Written so that nan fails too; a bound keeps the expiry a date every database stores.
+        if lease_ttl is not None and not 0 < lease_ttl <= LEASE_TTL_MAX:
+            raise CommandError(
+                f"--lease-ttl must be positive and at most {LEASE_TTL_MAX} seconds (a year), "
+                f"not {lease_ttl:g}"
+            )
+        port = options["metrics_port"]
+        if port is not None and not 0 < port < 65536:
+            raise CommandError(f"--metrics-port must be from 1 to 65535, not {port}")
         for queue in options["queues"] or ():
             try:
                 validate_queue(queue)
