@@ -82,6 +82,7 @@ class Listener(threading.Thread):
 
         delay = 0.5
         proven = False
+        failing = False  # since the last failure: an outage is reported once, not per retry
         while not self._halt.is_set():
             try:
                 params = listen_params(self.using)
@@ -98,6 +99,9 @@ class Listener(threading.Thread):
                         return
                     proven = True
                     delay = 0.5
+                    if failing:
+                        log.info("LISTEN connection back: wake-ups resume")
+                        failing = False
                     self.wake.set()  # anything enqueued while we were away
                     while not self._halt.is_set():
                         for note in conn.notifies(timeout=1.0):
@@ -106,7 +110,11 @@ class Listener(threading.Thread):
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
             except Exception as exc:  # keep polling; reconnect with backoff
-                log.warning("LISTEN connection failed (%s); polling until it returns", exc)
+                if failing:
+                    log.debug("LISTEN connection failed again (%s); retrying in %g s", exc, delay)
+                else:
+                    log.warning("LISTEN connection failed (%s); polling until it returns", exc)
+                    failing = True
                 self._halt.wait(delay)
                 delay = min(delay * 2, 10.0)
 
