@@ -43,7 +43,7 @@ class Command(BaseCommand):
             action="append",
             dest="queues",
             metavar="QUEUE",
-            help="Serve this queue (repeatable). Default: every queue.",
+            help="Serve this queue (repeatable). Default: HEADGATE['QUEUES'], or every queue.",
         )
         parser.add_argument(
             "--concurrency", type=int, default=10, help="Handler threads per process (default 10)."
