@@ -151,6 +151,7 @@ class SqliteWatcher(threading.Thread):
         self.quiet_interval = max(self.interval, quiet_interval.total_seconds())
         self.using = using
         self._halt = threading.Event()
+        self._failing = False  # since the last failure: reported once, not every retry
 
     @staticmethod
     def supported(using: str = "default") -> bool:
@@ -170,7 +171,13 @@ class SqliteWatcher(threading.Thread):
                 try:
                     self._watch(conn)
                 except Exception as exc:  # the runner keeps polling meanwhile
-                    log.warning("SQLite wake-up watch failed (%s); polling until it returns", exc)
+                    if self._failing:
+                        log.debug("SQLite wake-up watch failed again (%s); retrying in 1 s", exc)
+                    else:
+                        log.warning(
+                            "SQLite wake-up watch failed (%s); polling until it returns", exc
+                        )
+                        self._failing = True
                     conn.close()
                     self._halt.wait(1.0)
         finally:
@@ -182,6 +189,9 @@ class SqliteWatcher(threading.Thread):
         # skips the Python of Django's cursor wrapper.
         raw = conn.connection
         seen = raw.execute("PRAGMA data_version").fetchone()[0]
+        if self._failing:
+            log.info("SQLite wake-up watch back: wake-ups resume")
+            self._failing = False
         arrived = time.monotonic()  # when a commit last left a job available
         while not self._halt.is_set():
             busy = time.monotonic() - arrived < _QUIET_AFTER

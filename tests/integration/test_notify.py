@@ -109,3 +109,22 @@ def test_a_listen_server_that_stays_down_is_reported_once_per_outage(start_worke
         forwarder.close()
     wait_for(lambda: warned() == 2)
     assert worker.terminate() == 0
+
+
+def test_a_sqlite_file_that_cannot_be_opened_is_reported_once_until_it_can(start_worker, tmp_path):
+    """The SQLite watch retries every second; a file it cannot open (its directory missing)
+    is reported once, not at every retry, and so is its return."""
+    folder = tmp_path / "not-yet"
+    worker = start_worker(
+        env={"DATABASE_URL": f"sqlite:///{folder}/db.sqlite3", "HEADGATE_TEST_LOG_LEVEL": "DEBUG"}
+    )
+    wait_for(lambda: worker.output().count("SQLite wake-up watch failed") >= 3)
+    warnings = [
+        line
+        for line in worker.output().splitlines()
+        if "WARNING" in line and "SQLite wake-up watch failed" in line
+    ]
+    assert len(warnings) == 1, worker.output()
+    folder.mkdir()
+    wait_for(lambda: "SQLite wake-up watch back" in worker.output())
+    assert worker.terminate() == 0
