@@ -196,3 +196,26 @@ def test_a_burst_run_on_an_unreachable_database_says_so_once_then_gives_up() -> 
     assert done.stderr.count("database unavailable") == 1, done.stderr
     assert "database unreachable for 2 s: the burst run gives up" in done.stderr
     assert "CommandError: the database stayed unreachable; nothing was run" in done.stderr
+
+
+def test_burst_children_that_give_up_on_the_database_say_why_without_a_traceback() -> None:
+    """With --processes each child gives up as a single worker does: the same one line,
+    exit status 1 for the parent, and no traceback of the command's own error."""
+    from tests.conftest import free_port, manage
+
+    done = manage(
+        "runworkers",
+        "--burst",
+        "--processes",
+        "2",
+        "--lease-ttl",
+        "1",
+        settings="tests.settings",
+        database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere",
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("the burst run gives up") == 2, done.stderr
+    assert (
+        done.stderr.count("CommandError: the database stayed unreachable; nothing was run") == 2
+    ), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -144,7 +144,7 @@ class Command(BaseCommand):
             try:
                 code = supervise(
                     options["processes"],
-                    lambda worker_id: self._serve(options, worker_id),
+                    lambda worker_id: self._serve_child(options, worker_id),
                     options["worker_id"],
                 )
             except ConfigurationError as exc:
@@ -198,6 +198,16 @@ class Command(BaseCommand):
             return
         if problem:
             raise CommandError(f"{problem}: run `manage.py migrate` first")
+
+    def _serve_child(self, options: dict[str, Any], worker_id: str | None) -> None:
+        """A ``--processes`` child's worker. A ``CommandError`` ends the child as Django
+        ends the command, with one line and its exit status: it is no crash to log with a
+        traceback (the supervisor's lot for anything else a child raises)."""
+        try:
+            self._serve(options, worker_id)
+        except CommandError as exc:
+            self.stderr.write(f"CommandError: {exc}")
+            sys.exit(exc.returncode)
 
     def _serve(self, options: dict[str, Any], worker_id: str | None) -> None:
         """Run one worker until it stops: this process's, or a ``--processes`` child's."""
