@@ -45,6 +45,14 @@ def test_sqlite_wake_interval_is_a_positive_duration_or_none():
     assert ids(SQLITE_WAKE_INTERVAL=0.005) == ["headgate.E002"]
 
 
+def test_queues_is_none_or_a_list_of_queue_names():
+    """A bare string would be served letter by letter: "default" as d, e, f, a, u, l, t."""
+    for value in (None, ["default"], ("default", "emails")):
+        assert ids(QUEUES=value) == [], value
+    for value in ("default", ["bad queue"], [""], ["default", 1], {"default": 1}):
+        assert ids(QUEUES=value) == ["headgate.E015"], value
+
+
 def test_prepare_statements_is_none_or_a_bool():
     for value in (None, True, False):
         assert ids(PREPARE_STATEMENTS=value) == []
