@@ -56,6 +56,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         + _schedules(headgate_settings)
         + _bulk(headgate_settings)
         + _queues(headgate_settings)
+        + _autodiscover(headgate_settings)
         + _encryption(headgate_settings)
         + _admission()
         + _queue_weights()
@@ -177,6 +178,24 @@ def _queues(s: Any) -> list[Any]:
     except DefinitionError as exc:
         return [Error(f"HEADGATE['QUEUES']: {exc}", id="headgate.E015")]
     return []
+
+
+def module_names(value: Any) -> bool:
+    """Whether ``value`` is what ``AUTODISCOVER_MODULES`` takes: a list of module names."""
+    return isinstance(value, list | tuple) and all(isinstance(m, str) and m for m in value)
+
+
+def _autodiscover(s: Any) -> list[Any]:
+    """``AUTODISCOVER_MODULES`` is a list of module names (headgate.E016): a bare string
+    would be imported letter by letter, and no app's tasks would register."""
+    if module_names(s.AUTODISCOVER_MODULES):
+        return []
+    return [
+        Error(
+            "HEADGATE['AUTODISCOVER_MODULES'] must be a list of module names, such as ['tasks']",
+            id="headgate.E016",
+        )
+    ]
 
 
 def _encryption(s: Any) -> list[Any]:
