@@ -13,7 +13,7 @@ class HeadgateConfig(AppConfig):
     def ready(self) -> None:
         from headgate_django import (
             bulk,  # noqa: F401  (the bulk action job's handler)
-            checks,  # noqa: F401  (registers system checks)
+            checks,  # registers system checks
             deaths,  # noqa: F401  (death handlers' store hook)
         )
         from headgate_django.conf import DEFAULTS, headgate_settings
@@ -29,4 +29,6 @@ class HeadgateConfig(AppConfig):
             # every command that runs checks, runworkers and migrate among them, stops on
             # it. Raising here instead would turn even ``manage.py check`` into a traceback.
             modules = DEFAULTS["AUTODISCOVER_MODULES"]
+        if not checks.module_names(modules):
+            modules = DEFAULTS["AUTODISCOVER_MODULES"]  # reported as headgate.E016
         autodiscover_modules(*modules)

@@ -55,6 +55,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         + _counts(headgate_settings)
         + _schedules(headgate_settings)
         + _bulk(headgate_settings)
+        + _queues(headgate_settings)
+        + _autodiscover(headgate_settings)
         + _encryption(headgate_settings)
         + _admission()
         + _queue_weights()
@@ -155,6 +157,45 @@ def _bulk(s: Any) -> list[Any]:
     except DefinitionError as exc:
         problems.append(Error(f"HEADGATE['BULK_QUEUE']: {exc}", id="headgate.E020"))
     return problems
+
+
+def _queues(s: Any) -> list[Any]:
+    """``QUEUES`` is None or a list of queue names (headgate.E015): a bare string would
+    otherwise be served letter by letter, and a name no job can carry serves nothing."""
+    from headgate_django.exceptions import DefinitionError
+    from headgate_django.kernel.names import validate_queue
+
+    queues = s.QUEUES
+    if queues is None:
+        return []
+    if not isinstance(queues, list | tuple):
+        return [
+            Error("HEADGATE['QUEUES'] must be None or a list of queue names", id="headgate.E015")
+        ]
+    try:
+        for queue in queues:
+            validate_queue(queue)
+    except DefinitionError as exc:
+        return [Error(f"HEADGATE['QUEUES']: {exc}", id="headgate.E015")]
+    return []
+
+
+def module_names(value: Any) -> bool:
+    """Whether ``value`` is what ``AUTODISCOVER_MODULES`` takes: a list of module names."""
+    return isinstance(value, list | tuple) and all(isinstance(m, str) and m for m in value)
+
+
+def _autodiscover(s: Any) -> list[Any]:
+    """``AUTODISCOVER_MODULES`` is a list of module names (headgate.E016): a bare string
+    would be imported letter by letter, and no app's tasks would register."""
+    if module_names(s.AUTODISCOVER_MODULES):
+        return []
+    return [
+        Error(
+            "HEADGATE['AUTODISCOVER_MODULES'] must be a list of module names, such as ['tasks']",
+            id="headgate.E016",
+        )
+    ]
 
 
 def _encryption(s: Any) -> list[Any]:

@@ -275,7 +275,6 @@ def serve(port: int) -> None:
     if metrics() is None:
         from headgate_django.exceptions import ConfigurationError
 
-        raise ConfigurationError(
-            "--metrics-port needs prometheus_client (pip install prometheus-client)"
-        )
+        # runworkers names the option in front of this message.
+        raise ConfigurationError("needs prometheus_client (pip install prometheus-client)")
     prometheus_client.start_http_server(port, addr="127.0.0.1")

@@ -82,6 +82,7 @@ class Listener(threading.Thread):
 
         delay = 0.5
         proven = False
+        failing = False  # since the last failure: an outage is reported once, not per retry
         while not self._halt.is_set():
             try:
                 params = listen_params(self.using)
@@ -98,6 +99,9 @@ class Listener(threading.Thread):
                         return
                     proven = True
                     delay = 0.5
+                    if failing:
+                        log.info("LISTEN connection back: wake-ups resume")
+                        failing = False
                     self.wake.set()  # anything enqueued while we were away
                     while not self._halt.is_set():
                         for note in conn.notifies(timeout=1.0):
@@ -106,7 +110,11 @@ class Listener(threading.Thread):
                             if self.queues is None or note.payload in self.queues:
                                 self.wake.set()
             except Exception as exc:  # keep polling; reconnect with backoff
-                log.warning("LISTEN connection failed (%s); polling until it returns", exc)
+                if failing:
+                    log.debug("LISTEN connection failed again (%s); retrying in %g s", exc, delay)
+                else:
+                    log.warning("LISTEN connection failed (%s); polling until it returns", exc)
+                    failing = True
                 self._halt.wait(delay)
                 delay = min(delay * 2, 10.0)
 
@@ -143,6 +151,7 @@ class SqliteWatcher(threading.Thread):
         self.quiet_interval = max(self.interval, quiet_interval.total_seconds())
         self.using = using
         self._halt = threading.Event()
+        self._failing = False  # since the last failure: reported once, not every retry
 
     @staticmethod
     def supported(using: str = "default") -> bool:
@@ -162,7 +171,13 @@ class SqliteWatcher(threading.Thread):
                 try:
                     self._watch(conn)
                 except Exception as exc:  # the runner keeps polling meanwhile
-                    log.warning("SQLite wake-up watch failed (%s); polling until it returns", exc)
+                    if self._failing:
+                        log.debug("SQLite wake-up watch failed again (%s); retrying in 1 s", exc)
+                    else:
+                        log.warning(
+                            "SQLite wake-up watch failed (%s); polling until it returns", exc
+                        )
+                        self._failing = True
                     conn.close()
                     self._halt.wait(1.0)
         finally:
@@ -174,6 +189,9 @@ class SqliteWatcher(threading.Thread):
         # skips the Python of Django's cursor wrapper.
         raw = conn.connection
         seen = raw.execute("PRAGMA data_version").fetchone()[0]
+        if self._failing:
+            log.info("SQLite wake-up watch back: wake-ups resume")
+            self._failing = False
         arrived = time.monotonic()  # when a commit last left a job available
         while not self._halt.is_set():
             busy = time.monotonic() - arrived < _QUIET_AFTER

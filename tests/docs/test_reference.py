@@ -91,6 +91,15 @@ def test_every_runworkers_option_is_documented():
     assert not missing, f"runworkers options missing from docs/reference/cli.md: {missing}"
 
 
+def test_runworkers_help_gives_the_queue_default_the_reference_gives():
+    """Without --queue a worker serves HEADGATE["QUEUES"] when it is set, not every queue."""
+    command = load_command_class("headgate_django", "runworkers")
+    parser = command.create_parser("manage.py", "runworkers")
+    (queue,) = [a for a in parser._actions if "--queue" in a.option_strings]
+    assert "HEADGATE['QUEUES']" in queue.help
+    assert 'every queue (or `HEADGATE["QUEUES"]`)' in _rows("cli.md")["--queue QUEUE"][1]
+
+
 def _exception_classes() -> list[type[exceptions.HeadgateError]]:
     return [
         obj

@@ -53,6 +53,11 @@ def test_the_status_line_accounts_for_every_claim(start_worker):
         (["--queue", ""], "--queue: a queue name must be a non-empty string"),
         (["--queue", "a b"], "--queue: invalid queue name 'a b'"),
         (["--lease-ttl", "0"], "--lease-ttl must be positive"),
+        (["--lease-ttl", "nan"], "--lease-ttl must be positive and at most 31536000 seconds"),
+        (["--lease-ttl", "inf"], "at most 31536000 seconds (a year), not inf"),
+        (["--lease-ttl", "1e15"], "at most 31536000 seconds (a year), not 1e+15"),
+        (["--metrics-port", "99999"], "--metrics-port must be from 1 to 65535, not 99999"),
+        (["--metrics-port", "-1"], "--metrics-port must be from 1 to 65535, not -1"),
     ],
 )
 def test_a_refused_option_exits_one_with_the_reason_before_the_start_line(
@@ -191,3 +196,26 @@ def test_a_burst_run_on_an_unreachable_database_says_so_once_then_gives_up() -> 
     assert done.stderr.count("database unavailable") == 1, done.stderr
     assert "database unreachable for 2 s: the burst run gives up" in done.stderr
     assert "CommandError: the database stayed unreachable; nothing was run" in done.stderr
+
+
+def test_burst_children_that_give_up_on_the_database_say_why_without_a_traceback() -> None:
+    """With --processes each child gives up as a single worker does: the same one line,
+    exit status 1 for the parent, and no traceback of the command's own error."""
+    from tests.conftest import free_port, manage
+
+    done = manage(
+        "runworkers",
+        "--burst",
+        "--processes",
+        "2",
+        "--lease-ttl",
+        "1",
+        settings="tests.settings",
+        database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere",
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("the burst run gives up") == 2, done.stderr
+    assert (
+        done.stderr.count("CommandError: the database stayed unreachable; nothing was run") == 2
+    ), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -45,6 +45,22 @@ def test_sqlite_wake_interval_is_a_positive_duration_or_none():
     assert ids(SQLITE_WAKE_INTERVAL=0.005) == ["headgate.E002"]
 
 
+def test_queues_is_none_or_a_list_of_queue_names():
+    """A bare string would be served letter by letter: "default" as d, e, f, a, u, l, t."""
+    for value in (None, ["default"], ("default", "emails")):
+        assert ids(QUEUES=value) == [], value
+    for value in ("default", ["bad queue"], [""], ["default", 1], {"default": 1}):
+        assert ids(QUEUES=value) == ["headgate.E015"], value
+
+
+def test_autodiscover_modules_is_a_list_of_module_names():
+    """A bare string would be imported letter by letter, so no app's tasks would register."""
+    for value in (["tasks"], ("tasks", "jobs"), []):
+        assert ids(AUTODISCOVER_MODULES=value) == [], value
+    for value in ("tasks", ["tasks", 1], [""], None):
+        assert ids(AUTODISCOVER_MODULES=value) == ["headgate.E016"], value
+
+
 def test_prepare_statements_is_none_or_a_bool():
     for value in (None, True, False):
         assert ids(PREPARE_STATEMENTS=value) == []
@@ -224,3 +240,17 @@ def test_a_mysql_database_not_in_read_committed_is_warned_about(monkeypatch, opt
     assert bool(found) is warned
     if warned:
         assert "'default'" in found[0].msg and "read committed" in found[0].hint
+
+
+def test_autodiscover_modules_that_is_no_list_fails_the_check_not_the_start(
+    tmp_path: Path,
+) -> None:
+    """Apps are set up before checks run: a value the import cannot take must reach the
+    check (headgate.E016), not end ``manage.py`` in a traceback."""
+    (tmp_path / "modules_settings.py").write_text(
+        "from tests.settings import *  # noqa: F403\nHEADGATE = {'AUTODISCOVER_MODULES': 5}\n"
+    )
+    done = manage("check", settings="modules_settings", pythonpath=str(tmp_path))
+    assert done.returncode != 0
+    assert "headgate.E016" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -163,3 +163,15 @@ def test_threads_that_first_touch_the_metrics_at_once_share_one_set():
     for _ in range(3):
         result = fresh_python(code)
         assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.django_db
+def test_metrics_port_without_prometheus_client_names_the_option_once(monkeypatch):
+    from django.core.management import CommandError, call_command
+
+    monkeypatch.setattr(m, "prometheus_client", None)  # as when the extra is not installed
+    with pytest.raises(CommandError) as refused:
+        call_command("runworkers", "--burst", "--metrics-port", "9100")
+    assert str(refused.value) == (
+        "--metrics-port: needs prometheus_client (pip install prometheus-client)"
+    )

@@ -22,6 +22,9 @@ from headgate_django.worker.exit import exit_code, exit_now
 from headgate_django.worker.runner import Worker
 from headgate_django.worker.signals import relayed_signals
 
+#: The longest ``--lease-ttl`` accepted, in seconds.
+LEASE_TTL_MAX = 365 * 24 * 3600
+
 
 class Command(BaseCommand):
     help = "Run headgate workers: claim jobs, run handlers, keep leases and duties."
@@ -40,7 +43,7 @@ class Command(BaseCommand):
             action="append",
             dest="queues",
             metavar="QUEUE",
-            help="Serve this queue (repeatable). Default: every queue.",
+            help="Serve this queue (repeatable). Default: HEADGATE['QUEUES'], or every queue.",
         )
         parser.add_argument(
             "--concurrency", type=int, default=10, help="Handler threads per process (default 10)."
@@ -104,8 +107,16 @@ class Command(BaseCommand):
         for name in ("concurrency", "processes"):
             if options[name] < 1:
                 raise CommandError(f"--{name} must be at least 1, not {options[name]}")
-        if options["lease_ttl"] is not None and options["lease_ttl"] <= 0:
-            raise CommandError("--lease-ttl must be positive")
+        lease_ttl = options["lease_ttl"]
+        # Written so that nan fails too; a bound keeps the expiry a date every database stores.
+        if lease_ttl is not None and not 0 < lease_ttl <= LEASE_TTL_MAX:
+            raise CommandError(
+                f"--lease-ttl must be positive and at most {LEASE_TTL_MAX} seconds (a year), "
+                f"not {lease_ttl:g}"
+            )
+        port = options["metrics_port"]
+        if port is not None and not 0 < port < 65536:
+            raise CommandError(f"--metrics-port must be from 1 to 65535, not {port}")
         for queue in options["queues"] or ():
             try:
                 validate_queue(queue)
@@ -133,7 +144,7 @@ class Command(BaseCommand):
             try:
                 code = supervise(
                     options["processes"],
-                    lambda worker_id: self._serve(options, worker_id),
+                    lambda worker_id: self._serve_child(options, worker_id),
                     options["worker_id"],
                 )
             except ConfigurationError as exc:
@@ -187,6 +198,16 @@ class Command(BaseCommand):
             return
         if problem:
             raise CommandError(f"{problem}: run `manage.py migrate` first")
+
+    def _serve_child(self, options: dict[str, Any], worker_id: str | None) -> None:
+        """A ``--processes`` child's worker. A ``CommandError`` ends the child as Django
+        ends the command, with one line and its exit status: it is no crash to log with a
+        traceback (the supervisor's lot for anything else a child raises)."""
+        try:
+            self._serve(options, worker_id)
+        except CommandError as exc:
+            self.stderr.write(f"CommandError: {exc}")
+            sys.exit(exc.returncode)
 
     def _serve(self, options: dict[str, Any], worker_id: str | None) -> None:
         """Run one worker until it stops: this process's, or a ``--processes`` child's."""

@@ -6,7 +6,9 @@ from datetime import date, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Q
 
 from headgate_django import DuplicateError, Envelope, enqueue
@@ -20,6 +22,10 @@ class Command(BaseCommand):
     help = "Create the demo admin user and enqueue demo jobs (safe to run again)."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Else the first query below fails with a traceback about a missing table.
+        executor = MigrationExecutor(connection)
+        if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            raise CommandError("the database is not migrated: run `manage.py migrate` first")
         User = get_user_model()
         if not User.objects.filter(username=USERNAME).exists():
             User.objects.create_superuser(USERNAME, "admin@example.com", PASSWORD)
