@@ -70,8 +70,9 @@ def announce(processes: int, concurrency: int) -> None:
     """The command's first line: how many processes and threads it is about to start
     (each worker process then gives its own start line)."""
     logging.getLogger("headgate_django.worker").info(
-        "runworkers: %d process%s × %d handler threads",
+        "runworkers: %d process%s × %d handler thread%s",
         processes,
         "" if processes == 1 else "es",
         concurrency,
+        "" if concurrency == 1 else "s",
     )

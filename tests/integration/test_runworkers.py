@@ -58,6 +58,7 @@ def test_the_status_line_accounts_for_every_claim(start_worker):
         (["--lease-ttl", "1e15"], "at most 31536000 seconds (a year), not 1e+15"),
         (["--metrics-port", "99999"], "--metrics-port must be from 1 to 65535, not 99999"),
         (["--metrics-port", "-1"], "--metrics-port must be from 1 to 65535, not -1"),
+        (["--worker-id", " "], "--worker-id must not be blank"),
     ],
 )
 def test_a_refused_option_exits_one_with_the_reason_before_the_start_line(
@@ -66,7 +67,7 @@ def test_a_refused_option_exits_one_with_the_reason_before_the_start_line(
     worker = start_worker("--burst", *option)
     assert worker.proc.wait(timeout=60) == 1
     assert reason in worker.output()
-    assert "handler threads" not in worker.output()  # refused before announcing a start
+    assert "handler thread" not in worker.output()  # refused before announcing a start
 
 
 def test_call_command_returns_to_its_caller():

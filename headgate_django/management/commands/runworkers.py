@@ -114,6 +114,8 @@ class Command(BaseCommand):
                 f"--lease-ttl must be positive and at most {LEASE_TTL_MAX} seconds (a year), "
                 f"not {lease_ttl:g}"
             )
+        if options["worker_id"] is not None and not options["worker_id"].strip():
+            raise CommandError("--worker-id must not be blank (leave it out for host:pid:random)")
         port = options["metrics_port"]
         if port is not None and not 0 < port < 65536:
             raise CommandError(f"--metrics-port must be from 1 to 65535, not {port}")
