@@ -45,6 +45,7 @@ from headgate_django.registry import batch_task, registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.store.tracing import job_trace_contexts
+from headgate_django.store.workers import worker_get
 from headgate_django.worker import batches, events, execute, logs
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
@@ -204,7 +205,11 @@ class Worker:
             for n in range(concurrency)
         ]
         self._async = execute.AsyncRunner()
-        self._duties = DutyRunner(self.worker_id) if run_duties else None
+        # Duty leases under this process's own name: two processes given one --worker-id
+        # must not both hold a duty meant to run in one place.
+        holder = f"{self.worker_id}#{uuid.uuid4().hex[:6]}"
+        self._duties = DutyRunner(holder) if run_duties else None
+        self._named = worker_id is not None  # a given id may be another process's too
         self._presence = Presence(
             self.worker_id, queues=self.queues, concurrency=concurrency, using=using
         )
@@ -231,6 +236,8 @@ class Worker:
             self.concurrency,
             logs.start_details(using=self.using, duties=self._duties is not None),
         )
+        if self._named:
+            self._safe(self._warn_if_named_twice)
         acker = threading.Thread(target=self._ack_loop, name="headgate-ack", daemon=True)
         heart = threading.Thread(target=self._heartbeat_loop, name="headgate-heart", daemon=True)
         # Starting a thread waits until it runs: about half a millisecond each here, which
@@ -734,6 +741,19 @@ class Worker:
         if now >= presence.next_flush:
             presence.next_flush = now + FLUSH_EVERY
             self._safe(presence.flush)
+
+    def _warn_if_named_twice(self) -> None:
+        """A given worker id that a live worker's heartbeat already reports: its leases
+        and duties stay apart, but the two processes' registry rows (the workers page,
+        the metrics) overwrite each other."""
+        other = worker_get(self.worker_id, using=self.using)
+        if other is not None and other.status == "live":
+            log.warning(
+                "another worker reports the id %s (its last heartbeat %.0f s ago); give each "
+                "worker process its own --worker-id, or the workers page shows the two as one",
+                self.worker_id,
+                other.heartbeat_age_s,
+            )
 
     def _beat(self, stopped: bool = False) -> None:
         with self._lock:
