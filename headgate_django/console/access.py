@@ -13,8 +13,8 @@ from importlib import import_module
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_backends
 from django.contrib.auth.models import AnonymousUser
-from django.core.exceptions import ObjectDoesNotExist
 
 VIEW_JOBS = "headgate_django.view_job"
 #: DAG workflows (their coordinators' state, history and signal emissions), as the API's
@@ -53,15 +53,13 @@ def session_now(session: Any) -> Any:
 
 
 def reloaded(user: Any) -> Any:
-    """``user`` as the database says now (a scope without a session, whose user some
-    middleware set): fields read again, permission caches dropped; a deleted user is
-    anonymous."""
+    """``user`` as the authentication backends load it now (a scope without a session,
+    whose user some middleware set), with fresh permissions; anonymous once no backend
+    gives it (deleted, or deactivated where the backend refuses inactive users)."""
     if user is None or not getattr(user, "is_authenticated", False):
         return user
-    try:
-        user.refresh_from_db()
-    except ObjectDoesNotExist:
-        return AnonymousUser()
-    for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
-        user.__dict__.pop(cache, None)
-    return user
+    for backend in get_backends():
+        fresh = backend.get_user(user.pk)
+        if fresh is not None:
+            return fresh
+    return AnonymousUser()
