@@ -143,8 +143,9 @@ def schedule_upsert(
     using: str = "default",
 ) -> ScheduleRow:
     """Create or replace the schedule ``name``. The same spec (text and zone) keeps its
-    phase (``next_run_at`` stays); a new or changed spec is anchored at the first tick
-    after now."""
+    phase (``next_run_at`` stays); a new or changed spec, or a paused schedule unpaused
+    (as :func:`schedule_set_paused` resumes it: the ticks while paused were not missed),
+    is anchored at the first tick after now."""
     with transaction.atomic(using=using):
         now = db_now(using)
         obj = _named(name, using, lock=True)
@@ -155,7 +156,7 @@ def schedule_upsert(
         withdrawn: list[datetime] = []
         if obj.pk is not None and (respec or paused or obj.target != target):
             withdrawn = _withdraw_ahead(obj, now, "schedule changed", using)
-        if respec:
+        if respec or (obj.paused and not paused):
             obj.next_run_at = next_tick(spec, now)
         elif withdrawn:  # the same phase: those ticks fire again, as the new target
             obj.next_run_at = withdrawn[0]

@@ -430,6 +430,18 @@ def test_paused_schedules_do_not_fire_and_resume_starts_after_now():
     assert view.next_run_at is not None and view.next_run_at > db_now() and not view.paused
 
 
+@NO_GRACE
+def test_unpausing_by_upsert_starts_after_now_and_backfills_nothing_of_the_pause():
+    # What the declared schedules' sync does to a schedule paused at runtime: the ticks
+    # while it was paused were not missed, as with ``resume``.
+    hourly(on_missed="backfill")
+    hourly(on_missed="backfill", paused=True)
+    rewind("hourly", 3)
+    view = hourly(on_missed="backfill")
+    assert view.next_run_at is not None and view.next_run_at > db_now() and not view.paused
+    assert run_pass() == {} and tick_jobs("hourly") == []
+
+
 # -- targets ---------------------------------------------------------------------------
 
 
