@@ -176,11 +176,15 @@ def upcoming(spec: ScheduleSpec, first: datetime | None, n: int) -> list[datetim
     return [first, *next_ticks(spec, first, n - 1)]
 
 
-def previous_ticks(spec: ScheduleSpec, at: datetime, n: int) -> list[datetime]:
-    """The newest ``n`` ticks at or before ``at``, newest first."""
+def previous_ticks(
+    spec: ScheduleSpec, at: datetime, n: int, *, not_before: datetime | None = None
+) -> list[datetime]:
+    """The newest ``n`` ticks at or before ``at`` and not before ``not_before``, newest
+    first. The walk stops at ``not_before``: a pass after a short outage reads the
+    outage's ticks, not ``n`` of them (a backfill limit of a million)."""
     ticks: list[datetime] = []
     for tick in _backward(spec, at):
-        if len(ticks) == n:
+        if len(ticks) == n or (not_before is not None and tick < not_before):
             break
         ticks.append(tick)
     return ticks
@@ -293,7 +297,7 @@ def plan_pass(
     first: datetime | None = next_run_at
     if next_run_at <= cutoff:
         keep = {"skip": 0, "run_once": 1, "backfill": backfill_limit}[on_missed]
-        missed = [t for t in previous_ticks(spec, cutoff, keep + 1) if t >= next_run_at]
+        missed = previous_ticks(spec, cutoff, keep + 1, not_before=next_run_at)
         catch_up = sorted(missed[:keep])
         skipped = missed[keep] if len(missed) > keep else None
         first = next_tick(spec, cutoff)
