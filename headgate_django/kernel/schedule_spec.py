@@ -48,6 +48,10 @@ MAX_NAME = 128
 #: keeps its ticks (and the durations that reach them) inside ``datetime``'s range.
 MAX_EVERY = timedelta(days=50 * 365)
 _MAX_EVERY_SECONDS = MAX_EVERY // _SECOND
+#: The most missed ticks a backfill fires: one pass plans, inserts and records every one
+#: of them in one transaction, so a limit of millions after a long outage would hold the
+#: scheduler (and its duty lease) far past its budget.
+MAX_BACKFILL = 10_000
 
 
 @dataclass(frozen=True)
@@ -317,3 +321,5 @@ def check_on_missed(on_missed: object, backfill_limit: object) -> None:
         raise ScheduleError(f"backfill_limit is an integer, not {backfill_limit!r}")
     if backfill_limit < 0:
         raise ScheduleError(f"backfill_limit cannot be negative ({backfill_limit})")
+    if backfill_limit > MAX_BACKFILL:
+        raise ScheduleError(f"backfill_limit is at most {MAX_BACKFILL:,}, not {backfill_limit}")

@@ -88,6 +88,7 @@ def test_upsert_anchors_after_now_and_same_spec_keeps_phase():
         ("0 3 * * *", {"tz": "Mars/Olympus_Mons"}),
         ("@every 0s", {}),
         ("@every 1h", {"backfill_limit": -1}),
+        ("@every 1h", {"backfill_limit": 2**31}),  # past the column
         ("@every 1h", {"on_missed": "sometimes"}),
     ],
 )

@@ -114,6 +114,8 @@ def test_bad_on_missed_and_backfill_limit() -> None:
     kw = {"next_run_at": utc(2027, 1, 1), "now": utc(2027, 1, 1), "grace": timedelta(0)}
     with pytest.raises(ScheduleError, match="negative"):
         plan_pass(spec, on_missed="backfill", backfill_limit=-1, cap=10, **kw)  # type: ignore[arg-type]
+    with pytest.raises(ScheduleError, match="at most 10,000"):
+        plan_pass(spec, on_missed="backfill", backfill_limit=10_001, cap=10, **kw)  # type: ignore[arg-type]
     with pytest.raises(ScheduleError, match="on_missed"):
         plan_pass(spec, on_missed="always", backfill_limit=1, cap=10, **kw)  # type: ignore[arg-type]
 
@@ -286,8 +288,8 @@ def test_a_long_outage_costs_only_what_fires() -> None:
 def test_a_short_outage_costs_only_its_missed_ticks_whatever_the_backfill_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The walk back stops at the first unfired tick: a limit of a million after a
-    # five-tick outage reads six ticks, not a million (minutes of a pass for a cron spec).
+    # The walk back stops at the first unfired tick: the largest limit after a five-tick
+    # outage reads six ticks, not ten thousand (seconds of a pass for a cron spec).
     walked = []
     backward = schedule_spec._backward
 
@@ -297,7 +299,7 @@ def test_a_short_outage_costs_only_its_missed_ticks_whatever_the_backfill_limit(
             yield tick
 
     monkeypatch.setattr(schedule_spec, "_backward", counted)
-    result = plan("backfill", 1_000_000, down=5)
+    result = plan("backfill", schedule_spec.MAX_BACKFILL, down=5)
     assert result.fire == tuple(T0 + timedelta(seconds=s) for s in range(6))
     assert result.skipped is None
     assert len(walked) <= 6
