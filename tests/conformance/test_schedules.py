@@ -647,6 +647,21 @@ def test_a_new_target_replaces_the_ticks_written_ahead_and_delete_withdraws_them
     assert schedules.events("hourly")[0].reason == "withdrawn: schedule deleted"
 
 
+def test_a_pass_that_read_the_old_target_writes_nothing_ahead_after_the_change():
+    # A pass reads without locks: a change of target between its read and its commit
+    # must not leave the old target's tick written ahead, which the change promised
+    # to withdraw.
+    hourly()
+    at = soon("hourly", 3)
+    now, due = schedule_due(limit=10, lookahead=timedelta(seconds=5))
+    schedules.upsert("hourly", "@every 1h", tasks.periodic.envelope(label="new"))
+    assert fire_batch(due, now) == {"deduplicated": 1}
+    assert tick_jobs("hourly") == []
+    run_pass()
+    (job_id,) = tick_jobs("hourly")
+    assert job_id == tick_id("hourly", at) and b"new" in bytes(Job.objects.get(pk=job_id).payload)
+
+
 def test_a_tick_that_is_running_or_done_is_never_withdrawn():
     hourly()
     at = soon("hourly", 3)
