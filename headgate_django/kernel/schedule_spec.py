@@ -48,6 +48,10 @@ MAX_NAME = 128
 #: keeps its ticks (and the durations that reach them) inside ``datetime``'s range.
 MAX_EVERY = timedelta(days=50 * 365)
 _MAX_EVERY_SECONDS = MAX_EVERY // _SECOND
+#: The most missed ticks a backfill fires: one pass plans, inserts and records every one
+#: of them in one transaction, so a limit of millions after a long outage would hold the
+#: scheduler (and its duty lease) far past its budget.
+MAX_BACKFILL = 10_000
 
 
 @dataclass(frozen=True)
@@ -176,11 +180,15 @@ def upcoming(spec: ScheduleSpec, first: datetime | None, n: int) -> list[datetim
     return [first, *next_ticks(spec, first, n - 1)]
 
 
-def previous_ticks(spec: ScheduleSpec, at: datetime, n: int) -> list[datetime]:
-    """The newest ``n`` ticks at or before ``at``, newest first."""
+def previous_ticks(
+    spec: ScheduleSpec, at: datetime, n: int, *, not_before: datetime | None = None
+) -> list[datetime]:
+    """The newest ``n`` ticks at or before ``at`` and not before ``not_before``, newest
+    first. The walk stops at ``not_before``: a pass after a short outage reads the
+    outage's ticks, not ``n`` of them (a backfill limit of a million)."""
     ticks: list[datetime] = []
     for tick in _backward(spec, at):
-        if len(ticks) == n:
+        if len(ticks) == n or (not_before is not None and tick < not_before):
             break
         ticks.append(tick)
     return ticks
@@ -293,7 +301,7 @@ def plan_pass(
     first: datetime | None = next_run_at
     if next_run_at <= cutoff:
         keep = {"skip": 0, "run_once": 1, "backfill": backfill_limit}[on_missed]
-        missed = [t for t in previous_ticks(spec, cutoff, keep + 1) if t >= next_run_at]
+        missed = previous_ticks(spec, cutoff, keep + 1, not_before=next_run_at)
         catch_up = sorted(missed[:keep])
         skipped = missed[keep] if len(missed) > keep else None
         first = next_tick(spec, cutoff)
@@ -313,3 +321,5 @@ def check_on_missed(on_missed: object, backfill_limit: object) -> None:
         raise ScheduleError(f"backfill_limit is an integer, not {backfill_limit!r}")
     if backfill_limit < 0:
         raise ScheduleError(f"backfill_limit cannot be negative ({backfill_limit})")
+    if backfill_limit > MAX_BACKFILL:
+        raise ScheduleError(f"backfill_limit is at most {MAX_BACKFILL:,}, not {backfill_limit}")

@@ -152,6 +152,7 @@ def fire_batch(
             expected=p.row.next_run_at,  # type: ignore[arg-type]  # due rows have one
             next_run_at=p.plan.next_run_at,
             starts=any(f.write is not None for f in p.firings),
+            definition=(p.row.spec, p.row.timezone, p.row.target),
         )
         for p in planned
     ]

@@ -12,6 +12,7 @@ store clock's.
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -143,8 +144,9 @@ def schedule_upsert(
     using: str = "default",
 ) -> ScheduleRow:
     """Create or replace the schedule ``name``. The same spec (text and zone) keeps its
-    phase (``next_run_at`` stays); a new or changed spec is anchored at the first tick
-    after now."""
+    phase (``next_run_at`` stays); a new or changed spec, or a paused schedule unpaused
+    (as :func:`schedule_set_paused` resumes it: the ticks while paused were not missed),
+    is anchored at the first tick after now."""
     with transaction.atomic(using=using):
         now = db_now(using)
         obj = _named(name, using, lock=True)
@@ -155,7 +157,7 @@ def schedule_upsert(
         withdrawn: list[datetime] = []
         if obj.pk is not None and (respec or paused or obj.target != target):
             withdrawn = _withdraw_ahead(obj, now, "schedule changed", using)
-        if respec:
+        if respec or (obj.paused and not paused):
             obj.next_run_at = next_tick(spec, now)
         elif withdrawn:  # the same phase: those ticks fire again, as the new target
             obj.next_run_at = withdrawn[0]
@@ -333,12 +335,14 @@ def schedule_next_due_in(
 @dataclass(frozen=True)
 class Advance:
     """One schedule's move in a batch: from ``expected`` to ``next_run_at``; ``starts``
-    when the move fires ticks (so ``last_enqueued_at`` is stamped)."""
+    when the move fires ticks (so ``last_enqueued_at`` is stamped). ``definition`` is
+    the ``(spec, timezone, target)`` the ticks were planned from."""
 
     name: str
     expected: datetime
     next_run_at: datetime | None
     starts: bool
+    definition: tuple[str, str, dict[str, Any]]
 
 
 def schedule_advance_many(
@@ -354,9 +358,11 @@ def schedule_advance_many(
     The batch's rows are locked (``SELECT … FOR UPDATE`` in name order on PostgreSQL, by
     primary key in its order on MySQL/MariaDB, so two overlapping passes never deadlock;
     SQLite's ``BEGIN IMMEDIATE`` holds the whole database) and each one's
-    ``next_run_at`` is compared with what the pass read: a schedule whose value moved
-    (another pass fired these ticks) or that was paused or deleted since is not in
-    ``won`` and nothing is written for it. The winners
+    ``next_run_at`` and definition are compared with what the pass read: a schedule whose
+    value moved (another pass fired these ticks), whose spec, zone or target changed (an
+    ``upsert`` that keeps the phase would otherwise be followed by the old target's tick,
+    written ahead after the change withdrew it) or that was paused or deleted since is not
+    in ``won`` and nothing is written for it. The winners
     move with one ``UPDATE`` per distinct new ``next_run_at`` (one for a batch of
     schedules that share a spec and phase). Every instant written is ``decided_at``, the
     store-clock instant the pass planned at: the events' (so which ticks were on time and
@@ -368,7 +374,11 @@ def schedule_advance_many(
     conn = connection_for(using)
     with transaction.atomic(using=using):
         current = _lock_unpaused(conn, [a.name for a in advances], using)
-        won = [a for a in advances if a.name in current and current[a.name][1] == a.expected]
+        won = [
+            a
+            for a in advances
+            if a.name in current and current[a.name][1:] == (a.expected, a.definition)
+        ]
         groups: dict[tuple[datetime | None, bool], list[str]] = defaultdict(list)
         for a in won:
             groups[(a.next_run_at, a.starts)].append(a.name)
@@ -385,7 +395,7 @@ def schedule_advance_many(
 # one by one in Python, cost more than the statements themselves. Schedule names cannot
 # hold the separator (``kernel.schedule_spec.validate_name``).
 _PG_LOCK = (
-    f"SELECT name, next_run_at FROM {Schedule._meta.db_table} "
+    f"SELECT name, next_run_at, spec, timezone, target FROM {Schedule._meta.db_table} "
     f"WHERE name = ANY({pg_list('varchar')}) AND NOT paused ORDER BY name FOR UPDATE"
 )
 _PG_MOVE = (
@@ -396,14 +406,22 @@ _PG_MOVE = (
 
 def _lock_unpaused(
     conn: BaseDatabaseWrapper, names: list[str], using: str
-) -> dict[str, tuple[Any, datetime | None]]:
+) -> dict[str, tuple[Any, datetime | None, tuple[str, str, dict[str, Any]]]]:
     """Lock the unpaused ones of ``names`` in one order (two overlapping passes never
     deadlock; SQLite's ``BEGIN IMMEDIATE`` holds the whole database) → each one's
-    primary key (None on PostgreSQL, which moves them by name) and ``next_run_at``."""
+    primary key (None on PostgreSQL, which moves them by name), ``next_run_at`` and
+    ``(spec, timezone, target)``."""
     if vendor(conn) == "postgresql":
         with conn.cursor() as cursor:
             cursor.execute(_PG_LOCK, [pg_list_param(names)])
-            return {name: (None, at) for name, at in cursor.fetchall()}
+            return {  # Django has psycopg hand jsonb over as text
+                name: (
+                    None,
+                    at,
+                    (spec, tz, json.loads(target) if isinstance(target, str) else target),
+                )
+                for name, at, spec, tz, target in cursor.fetchall()
+            }
     # MySQL/MariaDB (and SQLite, where it changes nothing): locked by primary key in its
     # order, after a plain read of the keys. A ``FOR UPDATE`` by name locks through the
     # name index or, for a large batch, a table scan of the rows, depending on the plan;
@@ -417,9 +435,13 @@ def _lock_unpaused(
         .select_for_update()
         .filter(pk__in=keys, paused=False)
         .order_by("pk")
-        .values_list("pk", "name", "next_run_at")
+        .values_list("pk", "name", "next_run_at", "spec", "timezone", "target")
     )
-    return {name: (pk, at) for pk, name, at in rows if name in asked}
+    return {
+        name: (pk, at, (spec, tz, target))
+        for pk, name, at, spec, tz, target in rows
+        if name in asked
+    }
 
 
 def _move(

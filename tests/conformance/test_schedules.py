@@ -88,6 +88,7 @@ def test_upsert_anchors_after_now_and_same_spec_keeps_phase():
         ("0 3 * * *", {"tz": "Mars/Olympus_Mons"}),
         ("@every 0s", {}),
         ("@every 1h", {"backfill_limit": -1}),
+        ("@every 1h", {"backfill_limit": 2**31}),  # past the column
         ("@every 1h", {"on_missed": "sometimes"}),
     ],
 )
@@ -430,6 +431,18 @@ def test_paused_schedules_do_not_fire_and_resume_starts_after_now():
     assert view.next_run_at is not None and view.next_run_at > db_now() and not view.paused
 
 
+@NO_GRACE
+def test_unpausing_by_upsert_starts_after_now_and_backfills_nothing_of_the_pause():
+    # What the declared schedules' sync does to a schedule paused at runtime: the ticks
+    # while it was paused were not missed, as with ``resume``.
+    hourly(on_missed="backfill")
+    hourly(on_missed="backfill", paused=True)
+    rewind("hourly", 3)
+    view = hourly(on_missed="backfill")
+    assert view.next_run_at is not None and view.next_run_at > db_now() and not view.paused
+    assert run_pass() == {} and tick_jobs("hourly") == []
+
+
 # -- targets ---------------------------------------------------------------------------
 
 
@@ -632,6 +645,21 @@ def test_a_new_target_replaces_the_ticks_written_ahead_and_delete_withdraws_them
     schedules.delete("hourly")
     assert tick_jobs("hourly") == []
     assert schedules.events("hourly")[0].reason == "withdrawn: schedule deleted"
+
+
+def test_a_pass_that_read_the_old_target_writes_nothing_ahead_after_the_change():
+    # A pass reads without locks: a change of target between its read and its commit
+    # must not leave the old target's tick written ahead, which the change promised
+    # to withdraw.
+    hourly()
+    at = soon("hourly", 3)
+    now, due = schedule_due(limit=10, lookahead=timedelta(seconds=5))
+    schedules.upsert("hourly", "@every 1h", tasks.periodic.envelope(label="new"))
+    assert fire_batch(due, now) == {"deduplicated": 1}
+    assert tick_jobs("hourly") == []
+    run_pass()
+    (job_id,) = tick_jobs("hourly")
+    assert job_id == tick_id("hourly", at) and b"new" in bytes(Job.objects.get(pk=job_id).payload)
 
 
 def test_a_tick_that_is_running_or_done_is_never_withdrawn():

@@ -6,15 +6,18 @@ needs a database.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from headgate_django.exceptions import DefinitionError, ScheduleError
+from headgate_django.kernel import schedule_spec
 from headgate_django.kernel.schedule_origin import origin_of, tick_id
 from headgate_django.kernel.schedule_spec import (
     MAX_EVERY,
+    ScheduleSpec,
     next_tick,
     next_ticks,
     parse_spec,
@@ -111,6 +114,8 @@ def test_bad_on_missed_and_backfill_limit() -> None:
     kw = {"next_run_at": utc(2027, 1, 1), "now": utc(2027, 1, 1), "grace": timedelta(0)}
     with pytest.raises(ScheduleError, match="negative"):
         plan_pass(spec, on_missed="backfill", backfill_limit=-1, cap=10, **kw)  # type: ignore[arg-type]
+    with pytest.raises(ScheduleError, match="at most 10,000"):
+        plan_pass(spec, on_missed="backfill", backfill_limit=10_001, cap=10, **kw)  # type: ignore[arg-type]
     with pytest.raises(ScheduleError, match="on_missed"):
         plan_pass(spec, on_missed="always", backfill_limit=1, cap=10, **kw)  # type: ignore[arg-type]
 
@@ -278,6 +283,26 @@ def test_a_long_outage_costs_only_what_fires() -> None:
     result = plan("backfill", 2, down=10_000_000)  # months of 1 s ticks
     assert len(result.fire) == 3
     assert result.next_run_at == T0 + timedelta(seconds=10_000_001)
+
+
+def test_a_short_outage_costs_only_its_missed_ticks_whatever_the_backfill_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The walk back stops at the first unfired tick: the largest limit after a five-tick
+    # outage reads six ticks, not ten thousand (seconds of a pass for a cron spec).
+    walked = []
+    backward = schedule_spec._backward
+
+    def counted(spec: ScheduleSpec, at: datetime) -> Iterator[datetime]:
+        for tick in backward(spec, at):
+            walked.append(tick)
+            yield tick
+
+    monkeypatch.setattr(schedule_spec, "_backward", counted)
+    result = plan("backfill", schedule_spec.MAX_BACKFILL, down=5)
+    assert result.fire == tuple(T0 + timedelta(seconds=s) for s in range(6))
+    assert result.skipped is None
+    assert len(walked) <= 6
 
 
 def test_cap_leaves_the_rest_for_the_next_pass() -> None:
