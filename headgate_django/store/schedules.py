@@ -281,11 +281,18 @@ def schedule_pause_undeclared(declared: Sequence[str], *, using: str = "default"
     if not stale.exists():
         return []
     with transaction.atomic(using=using):
-        names = sorted(stale.values_list("name", flat=True))
-        Schedule.objects.using(using).filter(name__in=names).update(
-            paused=True, updated_at=db_now(using)
+        now = db_now(using)
+        # Locked by primary key after a plain read of the keys, as every writer of a
+        # schedule locks it (see _named); a pause withdraws the ticks written ahead, as
+        # schedule_set_paused's does.
+        keys = sorted(stale.values_list("pk", flat=True))
+        rows = list(stale.select_for_update().filter(pk__in=keys).order_by("pk"))
+        for obj in rows:
+            _withdraw_ahead(obj, now, "schedule no longer declared", using)
+        Schedule.objects.using(using).filter(pk__in=[o.pk for o in rows]).update(
+            paused=True, updated_at=now
         )
-    return names
+    return sorted(o.name for o in rows)
 
 
 def schedule_due(

@@ -632,6 +632,20 @@ def test_pausing_withdraws_a_tick_written_ahead_and_resuming_writes_it_again():
     assert len(tick_jobs("hourly")) == 1
 
 
+def test_a_schedule_no_longer_declared_is_paused_with_its_tick_written_ahead_withdrawn():
+    declared = {"nightly": {"task": "test.periodic", "spec": "@hourly"}}
+    with override_settings(HEADGATE={"SCHEDULES": declared}):
+        schedules.sync_declared()
+    at = soon("nightly", 3)
+    run_pass()
+    assert tick_jobs("nightly") == [tick_id("nightly", at)]
+    with override_settings(HEADGATE={"SCHEDULES": {}}):
+        assert schedules.sync_declared() == {"synced": [], "paused": ["nightly"]}
+    assert tick_jobs("nightly") == []
+    (event,) = [e for e in schedules.events("nightly") if e.outcome == "skipped"]
+    assert (event.tick_at, event.reason) == (at, "withdrawn: schedule no longer declared")
+
+
 def test_a_new_target_replaces_the_ticks_written_ahead_and_delete_withdraws_them():
     hourly()
     at = soon("hourly", 3)
