@@ -19,6 +19,7 @@ from django.utils import timezone
 from headgate_django.exceptions import DeadlineExceededError, DefinitionError, LeaseLostError
 from headgate_django.kernel.attempt_log import AttemptLog
 from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
+from headgate_django.kernel.storable import storable_text
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import (
     LeaseRef,
@@ -261,7 +262,7 @@ class JobContext:
     def set_progress(self, current: int, total: int, message: str = "") -> None:
         if not (1 <= total <= _MAX_PROGRESS) or not (0 <= current <= total):
             raise DefinitionError("progress needs 0 ≤ current ≤ total and 1 ≤ total ≤ 2**53-1")
-        progress = {"current": current, "total": total, "message": message[:512]}
+        progress = {"current": current, "total": total, "message": storable_text(message[:512])}
         self._fenced(lambda: job_save_progress(self.lease, progress, using=self._using))
 
     def set_output(self, output: bytes | str) -> None:

@@ -33,6 +33,7 @@ from headgate_django.kernel.names import (
     validate_queue,
     validate_rate_class,
 )
+from headgate_django.kernel.storable import storable_json
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -129,9 +130,15 @@ def check_result(result: Any) -> int:
     from headgate_django.conf import headgate_settings
 
     try:
-        size = len(json.dumps(result, ensure_ascii=False, allow_nan=False).encode())
+        text = json.dumps(result, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"result is not JSON-serialisable: {exc}") from exc
+    if not storable_json(text):
+        raise ValueError(
+            "result holds a string with a NUL character (U+0000) or an unpaired surrogate, "
+            "which the database cannot store"
+        )
+    size = len(text.encode())
     limit = headgate_settings.MAX_RESULT_BYTES
     if size > limit:
         raise ResultTooLargeError(
