@@ -17,7 +17,12 @@ import time
 from collections import deque
 from typing import Any
 
-from headgate_django.kernel.storable import storable_json, storable_text
+from headgate_django.kernel.storable import (
+    MAX_JSON_DEPTH,
+    nested_deeper_than,
+    storable_json,
+    storable_text,
+)
 
 MAX_ENTRIES = 100
 MAX_ENTRY_BYTES = 2048
@@ -28,7 +33,7 @@ LEVELS = ("debug", "info", "warning", "error")
 
 def _jsonable(value: Any) -> Any:
     """``value`` if every database can store it as JSON as it is, else its ``repr`` (a
-    handler's object, ``nan``, a list holding a NUL); a string is kept with what cannot be
+    handler's object, ``nan``, a list holding a NUL or nested too deep); a string is kept with what cannot be
     stored replaced (:func:`storable_text`)."""
     if isinstance(value, str):
         return storable_text(value)
@@ -36,6 +41,8 @@ def _jsonable(value: Any) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
+    if nested_deeper_than(value, MAX_JSON_DEPTH):
+        return storable_text(repr(value))
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):

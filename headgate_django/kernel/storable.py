@@ -1,5 +1,6 @@
-"""Text every supported database stores alike.
+"""Values every supported database stores alike as JSON.
 
+MariaDB's ``JSON_VALID`` refuses lists and objects nested 32 deep (:data:`MAX_JSON_DEPTH`).
 Two kinds of character are valid in a Python string and in JSON text, yet not storable
 everywhere: NUL (U+0000), which PostgreSQL refuses in ``text`` and as ``\\u0000`` in
 ``jsonb``, and an unpaired surrogate, which no driver can encode as UTF-8. A value holding
@@ -12,6 +13,30 @@ cannot fail a write that carries other jobs' outcomes too.
 from __future__ import annotations
 
 import re
+from typing import Any
+
+#: How deep lists and objects may nest in a value the store keeps as JSON (a durable
+#: input, a signal's payload…). MariaDB's ``JSON_VALID`` refuses 32 levels, and the store
+#: wraps a value in a few levels of its own (a history event's payload, the signals a new
+#: run carries); 24 leaves room for those, holds on every database alike, and keeps what
+#: is kept walkable by every reader (the console, replay).
+MAX_JSON_DEPTH = 24
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and dicts in ``value`` nest more than ``limit`` deep, found without
+    recursion: the value may be nested too deeply for any recursive walk."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list | tuple):
+            if depth == limit:
+                return True
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")

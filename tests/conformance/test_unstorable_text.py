@@ -1,8 +1,8 @@
-"""What a handler hands the store may hold text a database cannot keep: a NUL character
+"""What a handler hands the store may hold a value a database cannot keep: a NUL character
 (PostgreSQL refuses it in text and jsonb), an unpaired surrogate (no driver encodes it),
-or a float JSON has no spelling for (``nan``). Each must end its own job the same way on
-every database, and never fail a write that carries other jobs' outcomes too (the
-worker acknowledges successes in batches)."""
+a float JSON has no spelling for (``nan``), or lists nested deeper than MariaDB's JSON
+takes. Each must end its own job the same way on every database, and never fail a write
+that carries other jobs' outcomes too (the worker acknowledges successes in batches)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,23 @@ def nul_result(ctx):
 @task(kind="test.unstorable.surrogate-result", max_attempts=1)
 def surrogate_result(ctx):
     return ["a\ud800b"]
+
+
+def _nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@task(kind="test.unstorable.deep-result", max_attempts=1)
+def deep_result(ctx):
+    return _nested(40)
+
+
+@task(kind="test.unstorable.deep-log")
+def deep_log(ctx):
+    ctx.log.info("deep", value=_nested(40), fine=_nested(3))
 
 
 @task(kind="test.unstorable.nul-error", max_attempts=2)
@@ -58,10 +75,14 @@ def _run(*envelopes):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_result_the_store_cannot_keep_fails_its_job_alone():
-    nul, surrogate = _run(nul_result.envelope(), surrogate_result.envelope())
-    for row in (nul, surrogate):
+    nul, surrogate, deep = _run(
+        nul_result.envelope(), surrogate_result.envelope(), deep_result.envelope()
+    )
+    for row in (nul, surrogate, deep):
         assert (row.state, row.attempt) == ("archived", 1)
-        assert "NUL character (U+0000) or an unpaired surrogate" in row.errors[-1]["error"]
+    assert "NUL character (U+0000) or an unpaired surrogate" in nul.errors[-1]["error"]
+    assert "NUL character (U+0000) or an unpaired surrogate" in surrogate.errors[-1]["error"]
+    assert "deeper than 24 levels" in deep.errors[-1]["error"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -83,3 +104,11 @@ def test_log_lines_and_progress_with_odd_values_are_saved_cleaned():
     [entry] = job_logs(row.id)[-1]["entries"]
     assert entry["message"] == "ratio\ufffd \ufffd"
     assert entry["fields"] == {"ratio": "nan", "rows": "[1, 'x\\x00']", "k\ufffd": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_log_field_nested_too_deep_is_saved_as_its_repr():
+    [row] = _run(deep_log.envelope())
+    assert row.state == "completed"
+    [entry] = job_logs(row.id)[-1]["entries"]
+    assert entry["fields"] == {"value": repr(_nested(40)), "fine": [[[[]]]]}
