@@ -7,6 +7,8 @@ the lease is lost (reclaimed, cancelled, timed out) nothing the handler writes l
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -14,11 +16,13 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from headgate_django.exceptions import DeadlineExceededError, DefinitionError, LeaseLostError
 from headgate_django.kernel.attempt_log import AttemptLog
 from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
+from headgate_django.kernel.storable import storable_text
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import (
     LeaseRef,
@@ -261,7 +265,7 @@ class JobContext:
     def set_progress(self, current: int, total: int, message: str = "") -> None:
         if not (1 <= total <= _MAX_PROGRESS) or not (0 <= current <= total):
             raise DefinitionError("progress needs 0 ≤ current ≤ total and 1 ≤ total ≤ 2**53-1")
-        progress = {"current": current, "total": total, "message": message[:512]}
+        progress = {"current": current, "total": total, "message": storable_text(message[:512])}
         self._fenced(lambda: job_save_progress(self.lease, progress, using=self._using))
 
     def set_output(self, output: bytes | str) -> None:
@@ -315,21 +319,39 @@ class JobContext:
     async def aonce(self, name: str, fn: Callable[[], T], *, last: bool = False) -> T:
         """:meth:`once` for ``async def`` handlers. ``fn`` is a plain function: it runs,
         with its transaction, on Django's thread for database work."""
-        return await sync_to_async(self.once)(name, fn, last=last)
+        return await self._on_db_thread(functools.partial(self.once, name, fn, last=last))
 
     # -- the same writes for ``async def`` handlers --------------------------------------
     # Django refuses database work on an event loop's thread, so each fenced write runs
     # through ``sync_to_async`` (Django's one thread for sync database work), while the
     # handler's own coroutines stay on the loop.
 
+    async def _on_db_thread(self, write: Callable[[], T]) -> T:
+        """``write()`` on Django's thread for sync database work, whose session is first
+        replaced if an error left it dead.
+
+        Nothing else ever closes that thread's session (the worker refreshes its handler
+        threads' only): once the server dropped it (a restart, an idle timeout), every later
+        write of every async handler of the process failed on it, each using an attempt."""
+        using = self._using
+
+        def run() -> T:
+            conn = connections[using]
+            if conn.errors_occurred:
+                with contextlib.suppress(DatabaseError):  # closed all the same
+                    conn.close_if_unusable_or_obsolete()
+            return write()
+
+        return await sync_to_async(run)()
+
     async def astep(self, name: str, fn: Callable[[], T | Awaitable[T]]) -> T:
         """:meth:`step` for ``async def`` handlers; ``fn`` may be a coroutine function."""
         done, value = self._finished(name)
         if done:
             return value  # type: ignore[no-any-return]
-        await sync_to_async(self._mark_in_progress)(name)
+        await self._on_db_thread(functools.partial(self._mark_in_progress, name))
         value = await _awaited(fn())
-        await sync_to_async(self._mark_done)(name, value)
+        await self._on_db_thread(functools.partial(self._mark_done, name, value))
         return value  # type: ignore[no-any-return]
 
     async def astep_cursor(self, name: str, fn: Callable[[bytes | None], T | Awaitable[T]]) -> T:
@@ -338,20 +360,20 @@ class JobContext:
         if done:
             return value  # type: ignore[no-any-return]
         resume = self._enter_cursor_step(name)
-        await sync_to_async(self._mark_in_progress)(name)
+        await self._on_db_thread(functools.partial(self._mark_in_progress, name))
         value = await _awaited(fn(resume))
-        await sync_to_async(self._leave_cursor_step)(name, value)
+        await self._on_db_thread(functools.partial(self._leave_cursor_step, name, value))
         return value  # type: ignore[no-any-return]
 
     async def aset_cursor(self, value: bytes) -> None:
-        await sync_to_async(self.set_cursor)(value)
+        await self._on_db_thread(functools.partial(self.set_cursor, value))
 
     async def aset_progress(self, current: int, total: int, message: str = "") -> None:
-        await sync_to_async(self.set_progress)(current, total, message)
+        await self._on_db_thread(functools.partial(self.set_progress, current, total, message))
 
     async def aset_output(self, output: bytes | str) -> None:
         """:meth:`set_output` for ``async def`` handlers."""
-        await sync_to_async(self.set_output)(output)
+        await self._on_db_thread(functools.partial(self.set_output, output))
 
     def _finished(self, name: str) -> tuple[bool, Any]:
         """(True, its result) for a step completed by an earlier attempt."""

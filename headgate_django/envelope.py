@@ -33,6 +33,7 @@ from headgate_django.kernel.names import (
     validate_queue,
     validate_rate_class,
 )
+from headgate_django.kernel.storable import MAX_JSON_DEPTH, nested_deeper_than, storable_json
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -128,10 +129,18 @@ def check_result(result: Any) -> int:
     reports success, and for the store's fenced writes."""
     from headgate_django.conf import headgate_settings
 
+    if nested_deeper_than(result, MAX_JSON_DEPTH):
+        raise ValueError(f"result nests lists and objects deeper than {MAX_JSON_DEPTH} levels")
     try:
-        size = len(json.dumps(result, ensure_ascii=False, allow_nan=False).encode())
+        text = json.dumps(result, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"result is not JSON-serialisable: {exc}") from exc
+    if not storable_json(text):
+        raise ValueError(
+            "result holds a string with a NUL character (U+0000) or an unpaired surrogate, "
+            "which the database cannot store"
+        )
+    size = len(text.encode())
     limit = headgate_settings.MAX_RESULT_BYTES
     if size > limit:
         raise ResultTooLargeError(
@@ -140,29 +149,6 @@ def check_result(result: Any) -> int:
             limit=limit,
         )
     return size
-
-
-#: How deep lists and objects may nest in a value the store keeps as JSON (a durable
-#: input, a signal's payload…). MariaDB's ``JSON_VALID`` refuses 32 levels, and the store
-#: wraps a value in a few levels of its own (a history event's payload, the signals a new
-#: run carries); 24 leaves room for those, holds on every database alike, and keeps what
-#: is kept walkable by every reader (the console, replay).
-MAX_JSON_DEPTH = 24
-
-
-def nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether lists and dicts in ``value`` nest more than ``limit`` deep, found without
-    recursion: the value may be nested too deeply for any recursive walk."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list | tuple):
-            if depth == limit:
-                return True
-            stack.extend((child, depth + 1) for child in item)
-    return False
 
 
 def check_payload(value: Any, what: str) -> bytes:

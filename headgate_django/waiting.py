@@ -12,8 +12,14 @@ and raises :class:`WaitTimeoutError`, which carries the job id.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
+import functools
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +67,18 @@ def enqueue_and_wait(
     Raises :class:`WaitInTransactionError` inside an atomic block (nothing is enqueued) and
     :class:`WaitTimeoutError` when the time is up (the job stays enqueued).
     """
+    return _wait(envelope, timeout, using, threading.Event())
+
+
+class _Abandoned(Exception):
+    """The async caller of a wait was cancelled: its thread stops waiting."""
+
+
+def _wait(
+    envelope: Envelope, timeout: float | None, using: str, abandoned: threading.Event
+) -> JobResult:
+    """:func:`enqueue_and_wait`, which also stops (:class:`_Abandoned`) once ``abandoned``
+    is set."""
     from headgate_django.store.waits import job_insert_awaited, job_outcome
 
     if not isinstance(envelope, Envelope):
@@ -88,7 +106,9 @@ def enqueue_and_wait(
             if listener is not None:
                 listener.wait(job_id, left)
             else:
-                time.sleep(left)
+                abandoned.wait(left)
+            if abandoned.is_set():
+                raise _Abandoned()
     finally:
         if listener is not None:
             listener.close()
@@ -112,14 +132,34 @@ async def aenqueue_and_wait(
     envelope: Envelope, *, timeout: float | None = DEFAULT_TIMEOUT, using: str = "default"
 ) -> JobResult:
     """:func:`enqueue_and_wait` for async code: the wait runs on a thread of its own (with
-    its own database connections, closed at the end), so concurrent waits do not queue
-    behind each other and the event loop is never blocked."""
-    from asgiref.sync import sync_to_async
+    its own database connections, closed at the end), so the event loop is never blocked.
 
-    def run() -> JobResult:
+    Not on a pool's thread: a pool has a bound (a few threads on a small machine), beyond
+    which waits would queue behind each other and their timeouts start late. A cancelled
+    caller stops its thread's wait within one read interval, so no thread (nor listening
+    session) outlives it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[JobResult] = loop.create_future()
+    abandoned = threading.Event()
+
+    def report(outcome: Callable[[], Any]) -> None:
+        if not abandoned.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(lambda: done.done() or outcome())
+
+    def run() -> None:
         try:
-            return enqueue_and_wait(envelope, timeout=timeout, using=using)
+            result = _wait(envelope, timeout, using, abandoned)
+        except BaseException as exc:
+            report(functools.partial(done.set_exception, exc))
+        else:
+            report(functools.partial(done.set_result, result))
         finally:
             connections.close_all()
 
-    return await sync_to_async(run, thread_sensitive=False)()
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(run,), name="headgate-wait", daemon=True).start()
+    try:
+        return await done
+    finally:
+        abandoned.set()

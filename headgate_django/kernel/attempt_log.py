@@ -11,10 +11,18 @@ at most :data:`MAX_FIELDS` keyword fields. Whatever is cut sets the entry's ``tr
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import deque
 from typing import Any
+
+from headgate_django.kernel.storable import (
+    MAX_JSON_DEPTH,
+    nested_deeper_than,
+    storable_json,
+    storable_text,
+)
 
 MAX_ENTRIES = 100
 MAX_ENTRY_BYTES = 2048
@@ -24,14 +32,22 @@ LEVELS = ("debug", "info", "warning", "error")
 
 
 def _jsonable(value: Any) -> Any:
-    """``value`` if JSON can carry it as it is, else its ``repr`` (a handler's object)."""
-    if value is None or isinstance(value, bool | int | float | str):
+    """``value`` if every database can store it as JSON as it is, else its ``repr`` (a
+    handler's object, ``nan``, a list holding a NUL or nested too deep); a string is kept with what cannot be
+    stored replaced (:func:`storable_text`)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if nested_deeper_than(value, MAX_JSON_DEPTH):
+        return storable_text(repr(value))
     try:
-        json.dumps(value)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
-        return repr(value)
-    return value
+        return storable_text(repr(value))
+    return value if storable_json(text) else storable_text(repr(value))
 
 
 def _size(entry: dict[str, Any]) -> int:
@@ -57,11 +73,11 @@ def _fit(entry: dict[str, Any]) -> dict[str, Any]:
 def make_entry(level: str, message: object, fields: dict[str, Any], at_ms: int) -> dict[str, Any]:
     """One bounded entry: ``{level, at_ms, message, fields, truncated}``."""
     truncated = len(fields) > MAX_FIELDS
-    kept = {str(k): _jsonable(v) for k, v in list(fields.items())[:MAX_FIELDS]}
+    kept = {storable_text(str(k)): _jsonable(v) for k, v in list(fields.items())[:MAX_FIELDS]}
     entry = {
         "level": level,
         "at_ms": at_ms,
-        "message": str(message),
+        "message": storable_text(str(message)),
         "fields": kept,
         "truncated": truncated,
     }

@@ -22,6 +22,7 @@ from headgate_django.envelope import check_result
 from headgate_django.exceptions import DeadlineExceededError, LeaseLostError, ResultTooLargeError
 from headgate_django.kernel import backoff
 from headgate_django.kernel.states import Event, State, check, retry_target
+from headgate_django.kernel.storable import storable_text
 from headgate_django.store import packet
 from headgate_django.store import vendor as v
 from headgate_django.store.attempt_logs import logged, save_completion_logs
@@ -429,14 +430,14 @@ def error_entry(
         "attempt": attempt,
         "at": v.parse_instant(conn, at).isoformat(),
         "kind": kind,
-        "error": message[:MAX_ERROR_CHARS],
+        "error": storable_text(message[:MAX_ERROR_CHARS]),
     }
     if claimed_at is not None:
         entry["claimed_at"] = v.parse_instant(conn, claimed_at).isoformat()
     if worker:
         entry["worker"] = worker
     if trace:
-        entry["traceback"] = trace[-16000:]
+        entry["traceback"] = storable_text(trace[-16000:])
     return entry
 
 
@@ -499,7 +500,7 @@ def job_retry(
         )
         after_finish(cursor, conn, {ref.job_id: workflow_id})
         if target is State.ARCHIVED:
-            death = Death(ref.job_id, kind, queue, "attempts_exhausted", error[:4000])
+            death = Death(ref.job_id, kind, queue, "attempts_exhausted", entry["error"])
             after_archive(cursor, conn, [death])
     return target
 
@@ -536,7 +537,7 @@ def _finish_with(
         )
         after_finish(cursor, conn, {ref.job_id: workflow_id})
         reason = "skipped" if state is State.ARCHIVED else "undecodable"
-        after_archive(cursor, conn, [Death(ref.job_id, job_kind, queue, reason, message[:4000])])
+        after_archive(cursor, conn, [Death(ref.job_id, job_kind, queue, reason, entry["error"])])
 
 
 def job_skip(

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from headgate_django import store
 from headgate_django.kernel.states import State
+from headgate_django.kernel.storable import storable_text
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import MAX_ERROR_CHARS, Completion
 from headgate_django.worker import events, execute
@@ -95,7 +96,8 @@ def _record(job: ClaimedJob, outcome: execute.Outcome, *, using: str) -> str:
 
 def _cut(message: str) -> str:
     """An error message as the store keeps it, marked when cut: a handler that raises with
-    a 100 KB message must not write 100 KB log lines on every attempt."""
+    a 100 KB message must not write 100 KB log lines on every attempt (nor one a log
+    handler cannot encode)."""
     if len(message) <= MAX_ERROR_CHARS:
-        return message
-    return message[:MAX_ERROR_CHARS] + "…"
+        return storable_text(message)
+    return storable_text(message[:MAX_ERROR_CHARS]) + "…"

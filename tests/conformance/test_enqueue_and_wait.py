@@ -5,6 +5,7 @@ tests/integration/test_enqueue_and_wait.py."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from django.db import connection, transaction
@@ -15,6 +16,7 @@ from headgate_django.models import Job
 from headgate_django.store.waits import FINISHED_CHANNEL, job_mark_awaited, job_outcome
 from headgate_django.waiting import enqueue_and_wait
 from tests.app import tasks
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,6 +57,29 @@ def test_a_timeout_says_so_and_leaves_the_job_queued():
 def test_the_async_form_times_out_the_same_way():
     with pytest.raises(WaitTimeoutError):
         asyncio.run(tasks.echo.aenqueue_and_wait(value=1, timeout=0.1))
+
+
+def test_many_async_waits_at_once_each_start_and_a_cancelled_one_stops():
+    """More waits than a thread pool of a small machine holds (six on two cores): each
+    enqueues its job at once instead of queueing behind another's wait (whose timeout would
+    start late), and each caller's cancellation ends its thread's wait."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    waits = [
+        asyncio.run_coroutine_threadsafe(tasks.echo.aenqueue_and_wait(value=n, timeout=20), loop)
+        for n in range(10)
+    ]
+    try:
+        wait_for(lambda: Job.objects.filter(kind="test.echo").count() == 10, timeout=10)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        wait_for(lambda: not any(t.name == "headgate-wait" for t in threading.enumerate()), 5)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join()
+        loop.close()
+    assert Job.objects.filter(kind="test.echo", state="available").count() == 10
 
 
 def test_outcomes_read_back_with_result_and_last_error():

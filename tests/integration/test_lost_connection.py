@@ -3,12 +3,17 @@ whose session is gone; ``tests/chaos/test_dropped_sessions.py`` kills real sessi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import pytest
-from django.db import DatabaseError, IntegrityError, OperationalError, connection
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, IntegrityError, OperationalError, connection, connections
 
+from headgate_django import task
+from headgate_django.models import Job
 from headgate_django.worker import execute
+from headgate_django.worker.runner import Worker
 
 # transaction=True: no test-wide transaction, so close() really closes the connection.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,3 +75,35 @@ def test_the_watch_records_the_session_of_a_failing_query() -> None:
         assert watch.failed_on is connection.connection
     else:
         assert watch.failed_on is None
+
+
+@task(kind="test.lost-connection.async-progress", max_attempts=5)
+async def async_progress(ctx) -> None:
+    await ctx.aset_progress(1, 2)
+
+
+def _kill_sync_thread_session() -> None:
+    """Close the driver connection under Django's thread for sync work (the one every
+    ``async def`` handler's fenced writes use), as a server restart would."""
+
+    def kill() -> None:
+        connections["default"].ensure_connection()
+        connections["default"].connection.close()
+
+    asyncio.run(sync_to_async(kill)())
+
+
+def test_async_handler_writes_recover_once_their_session_is_gone() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server session to lose")
+    _kill_sync_thread_session()
+    outcomes = []
+    try:
+        for _ in range(3):
+            job_id = async_progress.enqueue()
+            Worker(concurrency=1, burst=True, run_duties=False).run()
+            outcomes.append(Job.objects.get(pk=job_id).state)
+    finally:  # that thread outlives the test: its session must not outlive the database
+        asyncio.run(sync_to_async(connections.close_all)())
+    # The write that finds the session dead fails its attempt; the next ones reconnect.
+    assert outcomes == ["retryable", "completed", "completed"]
