@@ -19,7 +19,13 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from headgate_django.exceptions import DeadlineExceededError, DefinitionError, LeaseLostError
+from headgate_django.envelope import check_result
+from headgate_django.exceptions import (
+    DeadlineExceededError,
+    DefinitionError,
+    LeaseLostError,
+    PayloadTooLargeError,
+)
 from headgate_django.kernel.attempt_log import AttemptLog
 from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
 from headgate_django.kernel.storable import storable_text
@@ -397,6 +403,14 @@ class JobContext:
         self._fenced(lambda: job_save_checkpoint(self.lease, self._checkpoint, using=self._using))
 
     def _mark_done(self, name: str, value: Any, *, clear_cursor: bool = False) -> None:
+        # The job result's rule, before the checkpoint changes: a value one database would
+        # refuse (nested too deep for MariaDB, a NUL for PostgreSQL) fails the same on all.
+        try:
+            check_result(value)
+        except PayloadTooLargeError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"step {name!r}: {exc}") from None
         self._checkpoint.setdefault("completed_steps", []).append(name)
         self._checkpoint["last_completed_step"] = name
         self._checkpoint.pop("in_progress_step", None)

@@ -112,3 +112,27 @@ def test_a_log_field_nested_too_deep_is_saved_as_its_repr():
     assert row.state == "completed"
     [entry] = job_logs(row.id)[-1]["entries"]
     assert entry["fields"] == {"value": repr(_nested(40)), "fine": [[[[]]]]}
+
+
+@task(kind="test.unstorable.deep-step", max_attempts=1)
+def deep_step(ctx):
+    ctx.step("fine", lambda: 1)
+    ctx.step("deep", lambda: _nested(40))
+
+
+@task(kind="test.unstorable.nul-step", max_attempts=1)
+def nul_step(ctx):
+    ctx.step("nul", lambda: "a\x00b")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_result_the_store_cannot_keep_fails_its_attempt_the_same_on_every_database():
+    """A step's value follows the job result's rule: MariaDB alone refused one nested 40
+    deep (and PostgreSQL alone one holding a NUL), with a database error."""
+    deep, nul = _run(deep_step.envelope(), nul_step.envelope())
+    assert (deep.state, nul.state) == ("archived", "archived")
+    assert deep.errors[-1]["error"] == (
+        "ValueError: step 'deep': result nests lists and objects deeper than 24 levels"
+    )
+    assert deep.checkpoint["completed_steps"] == ["fine"]  # the refused value left no trace
+    assert nul.errors[-1]["error"].startswith("ValueError: step 'nul': result holds a string")
