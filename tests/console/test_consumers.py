@@ -341,6 +341,20 @@ async def closed_with(comm: WebsocketCommunicator, timeout: float = 10) -> int:
             return int(output["code"])
 
 
+def closes_after(user: Any, workflow_id: str, change: Callable[[], None], code: int) -> None:
+    """``user``'s open graph page of ``workflow_id`` is closed with ``code`` after
+    ``change``."""
+
+    async def scenario() -> None:
+        comm = communicator(f"/ws/headgate/workflows/{workflow_id}/", user)
+        assert (await comm.connect(timeout=5))[0]
+        assert (await comm.receive_json_from(timeout=10))["type"] == "snapshot"
+        await database_sync_to_async(change)()
+        assert await closed_with(comm) == code
+
+    async_to_sync(scenario)()
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("change", ["not staff", "deactivated", "permission revoked", "deleted"])
 def test_an_open_socket_closes_once_its_user_loses_access(
@@ -363,14 +377,7 @@ def test_an_open_socket_closes_once_its_user_loses_access(
         else:
             type(viewer).objects.filter(pk=viewer.pk).delete()
 
-    async def scenario() -> None:
-        comm = communicator("/ws/headgate/workflows/revoked-wf/", viewer)
-        assert (await comm.connect(timeout=5))[0]
-        assert (await comm.receive_json_from(timeout=10))["type"] == "snapshot"
-        await database_sync_to_async(revoke)()
-        assert await closed_with(comm) == 4403
-
-    async_to_sync(scenario)()
+    closes_after(viewer, "revoked-wf", revoke, 4403)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -380,18 +387,10 @@ def test_a_socket_whose_user_loses_the_payload_permission_reconnects_for_a_new_s
     monkeypatch.setattr(LiveConsumer, "recheck_interval", 0.2)
     signal_workflow("reveal-wf")
 
-    async def scenario() -> None:
-        comm = communicator("/ws/headgate/workflows/reveal-wf/", reader)
-        assert (await comm.connect(timeout=5))[0]
-        assert (await comm.receive_json_from(timeout=10))["type"] == "snapshot"
-        await database_sync_to_async(
-            lambda: reader.user_permissions.remove(
-                reader.user_permissions.get(codename="view_job_payload")
-            )
-        )()
-        assert await closed_with(comm) == 4000
+    def revoke() -> None:
+        reader.user_permissions.remove(reader.user_permissions.get(codename="view_job_payload"))
 
-    async_to_sync(scenario)()
+    closes_after(reader, "reveal-wf", revoke, 4000)
 
 
 @pytest.mark.django_db(transaction=True)
