@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 from tests.app import tasks
-from tests.conftest import free_port, wait_for
+from tests.conftest import POOLER_BYPASS, free_port, wait_for
 from tests.integration.helpers import job, runs, state_is
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -44,8 +44,15 @@ class Forwarder:
     (``close`` also cuts the sessions through it) and comes back."""
 
     def __init__(self, port: int) -> None:
+        # PostgreSQL itself: behind a transaction pooler (the PgBouncer leg) the test's
+        # connection is the pooler's, through which LISTEN is never proven.
         settings = connection.settings_dict
-        self.target = (settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+        host, _, at = POOLER_BYPASS.rpartition(":")
+        self.target = (
+            (host, int(at))
+            if POOLER_BYPASS
+            else (settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+        )
         self.server = socket.create_server(("127.0.0.1", port))
         self.sockets: list[socket.socket] = [self.server]
         threading.Thread(target=self._accept, daemon=True).start()
