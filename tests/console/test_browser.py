@@ -43,7 +43,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 LIVE_WITHIN = 2.0
-RENDER_WITHIN_MS = 1000
 
 pytestmark = [
     pytest.mark.browser,
@@ -255,7 +254,6 @@ def test_live_workflow_in_chromium(
     figures = {**timing, **nav}
     (tmp_path / "console-timings.json").write_text(json.dumps(figures, indent=2))
     print(f"999-node workflow page: {json.dumps(figures)}")
-    assert timing["painted_ms"] < RENDER_WITHIN_MS, figures
     assert errors == []
 
 
