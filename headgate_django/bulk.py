@@ -25,7 +25,7 @@ from typing import Any
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.envelope import Envelope, check_not_too_long, encode_call, internal
-from headgate_django.exceptions import DefinitionError
+from headgate_django.exceptions import BulkLimitError, DefinitionError
 from headgate_django.kernel.names import BULK_KIND
 from headgate_django.registry import internal_task
 from headgate_django.store.bulk import ACTIONS, JobSelection, job_bulk_chunk, job_bulk_perform
@@ -114,17 +114,25 @@ def _check_request(
 def _bulk_job(
     action: str, ids: Sequence[str], at: datetime | None, delay: timedelta | None
 ) -> Envelope:
+    """The internal job that works through ``ids``; ``BulkLimitError`` when the ids do
+    not fit in one job's payload (``HEADGATE["MAX_PAYLOAD_BYTES"]``), which a raised
+    ``BULK_MAX_JOBS`` or long job ids can reach: said as the bulk limit it is, with how
+    many of these ids would fit, rather than as an oversize payload the caller never sent."""
     when = {
         "at": at.isoformat() if at else None,
         "delay_ms": None if delay is None else int(delay.total_seconds() * 1000),
     }
-    return internal(
-        Envelope(
-            kind=BULK_KIND,
-            queue=headgate_settings.BULK_QUEUE,
-            payload=encode_call((), {"action": action, "ids": list(ids), **when}),
+    payload = encode_call((), {"action": action, "ids": list(ids), **when})
+    budget = headgate_settings.MAX_PAYLOAD_BYTES
+    if len(payload) > budget:
+        fits = len(ids) * budget // len(payload)
+        raise BulkLimitError(
+            f"the {len(ids)} matching jobs' ids take {len(payload)} bytes, more than one "
+            f"bulk job holds (HEADGATE['MAX_PAYLOAD_BYTES'] = {budget}); about {fits} of "
+            "them fit: narrow the filter",
+            limit=fits,
         )
-    )
+    return internal(Envelope(kind=BULK_KIND, queue=headgate_settings.BULK_QUEUE, payload=payload))
 
 
 @internal_task(kind=BULK_KIND, queue="headgate-bulk")

@@ -158,6 +158,17 @@ def test_more_than_the_cap_is_refused_and_nothing_changes():
     assert {state_of(i) for i in ids} == {"archived"}
 
 
+def test_ids_past_one_bulk_jobs_payload_are_refused_as_a_bulk_limit():
+    q = fresh_queue()
+    ids = [enqueue_job(queue=q, id=f"{q}-{'x' * 200}-{i}") for i in range(8)]
+    limits = override_settings(HEADGATE={"BULK_SYNC_LIMIT": 2, "MAX_PAYLOAD_BYTES": 1024})
+    with limits, pytest.raises(BulkLimitError, match="MAX_PAYLOAD_BYTES") as caught:
+        bulk.perform("cancel", expected_count=8, queue=q)
+    assert 0 < caught.value.details["limit"] < 8
+    assert Job.objects.filter(kind="headgate:bulk-action").count() == 0
+    assert {state_of(i) for i in ids} == {"available"}
+
+
 def test_above_the_sync_limit_an_internal_job_does_it_in_chunks(monkeypatch):
     monkeypatch.setattr(bulk, "CHUNK", 2)
     q = fresh_queue()
