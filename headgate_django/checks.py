@@ -106,25 +106,35 @@ def _duration_order(s: Any) -> list[Any]:
                 id="headgate.E003",
             )
         )
-    # A worker renews between two maintenance duties, not during one: a pass of eviction
-    # that outlasts what is left of the lease after a renewal interval lets it lapse.
-    margin = s.LEASE_TTL - s.renew_interval
-    if s.renew_interval <= s.LEASE_TTL / 2 and margin <= s.EVICT_BUDGET:
-        problems.append(
-            Warning(
-                f"HEADGATE['EVICT_BUDGET'] ({s.EVICT_BUDGET.total_seconds():g} s) is not "
-                f"below LEASE_TTL less the renewal interval ({margin.total_seconds():g} s)",
-                hint=(
-                    "Leases are renewed between a worker's maintenance duties, not during "
-                    "one, so an eviction pass that long can let the leases of running jobs "
-                    "lapse: lower EVICT_BUDGET or raise LEASE_TTL."
-                ),
-                id="headgate.W003",
-            )
-        )
+    if s.renew_interval <= s.LEASE_TTL / 2:
+        problems.extend(eviction_outlasts_lease(s.LEASE_TTL, s.renew_interval, s.EVICT_BUDGET))
     if s.BACKOFF_CAP < s.BACKOFF_BASE:
         problems.append(Error("BACKOFF_CAP must not be below BACKOFF_BASE", id="headgate.E004"))
     return problems
+
+
+def eviction_outlasts_lease(
+    lease_ttl: timedelta, renew_interval: timedelta, evict_budget: timedelta
+) -> list[Any]:
+    """headgate.W003: a worker renews between two maintenance duties, not during one, so a
+    pass of eviction that outlasts what is left of the lease after a renewal interval lets
+    it lapse. ``runworkers --lease-ttl`` asks the same of the lease it is given."""
+    margin = lease_ttl - renew_interval
+    if margin > evict_budget:
+        return []
+    return [
+        Warning(
+            f"HEADGATE['EVICT_BUDGET'] ({evict_budget.total_seconds():g} s) is not below "
+            f"the lease ({lease_ttl.total_seconds():g} s) less the renewal interval "
+            f"({margin.total_seconds():g} s)",
+            hint=(
+                "Leases are renewed between a worker's maintenance duties, not during "
+                "one, so an eviction pass that long can let the leases of running jobs "
+                "lapse: lower EVICT_BUDGET or raise the lease (LEASE_TTL, --lease-ttl)."
+            ),
+            id="headgate.W003",
+        )
+    ]
 
 
 def _counts(s: Any) -> list[Any]:

@@ -3,6 +3,7 @@ jobs of kinds this worker does not know."""
 
 from __future__ import annotations
 
+import io
 import signal
 
 import pytest
@@ -68,6 +69,19 @@ def test_a_refused_option_exits_one_with_the_reason_before_the_start_line(
     assert worker.proc.wait(timeout=60) == 1
     assert reason in worker.output()
     assert "handler thread" not in worker.output()  # refused before announcing a start
+
+
+def test_a_lease_too_short_for_the_eviction_budget_is_warned_about():
+    """--lease-ttl is held to the rule the system check holds LEASE_TTL to (W003), and only
+    for a worker that runs the duties (eviction is one)."""
+    said = io.StringIO()
+    call_command("runworkers", "--burst", "--lease-ttl", "1.2", stderr=said)
+    assert "warning: --lease-ttl: HEADGATE['EVICT_BUDGET'] (1 s) is not below" in said.getvalue()
+    assert "(headgate.W003)" in said.getvalue()
+    for fine in (["--lease-ttl", "1.6"], ["--lease-ttl", "1.2", "--no-duties"]):
+        said = io.StringIO()
+        call_command("runworkers", "--burst", *fine, stderr=said)
+        assert "W003" not in said.getvalue(), fine
 
 
 def test_call_command_returns_to_its_caller():

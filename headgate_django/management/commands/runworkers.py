@@ -114,6 +114,8 @@ class Command(BaseCommand):
                 f"--lease-ttl must be positive and at most {LEASE_TTL_MAX} seconds (a year), "
                 f"not {lease_ttl:g}"
             )
+        if lease_ttl is not None and not options["no_duties"]:
+            self._warn_on_lease(timedelta(seconds=lease_ttl))
         if options["worker_id"] is not None and not options["worker_id"].strip():
             raise CommandError("--worker-id must not be blank (leave it out for host:pid:random)")
         port = options["metrics_port"]
@@ -153,6 +155,16 @@ class Command(BaseCommand):
                 raise CommandError(f"--processes: {exc}") from exc
             sys.exit(code)
         self._serve(options, options["worker_id"])
+
+    def _warn_on_lease(self, lease_ttl: timedelta) -> None:
+        """The system check's lease rule (headgate.W003) for the lease ``--lease-ttl``
+        gives, which the checks of the settings never see (it is renewed every third). A
+        worker without duties evicts nothing, so it is asked only of one with them."""
+        from headgate_django.checks import eviction_outlasts_lease
+
+        budget = headgate_settings.EVICT_BUDGET
+        for warning in eviction_outlasts_lease(lease_ttl, lease_ttl / 3, budget):
+            self.stderr.write(f"warning: --lease-ttl: {warning.msg} ({warning.id}). {warning.hint}")
 
     def _apply_admission(self, verbosity: int) -> None:
         """Write ``HEADGATE["RATE_CLASSES"]``, ``["CONCURRENCY_LIMITS"]`` and
