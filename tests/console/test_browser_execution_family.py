@@ -54,15 +54,26 @@ def test_a_live_snapshot_keeps_the_family_links_the_page_shows(
     wf = durable.Client().start("console-parent", "1", 3, workflow_id="order:4").workflow_id
     testing.run_jobs()
     page = browser.new_page()
+    # The page draws its embedded snapshot, then opens the socket: what it shows as the
+    # socket is made is what the first live snapshot must keep (taken any later, a snapshot
+    # may already have come and gone, and the test would wait for one that never comes).
+    page.add_init_script(
+        """(() => {
+            const Native = window.WebSocket;
+            window.WebSocket = function (...args) {
+                if (!window.hgRow) {
+                    window.hgLink = document.querySelector("#hg-family ul.hg-children li a");
+                    window.hgRow = document.querySelector("#hg-history-body tr");
+                }
+                return new Native(...args);
+            };
+            window.WebSocket.prototype = Native.prototype;
+            Object.assign(window.WebSocket, Native);
+        })()"""
+    )
     login(page, server)
     page.goto(f"{server.url}/admin/headgate_django/execution/{wf}/timeline/")
-    page.locator("#hg-family ul.hg-children li a").wait_for()
-    page.evaluate(
-        """() => {
-            window.hgLink = document.querySelector("#hg-family ul.hg-children li a");
-            window.hgRow = document.querySelector("#hg-history-body tr");
-        }"""
-    )
+    page.wait_for_function("() => window.hgLink instanceof Element")
     # The history is rebuilt on every snapshot: its first row gone means one arrived.
     page.wait_for_function("() => !window.hgRow.isConnected")
     assert page.evaluate("() => window.hgLink.isConnected")
