@@ -31,7 +31,12 @@ from lark.exceptions import LarkError
 
 from headgate_django.exceptions import ConditionError, ConditionEvaluationError
 from headgate_django.kernel import cel_cost
-from headgate_django.kernel.cel import MAX_EVALUATION_STEPS, MAX_EXPRESSION_DEPTH, VARIABLES
+from headgate_django.kernel.cel import (
+    MAX_EVALUATION_STEPS,
+    MAX_EXPRESSION_DEPTH,
+    MAX_VALUE_LENGTH,
+    VARIABLES,
+)
 
 _environment: celpy.Environment | None = None
 # The parser adapter keeps the text being parsed on itself (for error messages), so
@@ -97,6 +102,11 @@ def evaluate(
             f"condition {source!r} was stopped after {exc.limit:,} evaluation steps, "
             "its limit: it iterates over more elements than its cost estimate allowed for"
         ) from exc
+    except ValueLimitExceeded as exc:
+        raise ConditionEvaluationError(
+            f"condition {source!r} built a value of {exc.length:,} {exc.unit}, over the "
+            f"limit of {MAX_VALUE_LENGTH:,} {exc.unit}"
+        ) from exc
     except CELEvalError as exc:
         raise ConditionEvaluationError(f"condition {source!r} failed: {_describe(exc)}") from exc
     except RecursionError as exc:
@@ -123,6 +133,19 @@ class StepLimitExceeded(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"more than {limit} evaluation steps")
         self.limit = limit
+
+
+class ValueLimitExceeded(Exception):
+    """A ``+`` built a string, bytes or list longer than :data:`MAX_VALUE_LENGTH` (internal
+    to this module, like :class:`StepLimitExceeded`)."""
+
+    def __init__(self, length: int, unit: str) -> None:
+        super().__init__(f"a value of {length} {unit}")
+        self.length = length
+        self.unit = unit
+
+
+_UNITS: tuple[tuple[type, str], ...] = ((str, "characters"), (bytes, "bytes"), (list, "elements"))
 
 
 class _Meter:
@@ -170,6 +193,16 @@ class _MeteredEvaluator(Evaluator):
         subtrees = sum(isinstance(child, lark.Tree) for child in tree.children)
         self.meter.tick(subtrees + cel_cost.operator_steps(tree))
         return super().visit_children(tree)
+
+    def addition(self, tree: lark.Tree) -> Any:
+        # A step of ``+`` copies both operands: cheap only while they are small, and in a
+        # comprehension it can double a value per element (see ``cel``'s docstring). The
+        # check follows the copy, so nothing larger than twice the limit is ever built.
+        value = super().addition(tree)
+        if isinstance(value, str | bytes | list) and len(value) > MAX_VALUE_LENGTH:
+            unit = next(unit for kind, unit in _UNITS if isinstance(value, kind))
+            raise ValueLimitExceeded(len(value), unit)
+        return value
 
     def ident_value(self, name: str, root_scope: bool = False) -> Any:
         # celpy's Activation.resolve_variable, minus the typing.cast of a Union it builds on
