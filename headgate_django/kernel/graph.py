@@ -288,6 +288,10 @@ def _check_name(value: str, what: str, node: str) -> None:
             f"{what} {value[:40]!r} must be 1 to {MAX_NAME_BYTES} bytes of UTF-8, got {size}",
             node=node,
         )
+    if "\x00" in value:
+        # A node name is a key of the checkpoint's evidence and part of its history, JSON
+        # that PostgreSQL (jsonb) cannot hold with a U+0000 in it: every tick would fail.
+        raise GraphError(f"{what} {value[:40]!r} contains a NUL character (U+0000)", node=node)
 
 
 def _check_job_id(node: NodeSpec, seen: dict[str, str], workflow_id: str) -> None:
