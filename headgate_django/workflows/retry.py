@@ -40,6 +40,9 @@ from headgate_django.store.workflows import (
 from headgate_django.workflows.inspect import _coordinator, current_graph
 
 _NEEDS_REPAIR = frozenset({State.QUARANTINED.value, State.UNDECODABLE.value})
+#: What the request reads of each node's job: never a payload or a result, which for a
+#: large workflow could add up to gigabytes.
+_LEAN = ("id", "state", "fingerprint")
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def request_failed_subgraph_retry(
                 f"{checkpoint.revision}, not {expected_revision}",
                 current_revision=checkpoint.revision,
             )
-        jobs = job_get_many(n.job_id for n in graph.nodes)
+        jobs = job_get_many((n.job_id for n in graph.nodes), only=_LEAN)
         by_name = {n.name: n for n in graph.nodes}
         # A repaired undecodable node keeps its state until the coordinator reopens it
         # (with the other failed nodes), so it is not "stuck" once it has a new payload.
@@ -180,7 +183,8 @@ def retry_children_automatically(nodes: Iterable[Any]) -> list[str]:
     """
     links = [n for n in nodes if n.kind is NodeKind.CHILD_WORKFLOW]
     requested: list[str] = []
-    for child, revision in _failed_children(links, job_get_many(n.job_id for n in links)):
+    jobs = job_get_many((n.job_id for n in links), only=_LEAN)
+    for child, revision in _failed_children(links, jobs):
         try:
             request_failed_subgraph_retry(child, revision)
         except (DefinitionError, InvalidTransitionError, RevisionConflictError, NotFoundError):

@@ -10,7 +10,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from headgate_django import DefinitionError, RevisionConflictError, enqueue, store, testing
 from headgate_django.envelope import encode_call
@@ -107,6 +109,25 @@ def test_the_new_generation_is_checkpointed_with_the_reopened_nodes():
     ]
     assert job_state("onboarding:42:send-welcome") in {"pending", "available"}
     assert job("onboarding:42:create-account").state == "completed"
+
+
+@pytest.mark.django_db
+def test_a_retry_request_reads_no_nodes_payload_or_result():
+    # It read every node's whole row: the payloads, results, outputs and logs of up to 999
+    # jobs held at once (a result may be 32 MiB), tens of GB for one HTTP request.
+    failed_onboarding()
+    node_ids = [f"onboarding:42:{n}" for n in ("create-account", "send-welcome", "after")]
+    with CaptureQueriesContext(connection) as queries:
+        request_failed_subgraph_retry("onboarding:42", 1)
+    heavy = [
+        q["sql"]
+        for q in queries.captured_queries
+        if any(i in q["sql"] for i in node_ids) and ("result" in q["sql"] or "payload" in q["sql"])
+    ]
+    assert heavy == []
+    assert job_state("onboarding:42:send-welcome") == "archived"  # reopened by the coordinator
+    run()
+    assert inspect_workflow("onboarding:42").coordinator_state == "completed"
 
 
 @pytest.mark.django_db
