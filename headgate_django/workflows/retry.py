@@ -30,14 +30,16 @@ from headgate_django.store import job_insert_many, job_replace_payload, quaranti
 from headgate_django.store.operator import workflow_coordinator_reopen
 from headgate_django.store.reads import job_get_many, job_state
 from headgate_django.store.workflows import (
+    COORDINATOR_KIND,
     RETRY_KIND,
     checkpoint_from_row,
     coordinator_job_id,
     retry_receipt_id,
     workflow_checkpoint_load,
+    workflow_coordinator_lock,
     workflow_nodes_read,
 )
-from headgate_django.workflows.inspect import _coordinator, current_graph
+from headgate_django.workflows.inspect import current_graph
 
 _NEEDS_REPAIR = frozenset({State.QUARANTINED.value, State.UNDECODABLE.value})
 #: What the request reads of each node's job: never a payload or a result, which for a
@@ -94,7 +96,11 @@ def request_failed_subgraph_retry(
         )
     repairs = [Recovery.from_value(r) for r in recoveries]
     with transaction.atomic():
-        coordinator = _coordinator(workflow_id)
+        # Locked first, as submit_graft does: a concurrent request waits here and then
+        # sees the workflow reopened, instead of checking a state that changes under it.
+        coordinator = workflow_coordinator_lock(workflow_id)
+        if coordinator is None or coordinator.kind != COORDINATOR_KIND:
+            raise NotFoundError(f"workflow {workflow_id!r} does not exist", workflow_id=workflow_id)
         row = workflow_checkpoint_load(workflow_id)
         # Accepted grafted nodes are checked and repaired like declared ones.
         graph, options = current_graph(coordinator, row)
