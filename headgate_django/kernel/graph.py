@@ -247,6 +247,12 @@ def validate(graph: GraphSpec) -> GraphSpec:
     job_ids: dict[str, str] = {}
     for node in graph.nodes:
         _check_name(node.name, "node name", node.name)
+        if "\x00" in node.name:
+            # A node name is a key of the checkpoint's evidence and part of its history,
+            # JSON that PostgreSQL's jsonb cannot hold with U+0000: every tick would fail.
+            raise GraphError(
+                f"node name {node.name[:40]!r} contains a NUL character (U+0000)", node=node.name
+            )
         if node.name in names:
             raise DuplicateNodeError(f"node {node.name!r} is declared twice", node=node.name)
         names.add(node.name)
@@ -288,10 +294,6 @@ def _check_name(value: str, what: str, node: str) -> None:
             f"{what} {value[:40]!r} must be 1 to {MAX_NAME_BYTES} bytes of UTF-8, got {size}",
             node=node,
         )
-    if "\x00" in value:
-        # A node name is a key of the checkpoint's evidence and part of its history, JSON
-        # that PostgreSQL (jsonb) cannot hold with a U+0000 in it: every tick would fail.
-        raise GraphError(f"{what} {value[:40]!r} contains a NUL character (U+0000)", node=node)
 
 
 def _check_job_id(node: NodeSpec, seen: dict[str, str], workflow_id: str) -> None:
