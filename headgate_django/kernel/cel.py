@@ -14,7 +14,17 @@ The cost is bounded too, because a tick of the coordinator must never be held by
 condition: :mod:`.cel_cost` estimates the worst-case number of evaluation steps from the
 parse tree and the workflow's node count (which bounds ``states`` and ``completed``), and
 :func:`compile` refuses an expression over :data:`MAX_EVALUATION_STEPS`; evaluation counts
-the same steps and stops at that limit, for whatever the estimate could not see.
+the same steps and stops at that limit, for whatever the estimate could not see. A step
+is cheap only while the values it touches are small, and ``+`` is the one operator that
+makes a value larger than its operands: bound in a comprehension (``[s].map(a, a + a)``)
+it doubles a string, bytes or a list in a handful of steps, so a few hundred bytes of
+source would ask for gigabytes. The result of every ``+`` is therefore limited to
+:data:`MAX_VALUE_LENGTH` characters, bytes or elements, and the evaluation fails past it.
+A comprehension can also nest a value in itself without copying it (``[x].map(a, [a,
+a])``): memory stays small, but an equality or a ``string()`` walks every element as often
+as it is reached, which doubles per step. So every list or map an operator or function
+receives is weighed, its elements counted through every nested list and map, and one
+over :data:`MAX_VALUE_LENGTH` fails the evaluation too.
 
 Whether an expression returns a boolean is checked at compile time as well as CEL allows
 without a type checker: the shape of the parse tree (a top-level ``+`` or a string literal
@@ -44,6 +54,9 @@ MAX_EXPRESSION_DEPTH = 100
 #: budget at prepare and graft time and the runtime limit of one evaluation. About 10 ms
 #: of celpy on a slow shared core; ``benchmarks/cel_cost.py`` measures it.
 MAX_EVALUATION_STEPS = 1_000
+#: The most characters (string), bytes (bytes) or elements (list) a ``+`` may build, and
+#: the most elements a list or map may hold, counted through its nested lists and maps.
+MAX_VALUE_LENGTH = 65_536
 
 #: The variables an expression may read; anything else is an undeclared reference.
 VARIABLES = ("revision", "generation", "states", "completed")

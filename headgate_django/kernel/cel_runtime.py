@@ -31,7 +31,12 @@ from lark.exceptions import LarkError
 
 from headgate_django.exceptions import ConditionError, ConditionEvaluationError
 from headgate_django.kernel import cel_cost
-from headgate_django.kernel.cel import MAX_EVALUATION_STEPS, MAX_EXPRESSION_DEPTH, VARIABLES
+from headgate_django.kernel.cel import (
+    MAX_EVALUATION_STEPS,
+    MAX_EXPRESSION_DEPTH,
+    MAX_VALUE_LENGTH,
+    VARIABLES,
+)
 
 _environment: celpy.Environment | None = None
 # The parser adapter keeps the text being parsed on itself (for error messages), so
@@ -97,6 +102,11 @@ def evaluate(
             f"condition {source!r} was stopped after {exc.limit:,} evaluation steps, "
             "its limit: it iterates over more elements than its cost estimate allowed for"
         ) from exc
+    except ValueLimitExceeded as exc:
+        raise ConditionEvaluationError(
+            f"condition {source!r} built a value of {exc.length:,} {exc.unit}, over the "
+            f"limit of {MAX_VALUE_LENGTH:,} {exc.unit}"
+        ) from exc
     except CELEvalError as exc:
         raise ConditionEvaluationError(f"condition {source!r} failed: {_describe(exc)}") from exc
     except RecursionError as exc:
@@ -125,19 +135,63 @@ class StepLimitExceeded(Exception):
         self.limit = limit
 
 
-class _Meter:
-    """The steps one evaluation has taken, shared by the evaluators of its comprehensions."""
+class ValueLimitExceeded(Exception):
+    """A ``+`` built a string, bytes or list longer than :data:`MAX_VALUE_LENGTH` (internal
+    to this module, like :class:`StepLimitExceeded`)."""
 
-    __slots__ = ("limit", "steps")
+    def __init__(self, length: int, unit: str) -> None:
+        super().__init__(f"a value of {length} {unit}")
+        self.length = length
+        self.unit = unit
+
+
+_UNITS: tuple[tuple[type, str], ...] = ((str, "characters"), (bytes, "bytes"), (list, "elements"))
+
+
+class _Meter:
+    """The steps one evaluation has taken, shared by the evaluators of its comprehensions,
+    and the weights of the lists and maps it has met (see :meth:`weigh`)."""
+
+    __slots__ = ("limit", "steps", "weights")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.steps = 0
+        # id → (the value, kept alive so that its id is not reused, and its weight).
+        self.weights: dict[int, tuple[object, int]] = {}
 
     def tick(self, steps: int) -> None:
         self.steps += steps
         if self.steps > self.limit:
             raise StepLimitExceeded(self.limit)
+
+    def weigh(self, value: list[Any] | dict[Any, Any]) -> None:
+        """Refuse a list or map whose elements, counted through every nested list and map
+        as often as they are reached, number more than :data:`MAX_VALUE_LENGTH`.
+
+        A comprehension can nest a value in itself at each step (``[x].map(a, [a, a])``
+        doubles it) without copying anything, so memory stays small while an equality,
+        an ``in`` or a ``string()``, which walk every element, take exponential time.
+        Weights are remembered, so a value shared many times is walked once.
+        """
+        weights = self.weights
+        if id(value) in weights:
+            return
+        stack: list[tuple[Any, bool]] = [(value, False)]
+        while stack:
+            item, expanded = stack.pop()
+            if id(item) in weights:
+                continue
+            children = list(item.values() if isinstance(item, dict) else item)
+            nested = [c for c in children if isinstance(c, list | dict)]
+            if not expanded:
+                stack.append((item, True))
+                stack.extend((c, False) for c in nested if id(c) not in weights)
+                continue
+            weight = len(children) + sum(weights[id(c)][1] for c in nested)
+            if weight > MAX_VALUE_LENGTH:
+                raise ValueLimitExceeded(weight, "elements")
+            weights[id(item)] = (item, weight)
 
 
 class _MeteredEvaluator(Evaluator):
@@ -169,7 +223,23 @@ class _MeteredEvaluator(Evaluator):
     def visit_children(self, tree: lark.Tree) -> list[Any]:
         subtrees = sum(isinstance(child, lark.Tree) for child in tree.children)
         self.meter.tick(subtrees + cel_cost.operator_steps(tree))
-        return super().visit_children(tree)
+        values = super().visit_children(tree)
+        # Every operator and function receives its operands here: weigh the collections
+        # among them before it may walk them.
+        for value in values:
+            if isinstance(value, list | dict):
+                self.meter.weigh(value)
+        return values
+
+    def addition(self, tree: lark.Tree) -> Any:
+        # A step of ``+`` copies both operands: cheap only while they are small, and in a
+        # comprehension it can double a value per element (see ``cel``'s docstring). The
+        # check follows the copy, so nothing larger than twice the limit is ever built.
+        value = super().addition(tree)
+        if isinstance(value, str | bytes | list) and len(value) > MAX_VALUE_LENGTH:
+            unit = next(unit for kind, unit in _UNITS if isinstance(value, kind))
+            raise ValueLimitExceeded(len(value), unit)
+        return value
 
     def ident_value(self, name: str, root_scope: bool = False) -> Any:
         # celpy's Activation.resolve_variable, minus the typing.cast of a Union it builds on

@@ -247,6 +247,12 @@ def validate(graph: GraphSpec) -> GraphSpec:
     job_ids: dict[str, str] = {}
     for node in graph.nodes:
         _check_name(node.name, "node name", node.name)
+        if "\x00" in node.name:
+            # A node name is a key of the checkpoint's evidence and part of its history,
+            # JSON that PostgreSQL's jsonb cannot hold with U+0000: every tick would fail.
+            raise GraphError(
+                f"node name {node.name[:40]!r} contains a NUL character (U+0000)", node=node.name
+            )
         if node.name in names:
             raise DuplicateNodeError(f"node {node.name!r} is declared twice", node=node.name)
         names.add(node.name)

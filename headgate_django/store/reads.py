@@ -4,7 +4,7 @@ change a job live beside them (``fenced``, ``operator``, ``workflows``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections
@@ -19,12 +19,21 @@ def job_get(job_id: str, *, using: str = "default") -> Job | None:
     return Job.objects.using(using).filter(pk=job_id).first()
 
 
-def job_get_many(job_ids: Iterable[str], *, using: str = "default") -> dict[str, Job]:
-    """The rows of these jobs by id (absent ids are absent), read in bounded chunks."""
+def job_get_many(
+    job_ids: Iterable[str], *, only: Sequence[str] | None = None, using: str = "default"
+) -> dict[str, Job]:
+    """The rows of these jobs by id (absent ids are absent), read in bounded chunks.
+
+    ``only`` names the fields to read (the rest are deferred): a caller that looks at the
+    state of many jobs must not load each one's payload, result, output and logs.
+    """
     ids = list(job_ids)
     found: dict[str, Job] = {}
+    qs = Job.objects.using(using)
+    if only is not None:
+        qs = qs.only(*only)
     for start in range(0, len(ids), _CHUNK):
-        for job in Job.objects.using(using).filter(pk__in=ids[start : start + _CHUNK]):
+        for job in qs.filter(pk__in=ids[start : start + _CHUNK]):
             found[job.id] = job
     return found
 

@@ -30,16 +30,21 @@ from headgate_django.store import job_insert_many, job_replace_payload, quaranti
 from headgate_django.store.operator import workflow_coordinator_reopen
 from headgate_django.store.reads import job_get_many, job_state
 from headgate_django.store.workflows import (
+    COORDINATOR_KIND,
     RETRY_KIND,
     checkpoint_from_row,
     coordinator_job_id,
     retry_receipt_id,
     workflow_checkpoint_load,
+    workflow_coordinator_lock,
     workflow_nodes_read,
 )
-from headgate_django.workflows.inspect import _coordinator, current_graph
+from headgate_django.workflows.inspect import current_graph
 
 _NEEDS_REPAIR = frozenset({State.QUARANTINED.value, State.UNDECODABLE.value})
+#: What the request reads of each node's job: never a payload or a result, which for a
+#: large workflow could add up to gigabytes.
+_LEAN = ("id", "state", "fingerprint")
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,11 @@ def request_failed_subgraph_retry(
         )
     repairs = [Recovery.from_value(r) for r in recoveries]
     with transaction.atomic():
-        coordinator = _coordinator(workflow_id)
+        # Locked first, as submit_graft does: a concurrent request waits here and then
+        # sees the workflow reopened, instead of checking a state that changes under it.
+        coordinator = workflow_coordinator_lock(workflow_id)
+        if coordinator is None or coordinator.kind != COORDINATOR_KIND:
+            raise NotFoundError(f"workflow {workflow_id!r} does not exist", workflow_id=workflow_id)
         row = workflow_checkpoint_load(workflow_id)
         # Accepted grafted nodes are checked and repaired like declared ones.
         graph, options = current_graph(coordinator, row)
@@ -111,7 +120,7 @@ def request_failed_subgraph_retry(
                 f"{checkpoint.revision}, not {expected_revision}",
                 current_revision=checkpoint.revision,
             )
-        jobs = job_get_many(n.job_id for n in graph.nodes)
+        jobs = job_get_many((n.job_id for n in graph.nodes), only=_LEAN)
         by_name = {n.name: n for n in graph.nodes}
         # A repaired undecodable node keeps its state until the coordinator reopens it
         # (with the other failed nodes), so it is not "stuck" once it has a new payload.
@@ -180,7 +189,8 @@ def retry_children_automatically(nodes: Iterable[Any]) -> list[str]:
     """
     links = [n for n in nodes if n.kind is NodeKind.CHILD_WORKFLOW]
     requested: list[str] = []
-    for child, revision in _failed_children(links, job_get_many(n.job_id for n in links)):
+    jobs = job_get_many((n.job_id for n in links), only=_LEAN)
+    for child, revision in _failed_children(links, jobs):
         try:
             request_failed_subgraph_retry(child, revision)
         except (DefinitionError, InvalidTransitionError, RevisionConflictError, NotFoundError):

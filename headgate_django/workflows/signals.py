@@ -13,8 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from headgate_django.envelope import canonical_json
-from headgate_django.exceptions import DefinitionError, PayloadTooLargeError
+from headgate_django.exceptions import DefinitionError, PayloadError, PayloadTooLargeError
 from headgate_django.kernel.graph import NodeKind
+from headgate_django.kernel.storable import MAX_JSON_DEPTH, nested_deeper_than
 from headgate_django.models import SignalEmission as EmissionRow
 from headgate_django.store.signals import signal_emit, signal_list
 from headgate_django.workflows.inspect import MAX_PAGE, load_graph_of
@@ -22,6 +23,10 @@ from headgate_django.workflows.inspect import MAX_PAGE, load_graph_of
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_SOURCE_BYTES = 16 * 1024
 MAX_KEY_BYTES = 255
+#: How deep lists and objects may nest: the store's rule for every kept value, less one
+#: level for the payload, which the signal node's result holds under ``"payload"``.
+MAX_SOURCE_DEPTH = MAX_JSON_DEPTH
+MAX_PAYLOAD_DEPTH = MAX_JSON_DEPTH - 1
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,11 @@ def _record(row: EmissionRow) -> SignalRecord:
     )
 
 
-def _sized(value: Any, limit: int, what: str) -> bytes:
+def _sized(value: Any, limit: int, depth: int, what: str) -> bytes:
+    if nested_deeper_than(value, depth):
+        # Deeper, the signal node could not keep its result (every attempt would fail,
+        # and the workflow with it), and MariaDB would refuse the row outright.
+        raise PayloadError(f"signal {what} nests lists and objects deeper than {depth} levels")
     data = canonical_json(value)
     if len(data) > limit:
         raise PayloadTooLargeError(
@@ -101,8 +110,8 @@ def emit_signal_with(workflow_id: str, emission: SignalEmission) -> SignalReceip
     if not isinstance(key, str) or not key or len(key.encode()) > MAX_KEY_BYTES:
         raise DefinitionError(f"an idempotency key must be 1–{MAX_KEY_BYTES} bytes")
     source = {} if emission.source is None else emission.source
-    payload_bytes = _sized(emission.payload, MAX_PAYLOAD_BYTES, "payload")
-    source_bytes = _sized(source, MAX_SOURCE_BYTES, "source")
+    payload_bytes = _sized(emission.payload, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH, "payload")
+    source_bytes = _sized(source, MAX_SOURCE_BYTES, MAX_SOURCE_DEPTH, "source")
     _refuse_nul(emission.signal, "name")
     _refuse_nul(key, "idempotency key")
     _refuse_nul(emission.payload, "payload")

@@ -203,3 +203,45 @@ def test_compiling_evaluates_the_condition_once(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(cel_runtime._SampleMap, "__missing__", counting)
     cel.compile("states.evaluated_once == 'pending'")
     assert reads == ["evaluated_once"]
+
+
+# -- the size of built values ------------------------------------------------------------
+
+
+def doubling(seed: str, times: int) -> str:
+    """``[seed].map(a, a + a).map(a, a + a)…``: a few steps per doubling, so the step
+    budget allows dozens of them, and 1,024 bytes of source would reach exabytes."""
+    return f"[{seed}]" + ".map(a, a + a)" * times + ".size() == 1"
+
+
+@pytest.mark.parametrize(
+    ("seed", "unit"),
+    [("'0123456789abcdef'", "characters"), ("b'0123456789abcdef'", "bytes"), (TEN, "elements")],
+)
+def test_a_value_built_by_addition_is_stopped_at_the_size_limit(seed: str, unit: str) -> None:
+    compiled = cel.compile(doubling(seed, 14))  # 16 × 2**14 = 262,144: over the limit
+    with pytest.raises(ConditionEvaluationError) as info:
+        cel.evaluate(compiled, 1, 1, {}, {})
+    assert f"{cel.MAX_VALUE_LENGTH:,} {unit}" in info.value.message
+
+
+def test_a_value_at_the_size_limit_is_allowed() -> None:
+    assert cel.MAX_VALUE_LENGTH == 16 * 2**12
+    assert cel.evaluate(cel.compile(doubling("'0123456789abcdef'", 12)), 1, 1, {}, {})
+
+
+@pytest.mark.parametrize("use", ["z == [z[0], z[1]]", "size(string(z)) > 0"])
+def test_a_value_nested_in_itself_is_stopped_at_the_size_limit(use: str) -> None:
+    # Each .map(a, [a, a]) doubles the elements an equality or string() walks while memory
+    # stays small (both halves are one shared list): 16 levels are 131,070 elements, and
+    # each further level doubled the time, hours within the 1,024 bytes of a condition.
+    expression = "[[1]]" + ".map(a, [a, a])" * 16 + f".map(z, {use}).size() == 1"
+    compiled = cel.compile(expression)
+    with pytest.raises(ConditionEvaluationError) as info:
+        cel.evaluate(compiled, 1, 1, {}, {})
+    assert f"over the limit of {cel.MAX_VALUE_LENGTH:,} elements" in info.value.message
+
+
+def test_a_shared_value_within_the_size_limit_is_evaluated() -> None:
+    expression = "[[1]]" + ".map(a, [a, a])" * 14 + ".map(z, z == [z[0], z[1]]).all(b, b)"
+    assert cel.evaluate(cel.compile(expression), 1, 1, {}, {}) is True  # 32,766 elements

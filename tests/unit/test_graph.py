@@ -178,6 +178,16 @@ def test_name_that_is_not_utf8_refused() -> None:
     assert "UTF-8" in error.message
 
 
+def test_name_with_a_nul_character_refused() -> None:
+    # The name is a key of the checkpoint's evidence and appears in its history, both JSON:
+    # PostgreSQL's jsonb holds no U+0000, so the coordinator failed every tick there. The
+    # job id is explicit here: a default one (``{workflow}:{name}``) is refused anyway.
+    named = NodeSpec("a\x00b", "wf:a", NodeKind.TASK, (), "app.task")
+    error = raised(GraphError, validate, graph(named, task("after", "a\x00b")))
+    assert "NUL" in error.message
+    assert error.node == "a\x00b"
+
+
 def test_graph_needs_a_node() -> None:
     error = raised(GraphError, validate, graph())
     assert "at least one node" in error.message

@@ -5,12 +5,15 @@ quarantined and undecodable nodes."""
 from __future__ import annotations
 
 import base64
+import threading
 from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.db import connection, connections, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from headgate_django import DefinitionError, RevisionConflictError, enqueue, store, testing
 from headgate_django.envelope import encode_call
@@ -24,6 +27,7 @@ from headgate_django.workflows import (
     request_failed_subgraph_retry,
 )
 from tests.app import tasks
+from tests.conftest import wait_for
 from tests.workflows.helpers import (
     checkpoint,
     claim,
@@ -107,6 +111,66 @@ def test_the_new_generation_is_checkpointed_with_the_reopened_nodes():
     ]
     assert job_state("onboarding:42:send-welcome") in {"pending", "available"}
     assert job("onboarding:42:create-account").state == "completed"
+
+
+@pytest.mark.django_db
+def test_a_retry_request_reads_no_nodes_payload_or_result():
+    # It read every node's whole row: the payloads, results, outputs and logs of up to 999
+    # jobs held at once (a result may be 32 MiB), tens of GB for one HTTP request.
+    failed_onboarding()
+    node_ids = [f"onboarding:42:{n}" for n in ("create-account", "send-welcome", "after")]
+    with CaptureQueriesContext(connection) as queries:
+        request_failed_subgraph_retry("onboarding:42", 1)
+    heavy = [
+        q["sql"]
+        for q in queries.captured_queries
+        if any(i in q["sql"] for i in node_ids) and ("result" in q["sql"] or "payload" in q["sql"])
+    ]
+    assert heavy == []
+    assert job_state("onboarding:42:send-welcome") == "archived"  # reopened by the coordinator
+    run()
+    assert inspect_workflow("onboarding:42").coordinator_state == "completed"
+
+
+def _lock_waits() -> int:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        else:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+            )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_racing_another_one_is_told_the_workflow_is_no_longer_failed():
+    # The second request read the coordinator before the first committed, then failed at
+    # reopening it with "a available job cannot take 'operator_retry'" (PostgreSQL).
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite runs one writing transaction at a time: the requests cannot overlap")
+    failed_onboarding()
+    outcome: list[object] = []
+
+    def second() -> None:
+        try:
+            outcome.append(request_failed_subgraph_retry("onboarding:42", 1))
+        except Exception as exc:  # recorded for the assertions below
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        first = request_failed_subgraph_retry("onboarding:42", 1)
+        thread = threading.Thread(target=second)
+        thread.start()
+        wait_for(_lock_waits)  # the second request waits for this transaction
+    thread.join()
+    assert first.generation == 2
+    (error,) = outcome
+    assert isinstance(error, InvalidTransitionError)
+    assert "only a failed (archived) workflow can be retried" in str(error)
+    assert job_state("onboarding:42:retry:2") == "pending"
 
 
 @pytest.mark.django_db

@@ -16,7 +16,7 @@ from headgate_django import (
     store,
     testing,
 )
-from headgate_django.exceptions import PayloadTooLargeError
+from headgate_django.exceptions import PayloadError, PayloadTooLargeError
 from headgate_django.models import SignalEmission as EmissionRow
 from headgate_django.models import WorkflowCheckpoint
 from headgate_django.workflows import (
@@ -171,6 +171,35 @@ def test_a_nul_character_is_refused_on_every_backend(bad):
         emit_signal_with("onboarding:42", emission(**bad))
     assert list_signals("onboarding:42") == []
     assert job_state("onboarding:42:approval") == "pending"
+
+
+def nested(levels: int) -> object:
+    value: object = "deep"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("field", "limit"), [("payload", 23), ("source", 24)])
+def test_payload_and_source_nesting_is_limited_on_every_backend(field, limit):
+    # Accepted before, a payload nested 24 levels failed every attempt of the signal node
+    # (whose result holds the payload one level down) and so failed the workflow; one
+    # nested 32 levels failed with an IntegrityError on MariaDB only.
+    enqueue(onboarding().prepare())
+    for too_deep in (limit + 1, 40):
+        with pytest.raises(PayloadError, match=f"deeper than {limit} levels"):
+            emit_signal_with(
+                "onboarding:42", emission(f"deep-{too_deep}", **{field: nested(too_deep)})
+            )
+    assert list_signals("onboarding:42") == []
+    assert job_state("onboarding:42:approval") == "pending"
+
+    receipt = emit_signal_with("onboarding:42", emission("fits", **{field: nested(limit)}))
+    assert receipt.inserted and receipt.promoted == 1
+    run()
+    assert inspect_workflow("onboarding:42").coordinator_state == "completed"
+    assert getattr(list_signals("onboarding:42")[0], field) == nested(limit)
 
 
 @pytest.mark.django_db
