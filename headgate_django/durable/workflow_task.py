@@ -35,7 +35,12 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
-from headgate_django.durable.children import CONTINUED, check_child, close_children
+from headgate_django.durable.children import (
+    CONTINUED,
+    check_child,
+    close_children,
+    close_children_of_ended_runs,
+)
 from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record, spent
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
@@ -129,6 +134,7 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     """The handler of kind ``headgate:durable-task`` (registered by :mod:`.handlers`)."""
     since = time.monotonic()
     races = 0
+    rerun = ctx.attempt > 1  # after a failure or a crash of an earlier attempt
     while races < MAX_RACES:
         read = histories.read(execution_id)
         if read is None or read[0].state in TERMINAL:
@@ -138,6 +144,10 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
                 close_children(execution_id, read[0].state)
             return {"execution_id": execution_id, "state": read[0].state if read else None}
         header, history = read
+        if rerun and header.run_number > 1:
+            # The close that follows a continue-as-new may have been cut short.
+            close_children_of_ended_runs(execution_id)
+        rerun = False
         if header.state == "suspended":
             raise Snooze(PARK_RECHECK)  # Manager.resume wakes it
         definition = find_workflow(header.name, header.version)
