@@ -104,6 +104,28 @@ def returns_text(ctx: Any, n: int) -> str:
     return "x" * n
 
 
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+UNSTORABLE = {"nul": {"name": "a\x00b"}, "surrogate": ["a\ud800b"], "deep": _nested(40)}
+
+
+@durable.operation("ops-returns-unstorable", version="1")
+def returns_unstorable(ctx: Any, kind: str) -> Any:
+    calls["unstorable"] += 1
+    return UNSTORABLE[kind]
+
+
+@durable.workflow("ops-call-unstorable", version="1")
+def call_unstorable(ctx: durable.Context, kind: str) -> Any:
+    error = ctx.execute_operation("ops-returns-unstorable", "1", kind).exception()
+    return {"error": str(error)} if error is not None else "kept"
+
+
 @durable.workflow("ops-call-text", version="1")
 def call_text(ctx: durable.Context, n: int) -> Any:
     error = ctx.execute_operation("ops-returns-text", "1", n).exception()
@@ -306,6 +328,26 @@ def test_a_result_too_large_to_keep_fails_the_operation_at_once(settings: Any) -
     drive()
     assert "over the 100-byte limit (HEADGATE['MAX_RESULT_BYTES'])" in view(wf).result["error"]
     assert calls["text"] == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [
+        ("nul", "a NUL character"),
+        ("surrogate", "an unpaired surrogate"),
+        ("deep", "deeper than 24 levels"),
+    ],
+)
+def test_a_result_no_database_can_keep_fails_the_operation_at_once(
+    kind: str, why: str, fast_retries: None
+) -> None:
+    # It was retried up to its attempt budget, running the effect again every time.
+    wf = start("ops-call-unstorable", kind)
+    drive()
+    assert view(wf).state == "succeeded"
+    error = view(wf).result["error"]
+    assert error.startswith("the Operation's result cannot be kept: ") and why in error
+    assert calls["unstorable"] == 1
 
 
 @pytest.mark.skipif(connection.vendor != "mysql", reason="max_allowed_packet: MySQL/MariaDB")
