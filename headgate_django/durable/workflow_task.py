@@ -64,7 +64,6 @@ from headgate_django.exceptions import (
     LeaseLostError,
     NondeterminismError,
     PayloadError,
-    ResultTooLargeError,
     RevisionConflictError,
     exception_reason,
 )
@@ -385,12 +384,13 @@ def _checked(
 ) -> tuple[Completed | Failed | ContinuedAsNew | Parked, list[Envelope]]:
     """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, an
     input over ``MAX_PAYLOAD_BYTES``, a result over ``MAX_RESULT_BYTES`` as an Operation's
-    or an update's, or on MySQL/MariaDB too large for ``max_allowed_packet``) as a failure
+    or an update's or one no database keeps (see ``_keepable``), or on MySQL/MariaDB too
+    large for ``max_allowed_packet``) as a failure
     of the workflow: it is a bug in its code."""
     try:
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
-            check_result_sent(conn, outcome.result, check_result(outcome.result))
+            check_result_sent(conn, outcome.result, _keepable(outcome.result))
         mysql = conn.vendor == "mysql"  # a statement must fit max_allowed_packet
         if isinstance(outcome, ContinuedAsNew):
             # A new run's input is stored like a start's (see Client.start).
@@ -413,10 +413,22 @@ def _bounded(command: Command, conn: BaseDatabaseWrapper) -> Command:
     much, the workflow did nothing wrong."""
     if isinstance(command, CompleteUpdate) and command.error is None:
         try:
-            check_result_sent(conn, command.result, check_result(command.result))
-        except ResultTooLargeError as exc:
+            check_result_sent(conn, command.result, _keepable(command.result))
+        except PayloadError as exc:
             return replace(command, result=None, error=f"{type(exc).__name__}: {exc}")
     return command
+
+
+def _keepable(result: Any) -> int:
+    """``check_result``, raising a :class:`PayloadError` for every result the store cannot
+    keep: one holding a NUL character (PostgreSQL refuses it) or nested deeper than MariaDB
+    takes would otherwise crash every attempt of the pass."""
+    try:
+        return check_result(result)
+    except PayloadError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(str(exc)) from exc
 
 
 def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation) -> Envelope:

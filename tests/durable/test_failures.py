@@ -232,6 +232,50 @@ def test_a_result_over_the_result_limit_fails_the_workflow(settings: Any) -> Non
     assert (view(fits).state, len(view(fits).result)) == ("succeeded", 900)
 
 
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+UNKEEPABLE = {"nul": {"name": "a\x00b"}, "deep": _nested(40)}
+
+
+@durable.workflow("fail-unkeepable-result", version="1")
+def unkeepable_result(ctx: durable.Context, kind: str) -> Any:
+    ctx.wait_signal("go").result()
+    return UNKEEPABLE[kind]
+
+
+@unkeepable_result.update("unkeepable")
+def unkeepable_update(ctx: durable.Context, kind: str) -> Any:
+    return UNKEEPABLE[kind]
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [("nul", "a NUL character"), ("deep", "nests lists and objects deeper than 24 levels")],
+)
+def test_a_result_no_database_can_keep_fails_the_update_or_the_workflow_at_once(
+    kind: str, why: str
+) -> None:
+    # The pass crashed on every attempt (with the job backoff, up to an hour apart), then
+    # suspended the execution: an update's caller waited for nothing, and a workflow that
+    # returned such a value never failed.
+    wf = start("fail-unkeepable-result", kind)
+    drive()
+    sent = durable.Manager().update(wf, "unkeepable", kind, wait=False)
+    drive()
+    update = durable.Manager().get_update(wf, sent.update_id)
+    assert update.state == "failed" and why in str(update.error)
+    assert view(wf).state == "running"
+    durable.Client().signal(wf, "go")
+    drive()
+    assert view(wf).state == "failed" and why in view(wf).failure_reason
+    assert types(wf)[-1] == "WorkflowFailed"
+
+
 @durable.workflow("fail-exits", version="1")
 def exits(ctx: durable.Context, _: Any) -> Any:
     raise SystemExit(3)  # escapes replay (not an Exception): the pass itself fails
