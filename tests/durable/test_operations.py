@@ -12,7 +12,12 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from headgate_django import DefinitionError, Skip, Snooze, durable, store, testing
-from headgate_django.exceptions import InvalidTransitionError, NotFoundError, OperationFailedError
+from headgate_django.exceptions import (
+    InvalidTransitionError,
+    NotFoundError,
+    OperationFailedError,
+    PayloadError,
+)
 from headgate_django.models import HistoryEvent, Job
 from headgate_django.store import durable_history
 from headgate_django.store.durable import NewEvent
@@ -428,6 +433,29 @@ def test_case_14_resolve_fail_without_an_error() -> None:
     durable.Manager().resolve_uncertain(op_job(wf).id, "fail")
     drive()
     assert view(wf).result == {"error": "uncertain: fail"}
+
+
+@pytest.mark.parametrize(
+    ("decision", "result", "error", "refusal"),
+    [
+        ("complete", {"name": "a\x00b"}, "", "a NUL character"),
+        ("complete", _nested(30), "", "deeper than 24 levels"),
+        ("complete", "x" * 2000, "", "over the 1000-byte limit"),
+        ("fail", None, "declined\x00", "a NUL character"),
+    ],
+)
+def test_a_decision_no_database_can_keep_is_refused_and_writes_nothing(
+    decision: str, result: Any, error: str, refusal: str, settings: Any
+) -> None:
+    # It failed with the database's own error (PostgreSQL: NUL; MariaDB: nesting), or was
+    # recorded and then failed the workflow that read it back.
+    settings.HEADGATE = {"MAX_RESULT_BYTES": 1000}
+    wf = uncertain_execution()
+    before = (counts(), op_job(wf).state, view(wf).state)
+    with pytest.raises(PayloadError, match=refusal):
+        durable.Manager().resolve_uncertain(op_job(wf).id, decision, result, error)
+    assert (counts(), op_job(wf).state, view(wf).state) == before
+    assert types(wf)[-1] == "OperationUncertain"
 
 
 def test_resolve_of_a_non_uncertain_or_missing_operation_writes_nothing() -> None:
