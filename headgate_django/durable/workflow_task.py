@@ -398,6 +398,8 @@ def _checked(
             if mysql:
                 check_json_sent(conn, outcome.input, len(data), "the input of continue_as_new")
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
+        for command in commands:  # kept in OperationScheduled as well as in the job
+            check_payload(command.input, f"input of {command.command_id} ({command.name})")
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
         for command, envelope in zip(commands, operations, strict=True) if mysql else ():
             what = f"the input of {command.command_id} ({command.name})"

@@ -276,6 +276,45 @@ def test_a_result_no_database_can_keep_fails_the_update_or_the_workflow_at_once(
     assert types(wf)[-1] == "WorkflowFailed"
 
 
+@durable.workflow("fail-kid", version="1")
+def kid(ctx: durable.Context, value: Any) -> Any:
+    return value
+
+
+@durable.workflow("fail-nul-input", version="1")
+def nul_input(ctx: durable.Context, where: str) -> Any:
+    value = {"note": "a\x00b"}
+    if where == "operation":
+        return ctx.execute_operation("fail-echo", "1", value).result()
+    if where == "child":
+        return ctx.child("fail-kid", value, version="1")
+    ctx.continue_as_new(value)
+
+
+@pytest.mark.parametrize(
+    ("where", "what"),
+    [
+        ("operation", "input of op:1 (fail-echo)"),
+        ("child", "input of child child:1 (fail-kid)"),
+        ("continue_as_new", "input of continue_as_new"),
+    ],
+)
+def test_a_nul_character_in_what_the_code_hands_over_fails_the_workflow(
+    where: str, what: str
+) -> None:
+    # PostgreSQL refused it at the pass's commit, on every attempt of the workflow task
+    # (then suspended the execution); SQLite and MariaDB kept it.
+    wf = start("fail-nul-input", where)
+    drive()
+    assert (view(wf).state, view(wf).failure_reason) == (
+        "failed",
+        f"PayloadError: the {what} holds a string with a NUL character (U+0000), which "
+        "the database cannot store",
+    )
+    assert types(wf) == ["WorkflowStarted", "WorkflowFailed"]
+    assert op_jobs(wf) == []
+
+
 @durable.workflow("fail-exits", version="1")
 def exits(ctx: durable.Context, _: Any) -> Any:
     raise SystemExit(3)  # escapes replay (not an Exception): the pass itself fails
