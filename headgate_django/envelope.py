@@ -154,7 +154,8 @@ def check_result(result: Any) -> int:
 def check_payload(value: Any, what: str) -> bytes:
     """``value`` as the store keeps it (canonical JSON), refusing what it must not keep:
     :class:`PayloadError` when it nests deeper than :data:`MAX_JSON_DEPTH`,
-    :class:`PayloadNotJSONError` when it is not JSON, :class:`PayloadTooLargeError` over
+    :class:`PayloadNotJSONError` when it is not JSON, :class:`PayloadError` when a string
+    holds a NUL character, :class:`PayloadTooLargeError` over
     ``HEADGATE["MAX_PAYLOAD_BYTES"]``.
 
     The store checks a job's payload at enqueue; every other value a caller hands over to be
@@ -167,6 +168,13 @@ def check_payload(value: Any, what: str) -> bytes:
             f"the {what} nests lists and objects deeper than {MAX_JSON_DEPTH} levels"
         )
     data = canonical_json(value)
+    # An unpaired surrogate already failed to encode; a NUL is valid JSON, yet PostgreSQL
+    # refuses it in jsonb while SQLite and MariaDB keep it: refused on every database.
+    if b"\\u0000" in data and not storable_json(data.decode()):
+        raise PayloadError(
+            f"the {what} holds a string with a NUL character (U+0000), which the database "
+            "cannot store"
+        )
     check_payload_size(len(data), what)
     return data
 

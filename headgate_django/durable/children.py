@@ -52,7 +52,22 @@ def close_children(parent_id: str, parent_state: str, *, using: str = "default")
     Each child is closed in its own transaction (its header, then the parent's, as every
     child writer locks them), and closing one that ended meanwhile is not an error.
     """
-    for child_id, policy in durable_children.children_to_close(parent_id, using=using):
+    children = durable_children.children_to_close(parent_id, using=using)
+    _close(parent_id, parent_state, children, using=using)
+
+
+def close_children_of_ended_runs(parent_id: str, *, using: str = "default") -> None:
+    """Apply the close policy of each live child that an earlier run of ``parent_id``
+    started: the close that follows a continue-as-new was cut short (the worker died, or
+    the close failed) and the task runs again."""
+    children = durable_children.children_of_ended_runs(parent_id, using=using)
+    _close(parent_id, CONTINUED, children, using=using)
+
+
+def _close(
+    parent_id: str, parent_state: str, children: list[tuple[str, str]], *, using: str = "default"
+) -> None:
+    for child_id, policy in children:
         if policy == "request_cancel":
             payload = {"parent_id": parent_id, "parent_state": parent_state}
             with contextlib.suppress(NotFoundError):

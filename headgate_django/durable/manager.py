@@ -15,10 +15,11 @@ from django.db import connections
 from headgate_django.durable import queries, updates
 from headgate_django.durable.children import cancel_execution
 from headgate_django.durable.updates import UpdateView
-from headgate_django.envelope import canonical_json
+from headgate_django.envelope import check_result
 from headgate_django.exceptions import (
     DefinitionError,
     NotFoundError,
+    PayloadError,
     UpdateFailedError,
     WaitInTransactionError,
 )
@@ -127,6 +128,17 @@ class Page:
     cursor: str | None = None
 
 
+def _keepable(what: str, value: Any) -> None:
+    """Refuse, before anything is written, a decision's ``what`` the store cannot keep:
+    the rule an Operation's own result follows (``check_result``)."""
+    try:
+        check_result(value)
+    except PayloadError:
+        raise  # ResultTooLargeError: over MAX_RESULT_BYTES
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"the decision's {what} cannot be kept: {exc}") from exc
+
+
 class Manager:
     def __init__(self, *, using: str = "default") -> None:
         self.using = using
@@ -195,12 +207,16 @@ class Manager:
     ) -> None:
         """Decide an uncertain Operation: ``complete`` with ``result``, ``fail`` with
         ``error`` (or ``result["error"]``), or ``retry`` it. Atomic with its history and the wake-up; refused
-        (``InvalidTransitionError``) unless the Operation is uncertain right now."""
+        (``InvalidTransitionError``) unless the Operation is uncertain right now, and
+        (``PayloadError``) for a ``result`` or ``error`` an Operation could not return."""
         if decision not in DECISIONS:
             raise DefinitionError(f"decision must be one of {', '.join(DECISIONS)}")
-        canonical_json(result)
+        _keepable("result", result)
         if decision == "fail" and not error and isinstance(result, dict):
             error = str(result.get("error") or "")
+        if not isinstance(error, str):
+            raise DefinitionError(f"error must be a string, not {type(error).__name__}")
+        _keepable("error", error)
         durable_jobs.operation_resolve(
             job_id, decision=decision, result=result, error=error, using=self.using
         )

@@ -39,10 +39,9 @@ from headgate_django.context import JobContext
 from headgate_django.control import Abort, RetryAfter, Skip, Snooze, Uncertain
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import find_operation
-from headgate_django.envelope import canonical_json, check_result
+from headgate_django.envelope import check_result
 from headgate_django.exceptions import (
     LeaseLostError,
-    PayloadError,
     ResultTooLargeError,
     exception_reason,
 )
@@ -141,14 +140,14 @@ def operation_job(
             _fail(ctx, f"{exception_reason(exc)} (after {failures} attempt(s))")
         raise RetryAfter(definition.delay_after(failures), exception_reason(exc)) from exc
     watchdog.settle()
+    # A result the store cannot keep (not JSON, a NUL character or an unpaired surrogate,
+    # nested too deeply, too large) would fail every attempt, rerunning the effect.
     try:
-        canonical_json(result)
-    except PayloadError as exc:
-        _fail(ctx, f"the Operation's result is not JSON: {exc}")
-    try:  # a result the store cannot keep would fail every attempt, rerunning the effect
         check_result_sent(connection_for(ctx.using), result, check_result(result))
     except ResultTooLargeError as exc:
         _fail(ctx, f"the Operation's result is too large to keep: {exc}")
+    except (TypeError, ValueError) as exc:
+        _fail(ctx, f"the Operation's result cannot be kept: {exc}")
     return result
 
 

@@ -35,7 +35,12 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
-from headgate_django.durable.children import CONTINUED, check_child, close_children
+from headgate_django.durable.children import (
+    CONTINUED,
+    check_child,
+    close_children,
+    close_children_of_ended_runs,
+)
 from headgate_django.durable.eager import FINISHED, adopted, attempt, eager_lease, record, spent
 from headgate_django.durable.history_cache import histories
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
@@ -59,7 +64,6 @@ from headgate_django.exceptions import (
     LeaseLostError,
     NondeterminismError,
     PayloadError,
-    ResultTooLargeError,
     RevisionConflictError,
     exception_reason,
 )
@@ -129,6 +133,7 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     """The handler of kind ``headgate:durable-task`` (registered by :mod:`.handlers`)."""
     since = time.monotonic()
     races = 0
+    rerun = ctx.attempt > 1  # after a failure or a crash of an earlier attempt
     while races < MAX_RACES:
         read = histories.read(execution_id)
         if read is None or read[0].state in TERMINAL:
@@ -138,6 +143,10 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
                 close_children(execution_id, read[0].state)
             return {"execution_id": execution_id, "state": read[0].state if read else None}
         header, history = read
+        if rerun and header.run_number > 1:
+            # The close that follows a continue-as-new may have been cut short.
+            close_children_of_ended_runs(execution_id)
+        rerun = False
         if header.state == "suspended":
             raise Snooze(PARK_RECHECK)  # Manager.resume wakes it
         definition = find_workflow(header.name, header.version)
@@ -375,12 +384,13 @@ def _checked(
 ) -> tuple[Completed | Failed | ContinuedAsNew | Parked, list[Envelope]]:
     """The outcome and its Operation jobs, refusing what cannot be stored (not JSON, an
     input over ``MAX_PAYLOAD_BYTES``, a result over ``MAX_RESULT_BYTES`` as an Operation's
-    or an update's, or on MySQL/MariaDB too large for ``max_allowed_packet``) as a failure
+    or an update's or one no database keeps (see ``_keepable``), or on MySQL/MariaDB too
+    large for ``max_allowed_packet``) as a failure
     of the workflow: it is a bug in its code."""
     try:
         if isinstance(outcome, Completed):
             canonical_json(outcome.result)
-            check_result_sent(conn, outcome.result, check_result(outcome.result))
+            check_result_sent(conn, outcome.result, _keepable(outcome.result))
         mysql = conn.vendor == "mysql"  # a statement must fit max_allowed_packet
         if isinstance(outcome, ContinuedAsNew):
             # A new run's input is stored like a start's (see Client.start).
@@ -388,6 +398,8 @@ def _checked(
             if mysql:
                 check_json_sent(conn, outcome.input, len(data), "the input of continue_as_new")
         commands = [c for c in outcome.commands if isinstance(c, ScheduleOperation)]
+        for command in commands:  # kept in OperationScheduled as well as in the job
+            check_payload(command.input, f"input of {command.command_id} ({command.name})")
         operations = [operation_job(header.id, header.task_queue, c) for c in commands]
         for command, envelope in zip(commands, operations, strict=True) if mysql else ():
             what = f"the input of {command.command_id} ({command.name})"
@@ -403,10 +415,22 @@ def _bounded(command: Command, conn: BaseDatabaseWrapper) -> Command:
     much, the workflow did nothing wrong."""
     if isinstance(command, CompleteUpdate) and command.error is None:
         try:
-            check_result_sent(conn, command.result, check_result(command.result))
-        except ResultTooLargeError as exc:
+            check_result_sent(conn, command.result, _keepable(command.result))
+        except PayloadError as exc:
             return replace(command, result=None, error=f"{type(exc).__name__}: {exc}")
     return command
+
+
+def _keepable(result: Any) -> int:
+    """``check_result``, raising a :class:`PayloadError` for every result the store cannot
+    keep: one holding a NUL character (PostgreSQL refuses it) or nested deeper than MariaDB
+    takes would otherwise crash every attempt of the pass."""
+    try:
+        return check_result(result)
+    except PayloadError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(str(exc)) from exc
 
 
 def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation) -> Envelope:

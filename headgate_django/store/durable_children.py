@@ -174,6 +174,18 @@ def children_to_close(parent_id: str, *, using: str = "default") -> list[tuple[s
     return list(qs.values_list("id", "parent_close_policy"))
 
 
+def children_of_ended_runs(parent_id: str, *, using: str = "default") -> list[tuple[str, str]]:
+    """``(child id, policy)`` of the live children of ``parent_id`` that an earlier run
+    started (one that continued as new) and whose close policy asks for something."""
+    live = children_to_close(parent_id, using=using)  # first: see the module docstring
+    if not live:
+        return []
+    # Read after the children: a child is inserted with its ChildStarted, so one listed
+    # above and missing here was started by a run that has ended since.
+    current = started_in_current_run(v.connection_for(using), parent_id)
+    return [(child_id, policy) for child_id, policy in live if child_id not in current]
+
+
 def orphans_to_close(*, limit: int = 100, using: str = "default") -> list[str]:
     """Finished parents that still have live children to close (the close that follows a
     parent's end was interrupted by a crash): for the reconcile duty."""

@@ -110,6 +110,16 @@ def test_resolve_uncertain(operator: Api) -> None:
     assert operator.get(f"/api/v1/durable/executions/{other}").json()["state"] == "suspended"
     neither = operator.post(f"{base}/resolve-uncertain", {"decision": "retry"})
     assert neither.status_code == 400
+    nested: Any = "paid"
+    for _ in range(30):  # more than MariaDB keeps in a JSON column: it was a 500 there
+        nested = [nested]
+    too_deep = operator.post(
+        f"{base}/resolve-uncertain",
+        {"command_id": "op:1", "decision": "complete", "result": nested},
+    )
+    assert too_deep.status_code == 422, too_deep.content
+    assert too_deep.json()["error"]["code"] == "invalid_payload"
+    assert operator.get(base).json()["state"] == "suspended"
     done = operator.post(
         f"{base}/resolve-uncertain",
         {"command_id": "op:1", "decision": "complete", "result": "paid"},

@@ -7,10 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 
 from headgate_django import durable
-from headgate_django.models import Execution
-from tests.durable.helpers import counts, drive, history, start, types, view
+from headgate_django.models import Execution, Job
+from tests.durable.helpers import counts, drive, history, start, task_job, types, view
 
 pytestmark = pytest.mark.django_db
 
@@ -332,3 +333,41 @@ def test_two_starts_with_one_key_in_one_pass_start_one_child() -> None:
         "workflow id twice is in use by child:1 of this run",
     ]
     assert [k.id for k in children(wf)] == ["twice"]
+
+
+@durable.workflow("kid-continues", version="1")
+def continues(ctx: durable.Context, run: int) -> Any:
+    if run == 1:
+        ctx.start_child("kid-wait", None, version="1", key="kid-of-run-1")
+        ctx.wait_signal("next").result()
+        ctx.continue_as_new(2)
+    return ctx.wait_signal("done").result()
+
+
+def test_a_run_that_continued_as_new_closes_its_children_even_if_its_task_died(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from headgate_django.durable import workflow_task
+
+    wf = start("kid-continues", 1)
+    drive()
+    assert view("kid-of-run-1").state == "running"
+    real = workflow_task.close_children
+
+    def dies_after_continuing(parent_id: str, parent_state: str, **kw: Any) -> None:
+        if parent_state == "continued_as_new":
+            raise RuntimeError("the worker died right after the run continued as new")
+        real(parent_id, parent_state, **kw)
+
+    monkeypatch.setattr(workflow_task, "close_children", dies_after_continuing)
+    durable.Client().signal(wf, "next")
+    drive()
+    assert task_job(wf).state == "retryable"
+    Job.objects.filter(pk=task_job(wf).pk).update(state="available", scheduled_at=Now())
+    drive()
+    assert (view(wf).run_number, view(wf).state) == (2, "running")
+    # The retried task goes on with run 2, and still gives run 1's child its policy.
+    assert view("kid-of-run-1").state == "cancelled"
+    assert view("kid-of-run-1").failure_reason == (
+        f"terminated: its parent {wf} is continued_as_new"
+    )

@@ -232,6 +232,89 @@ def test_a_result_over_the_result_limit_fails_the_workflow(settings: Any) -> Non
     assert (view(fits).state, len(view(fits).result)) == ("succeeded", 900)
 
 
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+UNKEEPABLE = {"nul": {"name": "a\x00b"}, "deep": _nested(40)}
+
+
+@durable.workflow("fail-unkeepable-result", version="1")
+def unkeepable_result(ctx: durable.Context, kind: str) -> Any:
+    ctx.wait_signal("go").result()
+    return UNKEEPABLE[kind]
+
+
+@unkeepable_result.update("unkeepable")
+def unkeepable_update(ctx: durable.Context, kind: str) -> Any:
+    return UNKEEPABLE[kind]
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [("nul", "a NUL character"), ("deep", "nests lists and objects deeper than 24 levels")],
+)
+def test_a_result_no_database_can_keep_fails_the_update_or_the_workflow_at_once(
+    kind: str, why: str
+) -> None:
+    # The pass crashed on every attempt (with the job backoff, up to an hour apart), then
+    # suspended the execution: an update's caller waited for nothing, and a workflow that
+    # returned such a value never failed.
+    wf = start("fail-unkeepable-result", kind)
+    drive()
+    sent = durable.Manager().update(wf, "unkeepable", kind, wait=False)
+    drive()
+    update = durable.Manager().get_update(wf, sent.update_id)
+    assert update.state == "failed" and why in str(update.error)
+    assert view(wf).state == "running"
+    durable.Client().signal(wf, "go")
+    drive()
+    assert view(wf).state == "failed" and why in view(wf).failure_reason
+    assert types(wf)[-1] == "WorkflowFailed"
+
+
+@durable.workflow("fail-kid", version="1")
+def kid(ctx: durable.Context, value: Any) -> Any:
+    return value
+
+
+@durable.workflow("fail-nul-input", version="1")
+def nul_input(ctx: durable.Context, where: str) -> Any:
+    value = {"note": "a\x00b"}
+    if where == "operation":
+        return ctx.execute_operation("fail-echo", "1", value).result()
+    if where == "child":
+        return ctx.child("fail-kid", value, version="1")
+    ctx.continue_as_new(value)
+
+
+@pytest.mark.parametrize(
+    ("where", "what"),
+    [
+        ("operation", "input of op:1 (fail-echo)"),
+        ("child", "input of child child:1 (fail-kid)"),
+        ("continue_as_new", "input of continue_as_new"),
+    ],
+)
+def test_a_nul_character_in_what_the_code_hands_over_fails_the_workflow(
+    where: str, what: str
+) -> None:
+    # PostgreSQL refused it at the pass's commit, on every attempt of the workflow task
+    # (then suspended the execution); SQLite and MariaDB kept it.
+    wf = start("fail-nul-input", where)
+    drive()
+    assert (view(wf).state, view(wf).failure_reason) == (
+        "failed",
+        f"PayloadError: the {what} holds a string with a NUL character (U+0000), which "
+        "the database cannot store",
+    )
+    assert types(wf) == ["WorkflowStarted", "WorkflowFailed"]
+    assert op_jobs(wf) == []
+
+
 @durable.workflow("fail-exits", version="1")
 def exits(ctx: durable.Context, _: Any) -> Any:
     raise SystemExit(3)  # escapes replay (not an Exception): the pass itself fails

@@ -12,7 +12,12 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from headgate_django import DefinitionError, Skip, Snooze, durable, store, testing
-from headgate_django.exceptions import InvalidTransitionError, NotFoundError, OperationFailedError
+from headgate_django.exceptions import (
+    InvalidTransitionError,
+    NotFoundError,
+    OperationFailedError,
+    PayloadError,
+)
 from headgate_django.models import HistoryEvent, Job
 from headgate_django.store import durable_history
 from headgate_django.store.durable import NewEvent
@@ -102,6 +107,28 @@ def not_json(ctx: Any, _: Any) -> Any:
 def returns_text(ctx: Any, n: int) -> str:
     calls["text"] += 1
     return "x" * n
+
+
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+UNSTORABLE = {"nul": {"name": "a\x00b"}, "surrogate": ["a\ud800b"], "deep": _nested(40)}
+
+
+@durable.operation("ops-returns-unstorable", version="1")
+def returns_unstorable(ctx: Any, kind: str) -> Any:
+    calls["unstorable"] += 1
+    return UNSTORABLE[kind]
+
+
+@durable.workflow("ops-call-unstorable", version="1")
+def call_unstorable(ctx: durable.Context, kind: str) -> Any:
+    error = ctx.execute_operation("ops-returns-unstorable", "1", kind).exception()
+    return {"error": str(error)} if error is not None else "kept"
 
 
 @durable.workflow("ops-call-text", version="1")
@@ -308,6 +335,26 @@ def test_a_result_too_large_to_keep_fails_the_operation_at_once(settings: Any) -
     assert calls["text"] == 1
 
 
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [
+        ("nul", "a NUL character"),
+        ("surrogate", "an unpaired surrogate"),
+        ("deep", "deeper than 24 levels"),
+    ],
+)
+def test_a_result_no_database_can_keep_fails_the_operation_at_once(
+    kind: str, why: str, fast_retries: None
+) -> None:
+    # It was retried up to its attempt budget, running the effect again every time.
+    wf = start("ops-call-unstorable", kind)
+    drive()
+    assert view(wf).state == "succeeded"
+    error = view(wf).result["error"]
+    assert error.startswith("the Operation's result cannot be kept: ") and why in error
+    assert calls["unstorable"] == 1
+
+
 @pytest.mark.skipif(connection.vendor != "mysql", reason="max_allowed_packet: MySQL/MariaDB")
 def test_a_result_over_max_allowed_packet_fails_the_operation_at_once() -> None:
     # Under MAX_RESULT_BYTES (32 MiB) but over MariaDB's default packet (16 MiB).
@@ -386,6 +433,29 @@ def test_case_14_resolve_fail_without_an_error() -> None:
     durable.Manager().resolve_uncertain(op_job(wf).id, "fail")
     drive()
     assert view(wf).result == {"error": "uncertain: fail"}
+
+
+@pytest.mark.parametrize(
+    ("decision", "result", "error", "refusal"),
+    [
+        ("complete", {"name": "a\x00b"}, "", "a NUL character"),
+        ("complete", _nested(30), "", "deeper than 24 levels"),
+        ("complete", "x" * 2000, "", "over the 1000-byte limit"),
+        ("fail", None, "declined\x00", "a NUL character"),
+    ],
+)
+def test_a_decision_no_database_can_keep_is_refused_and_writes_nothing(
+    decision: str, result: Any, error: str, refusal: str, settings: Any
+) -> None:
+    # It failed with the database's own error (PostgreSQL: NUL; MariaDB: nesting), or was
+    # recorded and then failed the workflow that read it back.
+    settings.HEADGATE = {"MAX_RESULT_BYTES": 1000}
+    wf = uncertain_execution()
+    before = (counts(), op_job(wf).state, view(wf).state)
+    with pytest.raises(PayloadError, match=refusal):
+        durable.Manager().resolve_uncertain(op_job(wf).id, decision, result, error)
+    assert (counts(), op_job(wf).state, view(wf).state) == before
+    assert types(wf)[-1] == "OperationUncertain"
 
 
 def test_resolve_of_a_non_uncertain_or_missing_operation_writes_nothing() -> None:

@@ -297,3 +297,22 @@ def test_a_signal_over_the_payload_limit_writes_nothing(settings: Any) -> None:
     assert counts() == before
     assert not SignalInbox.objects.filter(workflow_id=wf).exists()
     assert durable.Client().signal(wf, "approval", AT_LIMIT, message_id="m-big") is True
+
+
+def test_a_nul_character_no_database_keeps_alike_is_refused_first() -> None:
+    """PostgreSQL refuses a NUL (U+0000) in jsonb with its own error; SQLite and MariaDB
+    kept it. The store refuses it on every database, as it does a result holding one."""
+    wf = start("sig-approval")
+    before = counts()
+    nul = {"note": "a\x00b"}
+    with pytest.raises(PayloadError, match="start's input holds a string with a NUL"):
+        durable.Client().start("sig-one-op", "1", nul, workflow_id="nul")
+    with pytest.raises(PayloadError, match="start's meta holds a string with a NUL"):
+        durable.Client().start("sig-one-op", "1", meta={"k\x00": 1}, workflow_id="nul")
+    with pytest.raises(PayloadError, match="payload of signal 'approval' holds"):
+        durable.Client().signal(wf, "approval", [nul])
+    assert counts() == before
+    # An escaped backslash before "u0000" is no NUL: it is kept.
+    assert durable.Client().signal(wf, "approval", "a\\u0000b") is True
+    drive()
+    assert durable.Manager().get(wf).state == "succeeded"
