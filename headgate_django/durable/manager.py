@@ -24,11 +24,14 @@ from headgate_django.exceptions import (
     WaitInTransactionError,
 )
 from headgate_django.kernel.replay_events import history_to_json
+from headgate_django.kernel.storable import holds_unstorable
 from headgate_django.models import Execution
 from headgate_django.store import durable as store
 from headgate_django.store import durable_children, durable_jobs, durable_runs
 
 DECISIONS = ("complete", "fail", "retry")
+#: The longest reason a cancel or a suspend keeps (in its event and on the header).
+MAX_REASON_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -191,11 +194,11 @@ class Manager:
         """Cancel a running or suspended execution and its live jobs (a running Operation
         learns at its next lease renewal), then its live children as their
         ``parent_close_policy`` says. No compensation runs."""
-        cancel_execution(workflow_id, reason, using=self.using)
+        cancel_execution(workflow_id, _reason(reason), using=self.using)
 
     def suspend(self, workflow_id: str, reason: str = "suspended by an operator") -> None:
         """Stop replaying a running execution until :meth:`resume`; facts still accrue."""
-        store.execution_suspend(workflow_id, reason=reason, using=self.using)
+        store.execution_suspend(workflow_id, reason=_reason(reason), using=self.using)
 
     def resume(self, workflow_id: str) -> None:
         """Run a suspended execution again now, with a fresh replay budget (the recovery
@@ -300,3 +303,20 @@ class Manager:
         if row is None:
             raise NotFoundError(f"execution {workflow_id} does not exist", id=workflow_id)
         return row
+
+
+def _reason(reason: Any) -> str:
+    """An operator's reason as every database keeps it, or ``DefinitionError`` before
+    anything is written (PostgreSQL would refuse a NUL in the middle of the cancel)."""
+    if not isinstance(reason, str):
+        raise DefinitionError(f"the reason must be a string, not {type(reason).__name__}")
+    if len(reason) > MAX_REASON_CHARS:
+        raise DefinitionError(
+            f"the reason is {len(reason)} characters long, over {MAX_REASON_CHARS}"
+        )
+    if holds_unstorable(reason):
+        raise DefinitionError(
+            "the reason holds a NUL character or an unpaired surrogate, which not every "
+            "database keeps"
+        )
+    return reason

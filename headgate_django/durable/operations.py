@@ -50,6 +50,7 @@ from headgate_django.store.durable_jobs import (
     operation_mark_failed,
     operation_mark_uncertain,
     operation_rerun_status,
+    operation_start_status,
 )
 from headgate_django.store.packet import check_result_sent
 from headgate_django.store.vendor import connection_for
@@ -99,8 +100,7 @@ def operation_job(
     input: Any = None,
 ) -> Any:
     """The handler of kind ``headgate:durable-op`` (registered by :mod:`.handlers`)."""
-    if ctx.attempt > 1:
-        _skip_if_decided(ctx, execution_id)
+    _skip_if_decided(ctx, execution_id)
     definition = find_operation(name, version)
     if definition is None:
         log.warning(
@@ -152,8 +152,13 @@ def operation_job(
 
 
 def _skip_if_decided(ctx: JobContext, execution_id: str) -> None:
-    """A re-run (crash, retry) must not repeat an effect whose outcome is already known."""
-    status = operation_rerun_status(execution_id, ctx.job_id)
+    """A re-run (crash, retry) must not repeat an effect whose outcome is already known,
+    and no attempt, the first included, runs for an execution that has ended or a run that
+    has moved on: a cancel cancels the execution's jobs in a transaction after its own, and
+    a crash between the two leaves them to run."""
+    status = (operation_rerun_status if ctx.attempt > 1 else operation_start_status)(
+        execution_id, ctx.job_id
+    )
     if status.execution_state is None or status.execution_state in TERMINAL:
         raise Skip(f"execution {execution_id} is {status.execution_state or 'gone'}")
     if status.settled:

@@ -45,10 +45,16 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+def holds_unstorable(text: str) -> bool:
+    """Whether ``text`` holds a NUL or an unpaired surrogate, which not every database keeps
+    (PostgreSQL refuses a NUL in text and in jsonb)."""
+    return _UNSTORABLE.search(text) is not None
+
+
 def storable_text(text: str) -> str:
     """``text`` with each NUL and unpaired surrogate replaced by U+FFFD (for diagnostics:
     an error message, a traceback, a log line, which are kept rather than refused)."""
-    return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text
+    return _UNSTORABLE.sub("\ufffd", text) if holds_unstorable(text) else text
 
 
 def storable_json(text: str) -> bool:

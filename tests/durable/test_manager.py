@@ -85,6 +85,26 @@ def test_cancel_while_suspended_and_of_a_missing_execution() -> None:
         durable.Manager().cancel("missing")
 
 
+@pytest.mark.parametrize(
+    "reason, says",
+    [
+        ("a\x00b", "NUL character"),
+        ("a\ud800b", "unpaired surrogate"),
+        ("x" * 2001, "2001 characters long, over 2000"),
+        (42, "must be a string, not int"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["cancel", "suspend"])
+def test_a_reason_no_database_keeps_alike_is_refused_and_nothing_changes(
+    verb: str, reason: Any, says: str
+) -> None:
+    wf = start("mgr-one", 1)
+    before = types(wf)
+    with pytest.raises(DefinitionError, match=says):
+        getattr(durable.Manager(), verb)(wf, reason)
+    assert view(wf).state == "running" and types(wf) == before
+
+
 def test_case_33_the_reconciler_revives_an_execution_with_no_task() -> None:
     wf = start("mgr-one", "x")
     healthy = start("mgr-one", "y")

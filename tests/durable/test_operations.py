@@ -20,7 +20,7 @@ from headgate_django.exceptions import (
 )
 from headgate_django.models import HistoryEvent, Job
 from headgate_django.store import durable_history
-from headgate_django.store.durable import NewEvent
+from headgate_django.store.durable import NewEvent, execution_cancel
 from headgate_django.store.durable_jobs import operation_envelope, settle_finished_operations
 from headgate_django.store.packet import max_packet
 from tests.durable.helpers import (
@@ -206,6 +206,23 @@ def test_case_04_a_scheduled_operation_runs_once_after_the_pass_crashed() -> Non
     drive()
     assert calls["check"] == 1
     assert view(wf).state == "succeeded"
+
+
+def test_an_operation_of_an_execution_cancelled_before_its_jobs_does_not_run() -> None:
+    """A cancel commits the execution's state, then cancels its jobs in a second
+    transaction; a process that dies between the two leaves the Operation's job available.
+    Its first attempt must still see the execution is over and leave the effect alone."""
+    wf = start("ops-one", {"ref": "abc"})
+    testing.run_one()  # the pass scheduled the Operation
+    assert op_job(wf).state == "available"
+    execution_cancel(wf, reason="by hand")  # ... and the process died here
+    drive()
+    assert calls["check"] == 0
+    assert view(wf).state == "cancelled"
+    job = op_job(wf)
+    assert job.state == "archived"  # skipped
+    assert "cancelled" in str(job.errors)
+    assert "OperationCompleted" not in types(wf)
 
 
 def test_case_05_a_retried_schedule_finds_the_job_it_already_enqueued() -> None:

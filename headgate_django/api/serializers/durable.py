@@ -15,6 +15,7 @@ from headgate_django.api.serializers.common import (
     RouteIdField,
     exactly_one,
 )
+from headgate_django.durable.manager import MAX_REASON_CHARS
 from headgate_django.kernel.replay_events import PARENT_CLOSE_POLICIES
 from headgate_django.models import DURABLE_STATES
 
@@ -150,7 +151,7 @@ class DeliveredSerializer(serializers.Serializer):
 
 
 class ReasonSerializer(RequestSerializer):
-    reason = serializers.CharField(required=False, max_length=2000)
+    reason = serializers.CharField(required=False, max_length=MAX_REASON_CHARS)
 
 
 class ResolveSerializer(RequestSerializer):
