@@ -66,6 +66,22 @@ def test_list_filters(operator: Api) -> None:
     assert ids(finalized_after="2000-01-01T00:00:00Z") == set()
 
 
+def test_search_is_case_sensitive_on_every_database(operator: Api) -> None:
+    """``q`` is a prefix of the id or kind as stored: SQLite's LIKE ignores ASCII case, and
+    the same search must not find more there than on PostgreSQL or MariaDB."""
+    job = enqueue_job(kind="test.echo")
+
+    def ids(q: str) -> set[str]:
+        response = operator.get("/api/v1/jobs", {"q": q})
+        assert response.status_code == 200, response.content
+        return {j["id"] for j in response.json()["jobs"]}
+
+    assert ids("test.ec") == {job}
+    assert ids("TEST.EC") == set()
+    assert ids(job[:12]) == {job}
+    assert ids(job[:12].lower()) == set()
+
+
 def test_cursor_pages_cover_every_job_once(operator: Api) -> None:
     made = {enqueue_job() for _ in range(7)}
     seen: list[str] = []

@@ -148,6 +148,9 @@ def test_workflow_list_filters_and_cursor_pages(
     assert 'data-workflow="wf-c"' in html and 'data-workflow="wf-a"' not in html
     none = client.get(url, {"state": "completed"}).content.decode()
     assert "No workflows match these filters." in none
+    # The id prefix is compared as stored, on SQLite too (whose LIKE ignores case).
+    other_case = client.get(url, {"q": "WF-C"}).content.decode()
+    assert "No workflows match these filters." in other_case
 
 
 @pytest.mark.django_db
