@@ -82,6 +82,24 @@ def test_search_is_case_sensitive_on_every_database(operator: Api) -> None:
     assert ids(job[:12].lower()) == set()
 
 
+def test_a_single_valued_filter_given_twice_is_refused(operator: Api) -> None:
+    """``?queue=a&queue=b`` names two queues for a filter that takes one: answering with
+    the jobs of one of them would be a wrong answer, not a narrower one."""
+    enqueue_job(queue="mail")
+    for name in ("queue", "kind", "workflow_id", "q", "created_after"):
+        first = "mail" if name != "created_after" else "2026-01-01T00:00:00Z"
+        response = operator.get(f"/api/v1/jobs?{name}={first}&{name}={first}")
+        assert response.status_code == 400, (name, response.content)
+        error = response.json()["error"]
+        assert error["code"] == "invalid_query_parameter"
+        assert error["detail"] == {name: [f"give {name} at most once"]}
+    response = operator.get("/api/v1/quarantine?kind=a&kind=b")
+    assert response.status_code == 400
+    assert response.json()["error"]["detail"] == {"kind": ["give kind at most once"]}
+    # state is the one list filter: repeating it is how several states are asked for.
+    assert operator.get("/api/v1/jobs?state=available&state=pending").status_code == 200
+
+
 def test_cursor_pages_cover_every_job_once(operator: Api) -> None:
     made = {enqueue_job() for _ in range(7)}
     seen: list[str] = []
