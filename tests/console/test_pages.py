@@ -218,6 +218,20 @@ def test_workflow_pages_need_the_workflow_view_permission_as_the_api_does(
 
 
 @pytest.mark.django_db
+def test_the_admission_page_needs_the_permission_the_api_reads_policies_with() -> None:
+    """Rate classes, ceilings, backpressure, weights and fairness are read at
+    ``/api/v1/admission/…`` with ``view_queuestate``; the page shows the same policies."""
+    from tests.console.conftest import make_user
+
+    url = reverse("admin:headgate_django_admission")
+    client = Client()
+    client.force_login(make_user("jobs", staff=True, perms=["view_job"]))
+    assert client.get(url).status_code == 403
+    client.force_login(make_user("switches", staff=True, perms=["view_queuestate"]))
+    assert client.get(url).status_code == 200
+
+
+@pytest.mark.django_db
 def test_unknown_workflow_is_404(viewer: Any) -> None:
     client = Client()
     client.force_login(viewer)
