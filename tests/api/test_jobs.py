@@ -239,3 +239,31 @@ def test_counts_by_state(operator: Api) -> None:
     assert set(everything["counts"]) == {s.value for s in State if s is not State.DELETED}
     only_a = operator.get("/api/v1/jobs/counts", {"queue": "a"}).json()
     assert (only_a["counts"]["pending"], only_a["total"]) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("state", "finished"),
+    [
+        (State.COMPLETED, True),
+        (State.CANCELLED, True),
+        (State.QUARANTINED, False),
+        (State.UNDECODABLE, False),
+    ],
+)
+def test_a_refused_job_cancel_names_the_state(operator: Api, state: State, finished: bool) -> None:
+    """A quarantined or undecodable job has not finished: the 409 says what it is, not
+    that it "has already finished"."""
+    job_id, _ = job_in_state(state)
+    response = operator.post(f"/api/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "invalid_transition"
+    assert error["detail"] == {"id": job_id, "state": state.value}
+    assert ("finished" in error["message"]) is finished
+    assert state.value in error["message"]
+
+
+def test_promote_takes_a_retryable_job_too(operator: Api) -> None:
+    job_id, _ = job_in_state(State.RETRYABLE)
+    response = operator.post(f"/api/v1/jobs/{job_id}/promote")
+    assert (response.status_code, response.json()["state"]) == (200, "available")
