@@ -33,6 +33,21 @@ def test_the_index_links_every_collection_and_page(viewer):
         assert viewer.get(links[name]).status_code == 200, name
 
 
+def test_the_index_links_every_collection_of_the_router(viewer):
+    from django.urls import reverse
+
+    from headgate_django.api.urls import router
+
+    links = set(viewer.get("/api/v1/").json()["links"].values())
+    missing = [
+        basename
+        for _, viewset, basename in router.registry
+        if hasattr(viewset, "list")
+        and f"http://testserver{reverse(f'headgate_api:{basename}-list')}" not in links
+    ]
+    assert not missing, missing
+
+
 def test_the_index_needs_a_user(anon):
     assert anon.get("/api/v1/").status_code == 401
 
