@@ -15,10 +15,11 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from django.http import Http404
 from django.utils.module_loading import import_string
 from rest_framework import parsers, renderers
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import NotAcceptable, ParseError
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
@@ -108,6 +109,16 @@ class HeadgateViewMixin:
 
     def get_exception_handler(self) -> Callable[..., Any]:
         return errors.exception_handler
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        """DRF answers a ``?format=`` no renderer has with a 404, which says that an
+        existing route or object does not exist: it is the 406 an ``Accept`` of it gets."""
+        try:
+            return super().perform_content_negotiation(request, force)  # type: ignore[misc]
+        except Http404:
+            wanted = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE or "")
+            formats = sorted({r.format for r in self.get_renderers()})  # type: ignore[attr-defined]
+            raise NotAcceptable(f"format {wanted!r} is not one of: {', '.join(formats)}") from None
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]

@@ -63,7 +63,8 @@ STATES = [value for value, _ in STATE_CHOICES]
 
 
 class StrictFilterBackend(DjangoFilterBackend):
-    """Refuses empty filter values and answers filter errors as ``invalid_query_parameter``.
+    """Refuses empty filter values, and a value filter (all but ``state``) given twice, as
+    :class:`query.QueryParam` does; answers filter errors as ``invalid_query_parameter``.
 
     A blank value (only whitespace, which to Python includes the control characters
     U+001C–U+001F) is empty too: ``?kind=%20`` names no kind, and a list that ignored it
@@ -73,9 +74,13 @@ class StrictFilterBackend(DjangoFilterBackend):
         filterset = self.get_filterset(request, queryset, view)
         if filterset is None:
             return queryset
-        for name in filterset.filters:
-            if any(not value.strip() for value in request.query_params.getlist(name)):
+        for name, spec in filterset.filters.items():
+            values = request.query_params.getlist(name)
+            if any(not value.strip() for value in values):
                 raise InvalidQueryParameter.of(name, f"{name} must not be empty")
+            # The form would keep the last of two values: the answer for one of the two.
+            if len(values) > 1 and not isinstance(spec, django_filters.MultipleChoiceFilter):
+                raise InvalidQueryParameter.of(name, f"give {name} at most once")
         if not filterset.is_valid():
             name, messages = next(iter(filterset.errors.items()))
             raise InvalidQueryParameter(

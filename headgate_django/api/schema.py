@@ -29,6 +29,7 @@ ERRORS: dict[str, str] = {
     "403": "Authenticated but lacking the permission, or the API is in read-only mode "
     "(`read_only`), or payload reveal without `view_job_payload`.",
     "404": "No such resource or route (`not_found`, `unknown_task`, `no_result`).",
+    "406": "`Accept` or `?format=` names no format the route renders (`not_acceptable`).",
     "409": "Conflict: `duplicate`, `id_conflict`, `revision_conflict`, `invalid_transition`, "
     "or `idempotency_key_reused` (the key was used for a different request).",
     "413": "Request body larger than `HEADGATE['API_MAX_BODY_BYTES']` (2 MiB), or a payload "
@@ -44,7 +45,7 @@ ERRORS: dict[str, str] = {
     "503": "The database is unavailable (`database_unavailable`, `Retry-After`).",
 }
 F = TypeVar("F", bound=Callable[..., Any])
-ALWAYS = ("400", "401", "403", "404", "429", "500", "503")
+ALWAYS = ("400", "401", "403", "404", "406", "429", "500", "503")
 MUTATION = ("409", "413", "415", "422", "423")
 
 IDEMPOTENCY_KEY = OpenApiParameter(

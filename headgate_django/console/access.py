@@ -23,6 +23,8 @@ VIEW_WORKFLOWS = "headgate_django.view_workflowcheckpoint"
 VIEW_EXECUTIONS = "headgate_django.view_execution"
 VIEW_WORKERS = "headgate_django.view_worker"
 VIEW_SCHEDULES = "headgate_django.view_schedule"
+#: Queue switches and admission policies, as the API's ``/admission`` routes ask for it.
+VIEW_QUEUE_STATE = "headgate_django.view_queuestate"
 
 
 def is_console_user(user: Any, permission: str = VIEW_JOBS) -> bool:

@@ -46,7 +46,9 @@ def job_console_urls(site: AdminSite) -> list[URLPattern]:
         ),
         path("queues/", _page(site, views.queues_dashboard, jobs), name="headgate_django_queues"),
         path(
-            "admission/", _page(site, views.admission_page, jobs), name="headgate_django_admission"
+            "admission/",
+            _page(site, views.admission_page, access.VIEW_QUEUE_STATE),
+            name="headgate_django_admission",
         ),
         path(
             "workflows/",

@@ -26,6 +26,7 @@ from headgate_django.models import (
     WorkflowCheckpoint,
 )
 from headgate_django.store.index_hints import filtered_list, prefix_search
+from headgate_django.store.index_hints import prefix as index_prefix
 from headgate_django.store.workflows import COORDINATOR_KIND, GRAFT_KIND, RETRY_KIND
 
 _CHUNK = 500
@@ -133,7 +134,7 @@ def workflow_page(
     if queue:
         qs = qs.filter(queue=queue)
     if prefix:
-        qs = qs.filter(workflow_id__startswith=prefix)
+        qs = qs.filter(index_prefix("workflow_id", prefix, using=using))
     if after is not None:
         qs = qs.filter(workflow_id__gt=after)
     rows = qs.order_by("workflow_id").values(

@@ -34,6 +34,8 @@ from collections.abc import Collection
 from typing import Any, cast
 
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Left
+from django.db.models.lookups import Exact
 from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -98,7 +100,8 @@ def prefix_search(queryset: QuerySet[Any], value: str) -> QuerySet[Any]:
     prefix is a range of the primary key, in order; one kind is a range of the kind index,
     in order; several kinds are a range of it (on MySQL/MariaDB sorted while they are
     few, :data:`FEW` jobs, else found by a walk of the primary key). SQLite's ``LIKE``
-    ignores case and so uses no index: there the probes would cost what the search does.
+    ignores case (:func:`prefix` compares the prefix exactly besides) and so uses no
+    index: there the probes would cost what the search does.
     """
     using = queryset.db
     by_id, by_kind = prefix("id", value, using=using), prefix("kind", value, using=using)
@@ -131,8 +134,13 @@ def prefix(field: str, value: str, *, using: str) -> Q:
     """Rows whose ``field`` starts with ``value`` (case-sensitive), as a condition an index
     on ``field`` serves on every database."""
     exact = Q(**{f"{field}__startswith": value})
-    if v.connection_for(using).vendor == "mysql":
+    vendor = v.connection_for(using).vendor
+    if vendor == "mysql":
         return Q(**{f"{field}__istartswith": value}) & exact
+    if vendor == "sqlite":
+        # SQLite's LIKE ignores ASCII case (``TEST.`` would find ``test.echo``); its ``=``
+        # does not, so the leading characters are compared as well.
+        return exact & Q(Exact(Left(field, len(value)), value))
     return exact
 
 

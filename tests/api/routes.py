@@ -60,6 +60,11 @@ def _workflow(suffix: str = "", body: Any = None) -> Setup:
     return setup
 
 
+def _workflow_list() -> tuple[str, Any]:
+    onboarding_workflow()
+    return "/api/v1/workflows", None
+
+
 def _failed_workflow() -> tuple[str, Any]:
     from headgate_django import enqueue
 
@@ -195,7 +200,7 @@ ROUTES = [
     Route("GET", "/api/v1/quarantine", _static("/api/v1/quarantine"), 200),
     Route("DELETE", "/api/v1/quarantine/{fingerprint}", _quarantined, 204),
     # workflows
-    Route("GET", "/api/v1/workflows", _workflow(), 200),
+    Route("GET", "/api/v1/workflows", _workflow_list, 200),
     Route("GET", "/api/v1/workflows/{workflow_id}", _workflow(), 200),
     Route("GET", "/api/v1/workflows/{workflow_id}/nodes/{node}", _workflow("/nodes/welcome"), 200),
     Route(

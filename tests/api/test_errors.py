@@ -186,6 +186,20 @@ def test_405_wrong_method_says_what_is_allowed(operator: Api) -> None:
     assert set(response["Allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
 
 
+def test_406_a_format_the_route_cannot_render_is_not_a_404(operator: Api) -> None:
+    """``?format=`` overrides ``Accept``: a value no renderer has is the 406 an ``Accept``
+    of it gets, not a 404 that says an existing job does not exist."""
+    job_id = enqueue_job()
+    assert operator.get(f"/api/v1/jobs/{job_id}?format=json").status_code == 200
+    error = envelope(operator.get(f"/api/v1/jobs/{job_id}?format=xml"), 406, "not_acceptable")
+    assert error["message"] == "format 'xml' is not one of: json"
+    schema = operator.get("/api/v1/schema/?format=xml")  # rendered as OpenAPI JSON
+    assert schema.status_code == 406
+    assert schema.json()["error"]["code"] == "not_acceptable"
+    assert "'xml' is not one of" in schema.json()["error"]["message"]
+    assert envelope(operator.get("/api/v1/jobs", HTTP_ACCEPT="text/html"), 406, "not_acceptable")
+
+
 def test_409_revision_conflict(operator: Api) -> None:
     onboarding_workflow()
     body = {"expected_revision": 7, "tasks": [{"name": "x", "kind": "test.noop"}]}

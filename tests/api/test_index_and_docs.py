@@ -11,6 +11,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from headgate_django.models import Job
+from tests.conformance.helpers import enqueue_job
 
 pytestmark = pytest.mark.django_db
 
@@ -32,6 +33,21 @@ def test_the_index_links_every_collection_and_page(viewer):
         assert viewer.get(links[name]).status_code == 200, name
 
 
+def test_the_index_links_every_collection_of_the_router(viewer):
+    from django.urls import reverse
+
+    from headgate_django.api.urls import router
+
+    links = set(viewer.get("/api/v1/").json()["links"].values())
+    missing = [
+        basename
+        for _, viewset, basename in router.registry
+        if hasattr(viewset, "list")
+        and f"http://testserver{reverse(f'headgate_api:{basename}-list')}" not in links
+    ]
+    assert not missing, missing
+
+
 def test_the_index_needs_a_user(anon):
     assert anon.get("/api/v1/").status_code == 401
 
@@ -48,6 +64,27 @@ def test_a_trailing_slash_is_redirected_keeping_the_method(viewer, path, target)
 def test_a_post_with_a_trailing_slash_is_redirected_too(operator):
     response = operator.send("POST", "/api/v1/jobs/", {"kind": "test.noop"})
     assert (response.status_code, response["Location"]) == (308, "/api/v1/jobs")
+
+
+def test_a_redirect_names_the_same_resource_whatever_its_id_holds(operator):
+    """The id arrives percent-decoded: the redirect must encode it again, or ``abc%3Fx/``
+    sends the request on to job ``abc`` with a query string ``x`` (a DELETE followed there
+    deletes another job), and ``a%25b/`` to a path that is not a percent-encoding."""
+    for job_id in ("abc", "abc?x", "a%b", "a#b"):
+        enqueue_job(id=job_id)
+    for job_id, sent in (("abc?x", "abc%3Fx"), ("a%b", "a%25b"), ("a#b", "a%23b")):
+        response = operator.delete(f"/api/v1/jobs/{sent}/")
+        assert response.status_code == 308
+        assert response["Location"] == f"/api/v1/jobs/{sent}"
+        assert operator.delete(response["Location"]).status_code == 204, job_id
+    assert set(Job.objects.values_list("id", flat=True)) == {"abc"}
+
+
+def test_a_trailing_slash_is_redirected_under_a_script_prefix(viewer):
+    """Under a script prefix (the project mounted at ``/ops``), the route is looked up
+    without it and the redirect keeps it."""
+    response = viewer.client.get("/api/v1/jobs/?limit=5", SCRIPT_NAME="/ops")
+    assert (response.status_code, response["Location"]) == (308, "/ops/api/v1/jobs?limit=5")
 
 
 def test_a_trailing_slash_on_no_route_is_the_envelope_404(viewer):

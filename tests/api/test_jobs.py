@@ -66,6 +66,40 @@ def test_list_filters(operator: Api) -> None:
     assert ids(finalized_after="2000-01-01T00:00:00Z") == set()
 
 
+def test_search_is_case_sensitive_on_every_database(operator: Api) -> None:
+    """``q`` is a prefix of the id or kind as stored: SQLite's LIKE ignores ASCII case, and
+    the same search must not find more there than on PostgreSQL or MariaDB."""
+    job = enqueue_job(kind="test.echo")
+
+    def ids(q: str) -> set[str]:
+        response = operator.get("/api/v1/jobs", {"q": q})
+        assert response.status_code == 200, response.content
+        return {j["id"] for j in response.json()["jobs"]}
+
+    assert ids("test.ec") == {job}
+    assert ids("TEST.EC") == set()
+    assert ids(job[:12]) == {job}
+    assert ids(job[:12].lower()) == set()
+
+
+def test_a_single_valued_filter_given_twice_is_refused(operator: Api) -> None:
+    """``?queue=a&queue=b`` names two queues for a filter that takes one: answering with
+    the jobs of one of them would be a wrong answer, not a narrower one."""
+    enqueue_job(queue="mail")
+    for name in ("queue", "kind", "workflow_id", "q", "created_after"):
+        first = "mail" if name != "created_after" else "2026-01-01T00:00:00Z"
+        response = operator.get(f"/api/v1/jobs?{name}={first}&{name}={first}")
+        assert response.status_code == 400, (name, response.content)
+        error = response.json()["error"]
+        assert error["code"] == "invalid_query_parameter"
+        assert error["detail"] == {name: [f"give {name} at most once"]}
+    response = operator.get("/api/v1/quarantine?kind=a&kind=b")
+    assert response.status_code == 400
+    assert response.json()["error"]["detail"] == {"kind": ["give kind at most once"]}
+    # state is the one list filter: repeating it is how several states are asked for.
+    assert operator.get("/api/v1/jobs?state=available&state=pending").status_code == 200
+
+
 def test_cursor_pages_cover_every_job_once(operator: Api) -> None:
     made = {enqueue_job() for _ in range(7)}
     seen: list[str] = []
@@ -205,3 +239,31 @@ def test_counts_by_state(operator: Api) -> None:
     assert set(everything["counts"]) == {s.value for s in State if s is not State.DELETED}
     only_a = operator.get("/api/v1/jobs/counts", {"queue": "a"}).json()
     assert (only_a["counts"]["pending"], only_a["total"]) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("state", "finished"),
+    [
+        (State.COMPLETED, True),
+        (State.CANCELLED, True),
+        (State.QUARANTINED, False),
+        (State.UNDECODABLE, False),
+    ],
+)
+def test_a_refused_job_cancel_names_the_state(operator: Api, state: State, finished: bool) -> None:
+    """A quarantined or undecodable job has not finished: the 409 says what it is, not
+    that it "has already finished"."""
+    job_id, _ = job_in_state(state)
+    response = operator.post(f"/api/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "invalid_transition"
+    assert error["detail"] == {"id": job_id, "state": state.value}
+    assert ("finished" in error["message"]) is finished
+    assert state.value in error["message"]
+
+
+def test_promote_takes_a_retryable_job_too(operator: Api) -> None:
+    job_id, _ = job_in_state(State.RETRYABLE)
+    response = operator.post(f"/api/v1/jobs/{job_id}/promote")
+    assert (response.status_code, response.json()["state"]) == (200, "available")

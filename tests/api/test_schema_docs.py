@@ -74,3 +74,18 @@ def test_every_error_code_the_api_adds_is_documented() -> None:
         assert f"`{code}`" in DOC, code
     for status in ERRORS:
         assert f"| {status} |" in DOC, status
+
+
+def test_the_permission_table_names_every_route_groups_view_permission() -> None:
+    """The "a read" row of the doc's permission table lists the view permission of every
+    model a route checks, so nobody has to find out by being refused."""
+    from headgate_django.api.permissions import model_permission
+    from headgate_django.api.urls import router
+
+    row = next(line for line in DOC.splitlines() if line.startswith("| a read (`GET`) |"))
+    needed = {
+        model_permission(viewset.permission_model, "view").split(".", 1)[1]
+        for _, viewset, _ in router.registry
+    }
+    missing = sorted(codename for codename in needed if f"`{codename}`" not in row)
+    assert not missing, f"docs/api.md's permission table does not name: {missing}"

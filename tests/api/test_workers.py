@@ -98,3 +98,27 @@ def test_reads_need_view_worker_and_nothing_can_be_written(viewer: Api) -> None:
         response = getattr(viewer.client, method)("/api/v1/workers/w-1")
         assert response.status_code in (403, 405)
     assert Worker.objects.count() == 1
+
+
+def test_a_status_filter_pages_on_past_the_rows_one_read_takes(
+    viewer: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each page reads at most MAX_WORKERS rows of the registry: a status that only rows
+    past them have is on a later page, not missing with ``next_cursor`` null."""
+    from headgate_django.api.views import workers as view
+    from headgate_django.store import workers as store
+
+    monkeypatch.setattr(view, "MAX_WORKERS", 3)
+    monkeypatch.setattr(store, "MAX_WORKERS", 3)
+    for n in range(7):
+        register(f"w-{n}", stopped=n not in (4, 6))
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        query = "?status=live&limit=1" + (f"&cursor={cursor}" if cursor else "")
+        body = viewer.get(f"/api/v1/workers{query}").json()
+        seen += [w["id"] for w in body["workers"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["w-4", "w-6"]

@@ -148,6 +148,9 @@ def test_workflow_list_filters_and_cursor_pages(
     assert 'data-workflow="wf-c"' in html and 'data-workflow="wf-a"' not in html
     none = client.get(url, {"state": "completed"}).content.decode()
     assert "No workflows match these filters." in none
+    # The id prefix is compared as stored, on SQLite too (whose LIKE ignores case).
+    other_case = client.get(url, {"q": "WF-C"}).content.decode()
+    assert "No workflows match these filters." in other_case
 
 
 @pytest.mark.django_db
@@ -212,6 +215,20 @@ def test_workflow_pages_need_the_workflow_view_permission_as_the_api_does(
     assert [client.get(url).status_code for url in pages] == [403, 403]
     client.force_login(make_user("flows", staff=True, perms=["view_workflowcheckpoint"]))
     assert [client.get(url).status_code for url in pages] == [200, 200]
+
+
+@pytest.mark.django_db
+def test_the_admission_page_needs_the_permission_the_api_reads_policies_with() -> None:
+    """Rate classes, ceilings, backpressure, weights and fairness are read at
+    ``/api/v1/admission/…`` with ``view_queuestate``; the page shows the same policies."""
+    from tests.console.conftest import make_user
+
+    url = reverse("admin:headgate_django_admission")
+    client = Client()
+    client.force_login(make_user("jobs", staff=True, perms=["view_job"]))
+    assert client.get(url).status_code == 403
+    client.force_login(make_user("switches", staff=True, perms=["view_queuestate"]))
+    assert client.get(url).status_code == 200
 
 
 @pytest.mark.django_db

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.urls import Resolver404, resolve, reverse
+from django.utils.encoding import escape_uri_path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,6 +32,12 @@ _LINKS = {
     "workflows": "headgate_api:workflow-list",
     "durable_executions": "headgate_api:execution-list",
     "workers": "headgate_api:worker-list",
+    "schedules": "headgate_api:schedule-list",
+    "rate_classes": "headgate_api:rate-class-list",
+    "concurrency_limits": "headgate_api:concurrency-limit-list",
+    "backpressure": "headgate_api:backpressure-list",
+    "queue_weights": "headgate_api:queue-weight-list",
+    "fairness": "headgate_api:fairness-list",
     "healthz": "headgate_api:healthz",
     "readyz": "headgate_api:readyz",
     "meta": "headgate_api:meta",
@@ -63,12 +70,17 @@ def strip_slash(request: HttpRequest, path: str, **kwargs: Any) -> HttpResponse:
     get its redirect, not Django's HTML 403. It changes nothing, and the route it sends
     the request on to checks CSRF itself for a session user (DRF's SessionAuthentication).
     """
-    target = request.path[:-1]
     try:
-        match = resolve(target)
+        # The URLconf matches the path without the script prefix, as Django's own
+        # resolution does.
+        match = resolve(request.path_info[:-1])
     except Resolver404:
         return not_found(request)
     if match.func is not_found or match.func is strip_slash:
         return not_found(request)
+    # The path arrives percent-decoded: encoded again, an id holding ``?``, ``#`` or
+    # ``%`` names the same resource in the Location (``abc%3Fx/`` → ``abc%3Fx``, not the
+    # job ``abc`` with a query string).
+    target = escape_uri_path(request.path[:-1])
     query = request.META.get("QUERY_STRING", "")
     return _RedirectKeepingMethod(f"{target}?{query}" if query else target)

@@ -50,6 +50,7 @@ from headgate_django.api.serializers.jobs import (
 from headgate_django.enqueue import enqueue_one
 from headgate_django.exceptions import InvalidTransitionError, NotFoundError
 from headgate_django.kernel.attempt_log import LEVELS, at_least
+from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store.attempt_logs import job_logs
 from headgate_django.store.effects import job_effects
@@ -63,6 +64,7 @@ INCLUDE_PAYLOAD = query.flag(
 )
 QUEUE = query.text("queue", "Count one queue only.")
 LEVEL = query.choice("level", LEVELS, "Only entries of this level and above.")
+FINISHED = (State.COMPLETED.value, State.CANCELLED.value, State.ARCHIVED.value)
 
 
 def _job(pk: str, fields: list[str] | None = None) -> Job:
@@ -181,11 +183,14 @@ class JobViewSet(HeadgateGenericViewSet):
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         if not store.job_cancel(pk):
-            raise InvalidTransitionError(f"job {pk} has already finished", id=pk)
+            # Quarantined and undecodable jobs are refused too, and have not finished.
+            state = _job(pk, ["state"]).state
+            done = "has already finished" if state in FINISHED else "cannot be cancelled"
+            raise InvalidTransitionError(f"job {pk} is {state}: it {done}", id=pk, state=state)
         return _summary(pk)
 
     @document(
-        summary="Make a pending or scheduled job available now",
+        summary="Make a pending, scheduled or retryable job available now",
         request=None,
         responses=JobSummarySerializer,
     )

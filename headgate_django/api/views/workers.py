@@ -3,7 +3,9 @@
 Every ``runworkers`` process upserts its row on its heartbeat; a worker that stopped
 heartbeating without a clean stop is listed as ``gone`` until the retention drops it
 (:mod:`headgate_django.kernel.workers`). The registry holds a fleet's worth of rows, so the
-status filter is applied to the rows read in id order after the cursor.
+status filter is applied to the rows read in id order after the cursor, at most
+:data:`MAX_WORKERS` of them per page: a filtered page can be short, or empty, and still
+have a ``next_cursor``.
 """
 
 from __future__ import annotations
@@ -43,14 +45,20 @@ class WorkerViewSet(HeadgateViewSet):
     def list(self, request: Request) -> Response:
         status = STATUS.read(request)
         limit = int(LIMIT.read(request, 100))
-        rows = worker_list(after=CURSOR.read(request), limit=MAX_WORKERS)
-        if status is not None:
-            rows = [w for w in rows if w.status == status]
+        read = worker_list(after=CURSOR.read(request), limit=MAX_WORKERS)
+        rows = read if status is None else [w for w in read if w.status == status]
         page = rows[:limit]
-        more = len(rows) > limit
+        if len(rows) > limit:
+            next_cursor: str | None = page[-1].id
+        elif len(read) >= MAX_WORKERS:
+            # The registry goes on past the rows one read takes: the next page starts
+            # where this read stopped, though the filter left this page short.
+            next_cursor = read[-1].id
+        else:
+            next_cursor = None
         body = {
             "workers": WorkerSerializer([asdict(w) for w in page], many=True).data,
-            "next_cursor": page[-1].id if more else None,
+            "next_cursor": next_cursor,
         }
         return Response(body)
 
