@@ -47,10 +47,11 @@ from headgate_django.exceptions import (
 )
 from headgate_django.store.durable_jobs import (
     TERMINAL,
+    RerunStatus,
+    execution_state,
     operation_mark_failed,
     operation_mark_uncertain,
     operation_rerun_status,
-    operation_start_status,
 )
 from headgate_django.store.packet import check_result_sent
 from headgate_django.store.vendor import connection_for
@@ -153,12 +154,14 @@ def operation_job(
 
 def _skip_if_decided(ctx: JobContext, execution_id: str) -> None:
     """A re-run (crash, retry) must not repeat an effect whose outcome is already known,
-    and no attempt, the first included, runs for an execution that has ended or a run that
-    has moved on: a cancel cancels the execution's jobs in a transaction after its own, and
-    a crash between the two leaves them to run."""
-    status = (operation_rerun_status if ctx.attempt > 1 else operation_start_status)(
-        execution_id, ctx.job_id
-    )
+    and no attempt, the first included, runs for an execution that has ended: a cancel
+    cancels the execution's jobs in a transaction after its own, and a crash between the
+    two leaves them to run. An Operation of a run that continued as new still runs once:
+    the run asked for its effect, and only its outcome has nobody waiting."""
+    if ctx.attempt == 1:  # no outcome or uncertain mark can exist yet: one read
+        status = RerunStatus(execution_state(execution_id), settled=False, uncertain=False)
+    else:
+        status = operation_rerun_status(execution_id, ctx.job_id)
     if status.execution_state is None or status.execution_state in TERMINAL:
         raise Skip(f"execution {execution_id} is {status.execution_state or 'gone'}")
     if status.settled:

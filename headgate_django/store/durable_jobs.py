@@ -375,19 +375,14 @@ class RerunStatus:
     uncertain: bool
 
 
-def operation_start_status(
-    execution_id: str, job_id: str, *, using: str = "default"
-) -> RerunStatus:
-    """:func:`operation_rerun_status` for a first attempt, in one read of the header: no
-    outcome or uncertain mark can exist yet, but the execution may have ended (a cancel
-    whose second transaction, the one cancelling its jobs, never ran) or the run moved on
-    (continued as new) since the Operation was scheduled."""
-    header = Execution.objects.using(using).filter(pk=execution_id)
-    state, run_id = header.values_list("state", "run_id").first() or (None, "")
-    return RerunStatus(
-        execution_state=state,
-        settled=run_of(job_id) != (run_id or execution_id),
-        uncertain=False,
+def execution_state(execution_id: str, *, using: str = "default") -> str | None:
+    """The execution's state, or None when it is gone: what an Operation's first attempt
+    checks before running its effect (no outcome or uncertain mark can exist yet)."""
+    return (
+        Execution.objects.using(using)
+        .filter(pk=execution_id)
+        .values_list("state", flat=True)
+        .first()
     )
 
 
