@@ -22,6 +22,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import NotAcceptable, ParseError
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
@@ -119,6 +120,15 @@ class HeadgateViewMixin:
             wanted = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE or "")
             formats = sorted({r.format for r in self.get_renderers()})  # type: ignore[attr-defined]
             raise NotAcceptable(f"format {wanted!r} is not one of: {', '.join(formats)}") from None
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        """Every error envelope is ``application/json``, whatever the route renders when it
+        succeeds (the schema's OpenAPI media types, the docs pages' HTML): a client reads
+        an error the same way from every route."""
+        if response.status_code >= 400 and isinstance(response, Response):
+            request.accepted_renderer = renderers.JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]

@@ -138,6 +138,11 @@ def test_401_without_credentials(anon: Api) -> None:
     assert response["WWW-Authenticate"] == "Token"
 
 
+@pytest.mark.parametrize("path", ["/api/v1/schema/", "/api/v1/schema/?format=yaml"])
+def test_401_from_the_schema_is_json_too(anon: Api, path: str) -> None:
+    envelope(anon.get(path), 401, "not_authenticated")
+
+
 def test_401_with_a_bad_token(anon: Api) -> None:
     response = anon.get("/api/v1/jobs", HTTP_AUTHORIZATION="Token nope")
     envelope(response, 401, "authentication_failed")
@@ -193,10 +198,9 @@ def test_406_a_format_the_route_cannot_render_is_not_a_404(operator: Api) -> Non
     assert operator.get(f"/api/v1/jobs/{job_id}?format=json").status_code == 200
     error = envelope(operator.get(f"/api/v1/jobs/{job_id}?format=xml"), 406, "not_acceptable")
     assert error["message"] == "format 'xml' is not one of: json"
-    schema = operator.get("/api/v1/schema/?format=xml")  # rendered as OpenAPI JSON
-    assert schema.status_code == 406
-    assert schema.json()["error"]["code"] == "not_acceptable"
-    assert "'xml' is not one of" in schema.json()["error"]["message"]
+    # The schema renders OpenAPI media types; its errors are JSON like every other's.
+    schema = envelope(operator.get("/api/v1/schema/?format=xml"), 406, "not_acceptable")
+    assert "'xml' is not one of" in schema["message"]
     assert envelope(operator.get("/api/v1/jobs", HTTP_ACCEPT="text/html"), 406, "not_acceptable")
 
 
