@@ -67,7 +67,7 @@ from headgate_django.kernel.names import validate_kind, validate_queue
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
-from headgate_django.store.django_tasks import job_insert_with_task_options
+from headgate_django.store.django_tasks import job_insert_and_read, job_insert_with_task_options
 from headgate_django.store.reads import job_get
 from headgate_django.worker.execute import class_path
 
@@ -149,12 +149,19 @@ class HeadgateBackend(BaseTaskBackend):
         from headgate_django.enqueue import enqueue
 
         envelope = task_envelope(task, *args, **kwargs)
-        if task.run_after is None:
-            job_id = enqueue(envelope, using=self.database)[0]
-        else:
+        using = self.database
+
+        def insert() -> str:
+            if task.run_after is None:
+                return enqueue(envelope, using=using)[0]
             options = {"run_after": task.run_after.isoformat()}
-            job_id = job_insert_with_task_options(envelope, options, using=self.database)
-        result = self.get_result(job_id)
+            return job_insert_with_task_options(envelope, options, using=using)
+
+        # Read back before the insert commits, so the result is the READY one: a worker
+        # elsewhere cannot have run the task yet (nor, with retention 0, deleted its row).
+        job = job_insert_and_read(insert, using=using)
+        assert job is not None  # inserted in this very transaction
+        result = self._result(job)
         task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -64,3 +64,9 @@ def describe(context) -> dict:
 @task()
 def returns_a_pair() -> tuple[int, str]:
     return (1, "two")
+
+
+@task(retention=timedelta(0))
+def forgotten_at_once() -> int:
+    """Its job is deleted the moment it succeeds (retention 0)."""
+    return 1

@@ -308,3 +308,44 @@ def test_a_queue_name_or_path_headgate_cannot_store_is_a_django_invalid_task_err
         HeadgateTask(func=long_path)
     assert isinstance(info.value, DefinitionError)
     assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_returns_a_ready_result_even_when_a_worker_is_quicker(monkeypatch):
+    """``enqueue`` read its job back after the insert had committed: a worker elsewhere
+    that ran the task in between (and, with retention 0, deleted the row) made ``enqueue``
+    raise ``TaskResultDoesNotExist`` for a task it had enqueued, inviting a second enqueue.
+    The worker here is another thread (its own connection), run as the insert returns."""
+    import importlib
+    import threading
+
+    from django.db import connection
+
+    enqueue_module = importlib.import_module("headgate_django.enqueue")
+
+    if connection.vendor == "sqlite":
+        pytest.skip("one writer at a time: a second connection waits on the first")
+    real_insert = enqueue_module._job_insert_many()
+    ran = []
+
+    def insert_then_a_worker(envelopes, **kwargs):
+        ids = real_insert(envelopes, **kwargs)
+
+        def work():
+            try:
+                ran.append(testing.run_jobs())
+            finally:
+                connection.close()
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+        return ids
+
+    monkeypatch.setattr(enqueue_module, "_job_insert_many", lambda: insert_then_a_worker)
+    result = defs.forgotten_at_once.enqueue()
+    assert result.status == TaskResultStatus.READY and result.enqueued_at is not None
+    assert len(ran) == 1  # the worker had its chance (and found nothing it could claim yet)
+    monkeypatch.undo()
+    testing.run_jobs()
+    assert not Job.objects.filter(pk=result.id).exists()  # ran, and forgotten
