@@ -151,10 +151,17 @@ class HeadgateBackend(BaseTaskBackend):
         envelope = task_envelope(task, *args, **kwargs)
         using = self.database
 
+        # What no column keeps: run_after, and this alias when the task's own is another
+        # (the worker runs the task as enqueued, through this backend).
+        options: dict[str, Any] = {}
+        if task.run_after is not None:
+            options["run_after"] = task.run_after.isoformat()
+        if self.alias != _declared_backend(task):
+            options["backend"] = self.alias
+
         def insert() -> str:
-            if task.run_after is None:
+            if not options:
                 return enqueue(envelope, using=using)[0]
-            options = {"run_after": task.run_after.isoformat()}
             return job_insert_with_task_options(envelope, options, using=using)
 
         # Read back before the insert commits, so the result is the READY one: a worker
@@ -263,10 +270,11 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     signals, and pass a TaskContext when the task takes one."""
     from asgiref.sync import async_to_sync
 
-    backend = _backend_for(import_string(ctx.kind), ctx.using)
     job = job_get(ctx.job_id, using=ctx.using)
     if job is None:
         raise TaskResultDoesNotExist(ctx.job_id)
+    alias = (job.task_options or {}).get("backend")
+    backend = _backend_for(import_string(ctx.kind), ctx.using, alias)
     result = backend._result(job)
     task = result.task
     task_started.send(type(backend), task_result=result)
@@ -312,9 +320,24 @@ def _finished_at(result: TaskResult, began: float) -> datetime | None:
     return result.started_at + timedelta(seconds=time.monotonic() - began)
 
 
-def _backend_for(task: Task, using: str) -> HeadgateBackend:
-    """The backend whose database holds the job: the task's own, or the Headgate backend
-    of that database the task was enqueued through with ``using(backend=...)``."""
+def _declared_backend(task: Task) -> str | None:
+    """The alias the task was declared with (``@task(backend=...)``); None when its path
+    names no Task."""
+    try:
+        declared = import_string(task.module_path)
+    except ImportError:
+        return None
+    return declared.backend if isinstance(declared, Task) else None
+
+
+def _backend_for(task: Task, using: str, alias: str | None = None) -> HeadgateBackend:
+    """The backend whose database holds the job: the one it was enqueued through with
+    ``using(backend=...)`` (``alias``, kept beside the job) while it is a Headgate backend
+    of that database; else the task's own, or another Headgate backend of that database."""
+    if alias is not None and alias in task_backends.settings:
+        chosen = task_backends[alias]
+        if isinstance(chosen, HeadgateBackend) and chosen.database == using:
+            return chosen
     own = task.get_backend()
     if isinstance(own, HeadgateBackend) and own.database == using:
         return own

@@ -349,3 +349,28 @@ def test_enqueue_returns_a_ready_result_even_when_a_worker_is_quicker(monkeypatc
     monkeypatch.undo()
     testing.run_jobs()
     assert not Job.objects.filter(pk=result.id).exists()  # ran, and forgotten
+
+
+def test_a_task_enqueued_through_another_alias_runs_as_that_alias():
+    """The worker rebuilt the running task's result through the task's own backend when
+    both aliases store in one database: the TaskContext and the ``task_started`` /
+    ``task_finished`` results said ``default`` for a task enqueued through ``once``."""
+    sent = []
+
+    def receiver(sender, task_result, **kwargs):
+        sent.append((task_result.backend, task_result.task.backend))
+
+    task_started.connect(receiver)
+    task_finished.connect(receiver)
+    try:
+        result = defs.describe.using(backend="once").enqueue()
+        testing.run_jobs()
+    finally:
+        task_started.disconnect(receiver)
+        task_finished.disconnect(receiver)
+    result.refresh()
+    assert result.return_value["backend"] == "once"
+    assert sent == [("once", "once"), ("once", "once")]
+    # Through the task's own alias, nothing extra is kept beside the job.
+    plain = defs.describe.enqueue()
+    assert Job.objects.get(pk=plain.id).task_options is None
