@@ -69,7 +69,7 @@ from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
 from headgate_django.store.django_tasks import job_insert_and_read, job_insert_with_task_options
 from headgate_django.store.reads import job_get
-from headgate_django.worker.execute import class_path
+from headgate_django.worker.execute import class_path, runs_again
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -288,7 +288,9 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
         # Before the signal: a value the store would refuse is a failure, and says so.
         check_result(value)
     except BaseException as exc:
-        if job.attempt + 1 >= job.max_attempts:  # the last attempt: the task has finished
+        # The last attempt has finished the task, unless the worker runs it again on a new
+        # connection (its session died under it): then the repeat says how it finished.
+        if job.attempt + 1 >= job.max_attempts and not runs_again(ctx, exc):
             # As Django's own backends send it: with the error that ended the task.
             error = TaskError(
                 exception_class_path=class_path(exc),

@@ -70,3 +70,22 @@ def returns_a_pair() -> tuple[int, str]:
 def forgotten_at_once() -> int:
     """Its job is deleted the moment it succeeds (retention 0)."""
     return 1
+
+
+#: Set by a test: the next run of ``loses_its_connection`` kills its database session.
+LOSE_CONNECTION: list[bool] = []
+
+
+@task()
+def loses_its_connection() -> int:
+    """Kills its own session and queries on it, once (what a database restart does)."""
+    from django.db import connection
+
+    from headgate_django.models import Job
+
+    if LOSE_CONNECTION:
+        LOSE_CONNECTION.clear()
+        connection.ensure_connection()
+        connection.connection.close()
+        Job.objects.count()  # fails: the session is gone
+    return 1

@@ -374,3 +374,29 @@ def test_a_task_enqueued_through_another_alias_runs_as_that_alias():
     # Through the task's own alias, nothing extra is kept beside the job.
     plain = defs.describe.enqueue()
     assert Job.objects.get(pk=plain.id).task_options is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_the_worker_repeats_on_a_new_connection_is_not_finished():
+    """A sync task whose session dies under it is run again on a new connection, uncharged;
+    on its last attempt (here its only one) ``task_finished`` said FAILED for it first, and
+    then SUCCESSFUL once the repeat succeeded: sent once, it says what the store holds."""
+    from django.db import connection
+
+    from headgate_django.worker.runner import Worker
+
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server session to lose")
+    result = defs.loses_its_connection.using(backend="once").enqueue()
+    defs.LOSE_CONNECTION.append(True)
+    try:
+        with signals_seen() as seen:
+            Worker(concurrency=1, burst=True, run_duties=False).run()
+    finally:
+        defs.LOSE_CONNECTION.clear()
+    result.refresh()
+    assert result.is_finished
+    # Once, with what the store holds: SUCCESSFUL once the repeat succeeded (PostgreSQL);
+    # FAILED where the worker charged the lost session as the attempt's failure.
+    assert [entry for entry in seen if entry[0] == "finished"] == [("finished", result.status)]
+    assert seen[-1] == ("finished", result.status)
