@@ -246,15 +246,21 @@ def _task_of(job: Job) -> Task:
 def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
     """The job a Django task call would be, not yet enqueued: add it to a ``Workflow``
     with ``Workflow(...).add("send", task_envelope(send_email, to), [...])``."""
-    task.get_backend().validate_task(task)
+    backend = task.get_backend()
+    if not isinstance(backend, HeadgateBackend):
+        # Its job would wait for a handler: only a Headgate backend registers the task.
+        raise InvalidTaskOptionError(
+            f"{task.module_path}: its backend {task.backend!r} is a "
+            f"{type(backend).__name__}, not a Headgate backend: no job can be made of it"
+        )
+    backend.validate_task(task)
     return Envelope(
         kind=task.module_path,
         payload=encode_call(tuple(args), dict(kwargs)),
         queue=task.queue_name,
         priority=task.priority,
         scheduled_at=task.run_after,
-        max_attempts=getattr(task, "max_attempts", None)
-        or cast(HeadgateBackend, task.get_backend()).max_attempts,
+        max_attempts=getattr(task, "max_attempts", None) or backend.max_attempts,
         retention=getattr(task, "retention", None),
     )
 

@@ -400,3 +400,25 @@ def test_a_run_the_worker_repeats_on_a_new_connection_is_not_finished():
     # FAILED where the worker charged the lost session as the attempt's failure.
     assert [entry for entry in seen if entry[0] == "finished"] == [("finished", result.status)]
     assert seen[-1] == ("finished", result.status)
+
+
+def test_task_envelope_of_a_task_of_another_kind_of_backend_is_refused(settings):
+    """``task_envelope`` read ``max_attempts`` off any backend: a task of Django's dummy
+    backend (a common test setting) failed with an ``AttributeError``; and a job made of
+    it would wait for a handler no worker registers."""
+    from headgate_django.exceptions import DefinitionError
+    from headgate_django.tasks import task_envelope
+
+    settings.TASKS = {**settings.TASKS, "dummy": {"BACKEND": _dummy_backend_path()}}
+    task = defs.add.using(backend="dummy")
+    with pytest.raises(InvalidTaskError, match="not a Headgate backend") as info:
+        task_envelope(task, 1, 2)
+    assert isinstance(info.value, DefinitionError)
+
+
+def _dummy_backend_path() -> str:
+    try:
+        import django.tasks  # noqa: F401
+    except ImportError:
+        return "django_tasks.backends.dummy.DummyBackend"
+    return "django.tasks.backends.dummy.DummyBackend"
