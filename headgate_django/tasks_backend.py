@@ -55,6 +55,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     )
 
 from headgate_django.context import JobContext
+from headgate_django.control import Revoke, Skip, Snooze
 from headgate_django.envelope import (
     Envelope,
     check_not_too_long,
@@ -182,7 +183,13 @@ class HeadgateBackend(BaseTaskBackend):
         args, kwargs = decode_call(bytes(job.payload))
         task = self._task_as_enqueued(job)
         attempts = job.attempt + job.crash_attempt
-        if job.state in (State.RUNNING, State.COMPLETED):
+        # Runs that consumed no attempt: the one under way, a success, a skip (``Skip``).
+        skipped = (
+            job.state == State.ARCHIVED
+            and bool(job.errors)
+            and (job.errors[-1].get("kind") == "skip")
+        )
+        if job.state in (State.RUNNING, State.COMPLETED) or skipped:
             attempts += 1
         errors = [
             TaskError(
@@ -296,7 +303,12 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     except BaseException as exc:
         # The last attempt has finished the task, unless the worker runs it again on a new
         # connection (its session died under it): then the repeat says how it finished.
-        if job.attempt + 1 >= job.max_attempts and not runs_again(ctx, exc):
+        # headgate's Skip finishes it on any attempt; Snooze and Revoke on none.
+        if isinstance(exc, Skip) or (
+            not isinstance(exc, Snooze | Revoke)
+            and job.attempt + 1 >= job.max_attempts
+            and not runs_again(ctx, exc)
+        ):
             # As Django's own backends send it: with the error that ended the task.
             error = TaskError(
                 exception_class_path=class_path(exc),

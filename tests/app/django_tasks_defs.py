@@ -89,3 +89,11 @@ def loses_its_connection() -> int:
         connection.connection.close()
         Job.objects.count()  # fails: the session is gone
     return 1
+
+
+@task()
+def gives_up() -> None:
+    """Gives up on purpose with headgate's ``Skip``: archived at once, not retried."""
+    from headgate_django import Skip
+
+    raise Skip("nothing to do")

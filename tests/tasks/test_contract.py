@@ -422,3 +422,18 @@ def _dummy_backend_path() -> str:
     except ImportError:
         return "django_tasks.backends.dummy.DummyBackend"
     return "django.tasks.backends.dummy.DummyBackend"
+
+
+def test_a_task_that_gives_up_with_skip_has_finished():
+    """headgate's ``Skip`` archives the job at once, whatever attempts are left; the task
+    had FAILED for good, but ``task_finished`` was only sent on the last attempt."""
+    with signals_seen() as seen:
+        result = defs.gives_up.enqueue()  # 25 attempts (HEADGATE["MAX_ATTEMPTS"])
+        testing.run_jobs(include_scheduled=True)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 1
+    assert seen == [
+        ("enqueued", TaskResultStatus.READY),
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+    ]
