@@ -96,6 +96,10 @@ class JobContext:
         self.attempt_log: AttemptLog | None = None
         #: The enqueue's W3C trace context, read by the worker when tracing is on.
         self.trace_parent: dict[str, str] | None = None
+        #: Whether the worker runs this attempt again, uncharged, on a new connection should
+        #: the handler's session die under it (``runworkers``, once per attempt; not
+        #: ``testing.run_jobs``).
+        self.repeats_lost_connection = False
 
     # -- identity ----------------------------------------------------------------------
     @property

@@ -55,6 +55,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     )
 
 from headgate_django.context import JobContext
+from headgate_django.control import Revoke, Skip, Snooze
 from headgate_django.envelope import (
     Envelope,
     check_not_too_long,
@@ -67,9 +68,9 @@ from headgate_django.kernel.names import validate_kind, validate_queue
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.registry import TaskDef, find_task, register
-from headgate_django.store.django_tasks import job_insert_with_task_options
+from headgate_django.store.django_tasks import job_insert_and_read, job_insert_with_task_options
 from headgate_django.store.reads import job_get
-from headgate_django.worker.execute import class_path
+from headgate_django.worker.execute import class_path, runs_again
 
 _STATUS = {
     State.PENDING: TaskResultStatus.READY,
@@ -149,12 +150,26 @@ class HeadgateBackend(BaseTaskBackend):
         from headgate_django.enqueue import enqueue
 
         envelope = task_envelope(task, *args, **kwargs)
-        if task.run_after is None:
-            job_id = enqueue(envelope, using=self.database)[0]
-        else:
-            options = {"run_after": task.run_after.isoformat()}
-            job_id = job_insert_with_task_options(envelope, options, using=self.database)
-        result = self.get_result(job_id)
+        using = self.database
+
+        # What no column keeps: run_after, and this alias when the task's own is another
+        # (the worker runs the task as enqueued, through this backend).
+        options: dict[str, Any] = {}
+        if task.run_after is not None:
+            options["run_after"] = task.run_after.isoformat()
+        if self.alias != _declared_backend(task):
+            options["backend"] = self.alias
+
+        def insert() -> str:
+            if not options:
+                return enqueue(envelope, using=using)[0]
+            return job_insert_with_task_options(envelope, options, using=using)
+
+        # Read back before the insert commits, so the result is the READY one: a worker
+        # elsewhere cannot have run the task yet (nor, with retention 0, deleted its row).
+        job = job_insert_and_read(insert, using=using)
+        assert job is not None  # inserted in this very transaction
+        result = self._result(job)
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -168,7 +183,13 @@ class HeadgateBackend(BaseTaskBackend):
         args, kwargs = decode_call(bytes(job.payload))
         task = self._task_as_enqueued(job)
         attempts = job.attempt + job.crash_attempt
-        if job.state in (State.RUNNING, State.COMPLETED):
+        # Runs that consumed no attempt: the one under way, a success, a skip (``Skip``).
+        skipped = (
+            job.state == State.ARCHIVED
+            and bool(job.errors)
+            and (job.errors[-1].get("kind") == "skip")
+        )
+        if job.state in (State.RUNNING, State.COMPLETED) or skipped:
             attempts += 1
         errors = [
             TaskError(
@@ -232,15 +253,21 @@ def _task_of(job: Job) -> Task:
 def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
     """The job a Django task call would be, not yet enqueued: add it to a ``Workflow``
     with ``Workflow(...).add("send", task_envelope(send_email, to), [...])``."""
-    task.get_backend().validate_task(task)
+    backend = task.get_backend()
+    if not isinstance(backend, HeadgateBackend):
+        # Its job would wait for a handler: only a Headgate backend registers the task.
+        raise InvalidTaskOptionError(
+            f"{task.module_path}: its backend {task.backend!r} is a "
+            f"{type(backend).__name__}, not a Headgate backend: no job can be made of it"
+        )
+    backend.validate_task(task)
     return Envelope(
         kind=task.module_path,
         payload=encode_call(tuple(args), dict(kwargs)),
         queue=task.queue_name,
         priority=task.priority,
         scheduled_at=task.run_after,
-        max_attempts=getattr(task, "max_attempts", None)
-        or cast(HeadgateBackend, task.get_backend()).max_attempts,
+        max_attempts=getattr(task, "max_attempts", None) or backend.max_attempts,
         retention=getattr(task, "retention", None),
     )
 
@@ -256,10 +283,11 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
     signals, and pass a TaskContext when the task takes one."""
     from asgiref.sync import async_to_sync
 
-    backend = _backend_for(import_string(ctx.kind), ctx.using)
     job = job_get(ctx.job_id, using=ctx.using)
     if job is None:
         raise TaskResultDoesNotExist(ctx.job_id)
+    alias = (job.task_options or {}).get("backend")
+    backend = _backend_for(import_string(ctx.kind), ctx.using, alias)
     result = backend._result(job)
     task = result.task
     task_started.send(type(backend), task_result=result)
@@ -273,7 +301,14 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
         # Before the signal: a value the store would refuse is a failure, and says so.
         check_result(value)
     except BaseException as exc:
-        if job.attempt + 1 >= job.max_attempts:  # the last attempt: the task has finished
+        # The last attempt has finished the task, unless the worker runs it again on a new
+        # connection (its session died under it): then the repeat says how it finished.
+        # headgate's Skip finishes it on any attempt; Snooze and Revoke on none.
+        if isinstance(exc, Skip) or (
+            not isinstance(exc, Snooze | Revoke)
+            and job.attempt + 1 >= job.max_attempts
+            and not runs_again(ctx, exc)
+        ):
             # As Django's own backends send it: with the error that ended the task.
             error = TaskError(
                 exception_class_path=class_path(exc),
@@ -305,9 +340,24 @@ def _finished_at(result: TaskResult, began: float) -> datetime | None:
     return result.started_at + timedelta(seconds=time.monotonic() - began)
 
 
-def _backend_for(task: Task, using: str) -> HeadgateBackend:
-    """The backend whose database holds the job: the task's own, or the Headgate backend
-    of that database the task was enqueued through with ``using(backend=...)``."""
+def _declared_backend(task: Task) -> str | None:
+    """The alias the task was declared with (``@task(backend=...)``); None when its path
+    names no Task."""
+    try:
+        declared = import_string(task.module_path)
+    except ImportError:
+        return None
+    return declared.backend if isinstance(declared, Task) else None
+
+
+def _backend_for(task: Task, using: str, alias: str | None = None) -> HeadgateBackend:
+    """The backend whose database holds the job: the one it was enqueued through with
+    ``using(backend=...)`` (``alias``, kept beside the job) while it is a Headgate backend
+    of that database; else the task's own, or another Headgate backend of that database."""
+    if alias is not None and alias in task_backends.settings:
+        chosen = task_backends[alias]
+        if isinstance(chosen, HeadgateBackend) and chosen.database == using:
+            return chosen
     own = task.get_backend()
     if isinstance(own, HeadgateBackend) and own.database == using:
         return own

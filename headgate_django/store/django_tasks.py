@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -9,6 +10,7 @@ from django.db import transaction
 from headgate_django.envelope import Envelope
 from headgate_django.models import Job
 from headgate_django.store.insert import job_insert_many
+from headgate_django.store.reads import job_get
 
 
 def job_insert_with_task_options(
@@ -21,3 +23,12 @@ def job_insert_with_task_options(
         [job_id] = job_insert_many([envelope], using=using)
         Job.objects.using(using).filter(pk=job_id).update(task_options=options)
     return job_id
+
+
+def job_insert_and_read(insert: Callable[[], str], *, using: str = "default") -> Job | None:
+    """Run ``insert`` (a store insert returning the new job's id) and read the job back in
+    the same transaction: before it commits, so no worker elsewhere can have run the job
+    (nor, with a retention of 0, deleted its row) between the two; the caller's
+    transaction, when there is one."""
+    with transaction.atomic(using=using):
+        return job_get(insert(), using=using)

@@ -336,6 +336,17 @@ def _connection_lost(exc: Exception, conn: BaseDatabaseWrapper, watch: _SessionW
     return conn.connection is not None and not conn.is_usable()
 
 
+def runs_again(ctx: JobContext, exc: BaseException) -> bool:
+    """Whether the worker will run this attempt again, uncharged, after ``exc`` escapes the
+    sync handler now running it: its session died under it, and the worker repeats such an
+    attempt once (what ``Worker._run_and_settle`` decides, asked from inside the handler)."""
+    if not ctx.repeats_lost_connection or not isinstance(exc, Exception):
+        return False
+    conn = connection_for(ctx.using)
+    watch = next((w for w in conn.execute_wrappers if isinstance(w, _SessionWatch)), None)
+    return watch is not None and _connection_lost(exc, conn, watch)
+
+
 def label(outcome: Outcome) -> str:
     """The outcome's name for metrics: succeeded, failed, snoozed, skipped, revoked,
     undecodable, lost."""

@@ -497,6 +497,7 @@ class Worker:
 
     def _run_and_settle(self, entry: _Held) -> None:
         started = time.monotonic()
+        entry.ctx.repeats_lost_connection = True
         outcome = self._attempt(entry)
         if isinstance(outcome, execute.Failed) and outcome.connection_lost and not entry.settled:
             # The session died under the handler (a restart, a killed connection) before
@@ -508,6 +509,7 @@ class Worker:
             )
             self._reset_connection()
             self._fresh_connection()
+            entry.ctx.repeats_lost_connection = False  # a second lost session is charged
             outcome = self._attempt(entry)
         self._record(entry, outcome, time.monotonic() - started)
 

@@ -64,3 +64,36 @@ def describe(context) -> dict:
 @task()
 def returns_a_pair() -> tuple[int, str]:
     return (1, "two")
+
+
+@task(retention=timedelta(0))
+def forgotten_at_once() -> int:
+    """Its job is deleted the moment it succeeds (retention 0)."""
+    return 1
+
+
+#: Set by a test: the next run of ``loses_its_connection`` kills its database session.
+LOSE_CONNECTION: list[bool] = []
+
+
+@task()
+def loses_its_connection() -> int:
+    """Kills its own session and queries on it, once (what a database restart does)."""
+    from django.db import connection
+
+    from headgate_django.models import Job
+
+    if LOSE_CONNECTION:
+        LOSE_CONNECTION.clear()
+        connection.ensure_connection()
+        connection.connection.close()
+        Job.objects.count()  # fails: the session is gone
+    return 1
+
+
+@task()
+def gives_up() -> None:
+    """Gives up on purpose with headgate's ``Skip``: archived at once, not retried."""
+    from headgate_django import Skip
+
+    raise Skip("nothing to do")

@@ -308,3 +308,132 @@ def test_a_queue_name_or_path_headgate_cannot_store_is_a_django_invalid_task_err
         HeadgateTask(func=long_path)
     assert isinstance(info.value, DefinitionError)
     assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_returns_a_ready_result_even_when_a_worker_is_quicker(monkeypatch):
+    """``enqueue`` read its job back after the insert had committed: a worker elsewhere
+    that ran the task in between (and, with retention 0, deleted the row) made ``enqueue``
+    raise ``TaskResultDoesNotExist`` for a task it had enqueued, inviting a second enqueue.
+    The worker here is another thread (its own connection), run as the insert returns."""
+    import importlib
+    import threading
+
+    from django.db import connection
+
+    enqueue_module = importlib.import_module("headgate_django.enqueue")
+
+    if connection.vendor == "sqlite":
+        pytest.skip("one writer at a time: a second connection waits on the first")
+    real_insert = enqueue_module._job_insert_many()
+    ran = []
+
+    def insert_then_a_worker(envelopes, **kwargs):
+        ids = real_insert(envelopes, **kwargs)
+
+        def work():
+            try:
+                ran.append(testing.run_jobs())
+            finally:
+                connection.close()
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+        return ids
+
+    monkeypatch.setattr(enqueue_module, "_job_insert_many", lambda: insert_then_a_worker)
+    result = defs.forgotten_at_once.enqueue()
+    assert result.status == TaskResultStatus.READY and result.enqueued_at is not None
+    assert len(ran) == 1  # the worker had its chance (and found nothing it could claim yet)
+    monkeypatch.undo()
+    testing.run_jobs()
+    assert not Job.objects.filter(pk=result.id).exists()  # ran, and forgotten
+
+
+def test_a_task_enqueued_through_another_alias_runs_as_that_alias():
+    """The worker rebuilt the running task's result through the task's own backend when
+    both aliases store in one database: the TaskContext and the ``task_started`` /
+    ``task_finished`` results said ``default`` for a task enqueued through ``once``."""
+    sent = []
+
+    def receiver(sender, task_result, **kwargs):
+        sent.append((task_result.backend, task_result.task.backend))
+
+    task_started.connect(receiver)
+    task_finished.connect(receiver)
+    try:
+        result = defs.describe.using(backend="once").enqueue()
+        testing.run_jobs()
+    finally:
+        task_started.disconnect(receiver)
+        task_finished.disconnect(receiver)
+    result.refresh()
+    assert result.return_value["backend"] == "once"
+    assert sent == [("once", "once"), ("once", "once")]
+    # Through the task's own alias, nothing extra is kept beside the job.
+    plain = defs.describe.enqueue()
+    assert Job.objects.get(pk=plain.id).task_options is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_the_worker_repeats_on_a_new_connection_is_not_finished():
+    """A sync task whose session dies under it is run again on a new connection, uncharged;
+    on its last attempt (here its only one) ``task_finished`` said FAILED for it first, and
+    then SUCCESSFUL once the repeat succeeded: sent once, it says what the store holds."""
+    from django.db import connection
+
+    from headgate_django.worker.runner import Worker
+
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server session to lose")
+    result = defs.loses_its_connection.using(backend="once").enqueue()
+    defs.LOSE_CONNECTION.append(True)
+    try:
+        with signals_seen() as seen:
+            Worker(concurrency=1, burst=True, run_duties=False).run()
+    finally:
+        defs.LOSE_CONNECTION.clear()
+    result.refresh()
+    assert result.is_finished
+    # Once, with what the store holds: SUCCESSFUL once the repeat succeeded (PostgreSQL);
+    # FAILED where the worker charged the lost session as the attempt's failure.
+    assert [entry for entry in seen if entry[0] == "finished"] == [("finished", result.status)]
+    assert seen[-1] == ("finished", result.status)
+
+
+def test_task_envelope_of_a_task_of_another_kind_of_backend_is_refused(settings):
+    """``task_envelope`` read ``max_attempts`` off any backend: a task of Django's dummy
+    backend (a common test setting) failed with an ``AttributeError``; and a job made of
+    it would wait for a handler no worker registers."""
+    from headgate_django.exceptions import DefinitionError
+    from headgate_django.tasks import task_envelope
+
+    settings.TASKS = {**settings.TASKS, "dummy": {"BACKEND": _dummy_backend_path()}}
+    task = defs.add.using(backend="dummy")
+    with pytest.raises(InvalidTaskError, match="not a Headgate backend") as info:
+        task_envelope(task, 1, 2)
+    assert isinstance(info.value, DefinitionError)
+
+
+def _dummy_backend_path() -> str:
+    try:
+        import django.tasks  # noqa: F401
+    except ImportError:
+        return "django_tasks.backends.dummy.DummyBackend"
+    return "django.tasks.backends.dummy.DummyBackend"
+
+
+def test_a_task_that_gives_up_with_skip_has_finished():
+    """headgate's ``Skip`` archives the job at once, whatever attempts are left; the task
+    had FAILED for good, but ``task_finished`` was only sent on the last attempt."""
+    with signals_seen() as seen:
+        result = defs.gives_up.enqueue()  # 25 attempts (HEADGATE["MAX_ATTEMPTS"])
+        testing.run_jobs(include_scheduled=True)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 1
+    assert seen == [
+        ("enqueued", TaskResultStatus.READY),
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+    ]
