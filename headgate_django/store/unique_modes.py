@@ -38,6 +38,7 @@ from headgate_django.store.insert import (
     _plan,
     _Planner,
     _Row,
+    _sealed,
     insert_checked,
     is_special,
     job_insert_many,
@@ -62,6 +63,9 @@ def job_insert_one(env: Envelope, *, using: str = "default") -> Inserted:
     rows = _plan([env])
     if not is_special(rows[0].env):
         return Inserted(job_insert_many([env], using=using)[0], False)
+    if headgate_settings.ENCRYPTION_KEY_ID is not None:
+        # Sealed as ``job_insert_many`` seals: the new job's payload, or the holder's new one.
+        rows = [_sealed(row) for row in rows]
     return insert_special(v.connection_for(using), rows, using)[0]
 
 
