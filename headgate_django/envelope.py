@@ -368,6 +368,9 @@ def check_fields(env: Envelope) -> None:
     if env.delay is not None and env.delay < timedelta(0):
         raise DefinitionError(f"{env.kind}: delay cannot be negative")
     check_not_too_long(f"{env.kind}: delay", env.delay)
+    if env.timeout is not None and env.timeout <= timedelta(0):
+        raise DefinitionError(f"{env.kind}: timeout must be positive")
+    check_not_too_long(f"{env.kind}: timeout", env.timeout)
     if env.scheduled_at is not None and env.scheduled_at.tzinfo is None:
         raise DefinitionError(f"{env.kind}: scheduled_at must be timezone-aware")
     if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
@@ -404,6 +407,7 @@ def check_unique_mode(env: Envelope) -> None:
             not isinstance(span, timedelta) or span < timedelta(milliseconds=1)
         ):
             raise DefinitionError(f"{env.kind}: {name} must be a timedelta of at least 1 ms")
+        check_not_too_long(f"{env.kind}: {name}", span)
     if env.unique_debounce is not None and (
         env.scheduled_at is not None or env.delay is not None or env.pending
     ):
@@ -434,6 +438,7 @@ def check_deadline(kind: str, deadline: object) -> None:
     elif isinstance(deadline, timedelta):
         if deadline < timedelta(milliseconds=1):
             raise DefinitionError(f"{kind}: a deadline span must be at least 1 ms")
+        check_not_too_long(f"{kind}: deadline", deadline)
     else:
         raise DefinitionError(f"{kind}: deadline is a datetime or a timedelta, not {deadline!r}")
 

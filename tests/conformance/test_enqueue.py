@@ -461,6 +461,39 @@ def test_unknown_kinds_are_counted_each_up_to_a_cap_and_only_while_available(mon
     }
 
 
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        ({"timeout": timedelta(days=10**8)}, "timeout"),
+        ({"deadline": timedelta(days=10**8)}, "deadline"),
+        ({"deadline": timedelta.max}, "deadline"),
+        ({"unique_key": "k", "unique_window": timedelta(days=10**8)}, "unique_window"),
+        ({"unique_key": "k", "unique_debounce": timedelta(days=10**8)}, "unique_debounce"),
+    ],
+    ids=["timeout", "deadline", "deadline-max", "unique_window", "unique_debounce"],
+)
+def test_a_span_past_the_year_9999_is_refused_and_nothing_is_stored(fields, name):
+    # A deadline, throttle window or debounce is added to the store clock, as a delay is:
+    # on SQLite the deadline became NULL (the job kept no deadline at all), elsewhere the
+    # database failed or wrote a year far past 9999. A timeout is stored as a span.
+    kept = tasks.noop.enqueue()
+    too_long = dataclasses.replace(tasks.noop.envelope(), **fields)
+    with pytest.raises(DefinitionError, match=f"{name} is at most 36500 days"):
+        enqueue(too_long)
+    assert list(Job.objects.values_list("id", flat=True)) == [kept]
+    longest = {k: timedelta(days=36_500) if k == name else v for k, v in fields.items()}
+    job_id = enqueue(dataclasses.replace(tasks.noop.envelope(), **longest))[0]
+    assert Job.objects.filter(pk=job_id).exists()
+
+
+@pytest.mark.parametrize("timeout", [timedelta(0), timedelta(seconds=-5)], ids=["zero", "neg"])
+def test_a_timeout_that_is_not_positive_is_refused(timeout, no_new_rows):
+    # ``@task`` refused it; an envelope's own timeout was stored, and a negative one timed
+    # every attempt out at once.
+    with pytest.raises(DefinitionError, match="timeout must be positive"):
+        enqueue([envelope(), envelope(timeout=timeout)])
+
+
 @pytest.mark.parametrize("field", ["delay", "retention"])
 def test_a_delay_or_retention_past_the_year_9999_is_refused_and_nothing_is_stored(field):
     # The store adds either to its clock: NULL on SQLite, an overflow on MariaDB, and on
