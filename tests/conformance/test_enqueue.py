@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
+from datetime import timezone as tz
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -38,6 +39,9 @@ BAD_KINDS = {
     "space": "has space",
     "not-a-string": 42,
 }
+
+
+MINUS_5 = tz(timedelta(hours=-5))
 
 
 @pytest.fixture
@@ -200,6 +204,47 @@ def test_naive_datetime(no_new_rows):
     ],
 )
 def test_other_bad_fields(fields, message, no_new_rows):
+    with pytest.raises(DefinitionError, match=message):
+        enqueue([envelope(), envelope(**fields)])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_attempts": 2**31}, "max_attempts"),
+        ({"schema_version": 2**31}, "schema_version"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+        ({"priority": 1.5}, "priority"),
+        ({"priority": "5"}, "priority"),
+        ({"schema_version": "2"}, "schema_version"),
+        ({"retention": 5}, "retention"),
+        ({"delay": 5}, "delay"),
+        ({"timeout": 5}, "timeout"),
+        ({"scheduled_at": "2030-01-01T00:00:00Z"}, "scheduled_at"),
+        ({"unique_key": 5}, "unique_key"),
+        ({"scheduled_at": datetime(9999, 12, 31, 23, tzinfo=MINUS_5)}, "scheduled_at"),
+        ({"deadline": datetime(9999, 12, 31, 23, tzinfo=MINUS_5)}, "deadline"),
+    ],
+    ids=[
+        "max_attempts-huge",
+        "schema_version-huge",
+        "max_attempts-float",
+        "priority-float",
+        "priority-str",
+        "schema_version-str",
+        "retention-int",
+        "delay-int",
+        "timeout-int",
+        "scheduled_at-str",
+        "unique_key-int",
+        "scheduled_at-year-10000-in-utc",
+        "deadline-year-10000-in-utc",
+    ],
+)
+def test_fields_of_the_wrong_type_or_out_of_the_columns_range(fields, message, no_new_rows):
+    # Each was stored as given on SQLite (a float in an integer column), failed with a raw
+    # database error on PostgreSQL or MariaDB, or raised TypeError, AttributeError or
+    # OverflowError from inside the check.
     with pytest.raises(DefinitionError, match=message):
         enqueue([envelope(), envelope(**fields)])
 
