@@ -86,8 +86,10 @@ def insert_special(conn: BaseDatabaseWrapper, rows: Sequence[_Row], using: str) 
         if len(rows) == 1 and rows[0].env.unique_mode in ("replace", "debounce"):
             done = [_replace_or_insert(conn, rows[0], using)]
         else:
-            _hold_windows(conn, [r for r in rows if r.env.unique_mode == "throttle"])
-            insert_checked(conn, _Planner.of([_plain(r) for r in rows]), using)
+            gone = _hold_windows(conn, [r for r in rows if r.env.unique_mode == "throttle"])
+            new = [_plain(r) for r in rows if r.id not in gone]
+            if new:
+                insert_checked(conn, _Planner.of(new), using)
             done = [Inserted(r.id, False) for r in rows]
         _set_deadlines(conn, [r for r, d in zip(rows, done, strict=True) if not d.replaced])
     return done
@@ -110,14 +112,17 @@ def _plain(row: _Row) -> _Row:
 # -- throttle -------------------------------------------------------------------------
 
 
-def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
+def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> set[str]:
     """Take each row's throttled key for its window, or raise :class:`DuplicateError`.
 
     A lapsed window is deleted first. The same caller id enqueued again finds its own
-    window: the plain insert then decides (an idempotent repeat, or an id conflict).
+    window: the plain insert then decides (an idempotent repeat, or an id conflict), unless
+    the job's row is gone (deleted at its ack, or evicted) while its window holds: that
+    repeat is idempotent too, and its id is returned, for the caller not to insert it (a
+    new row would run the job a second time in the window).
     """
     if not rows:
-        return
+        return set()
     keys = [r.env.unique_key for r in rows]
     marks = v.placeholders(len(keys))
     with conn.cursor() as cursor:
@@ -134,8 +139,9 @@ def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
                 fresh.append(r)
             elif holder != r.id:
                 raise _duplicate(holder, r.env.unique_key, "holds it for its throttle window")
+        gone = _rows_gone(cursor, [r.id for r in rows if held.get(r.env.unique_key or "")])
         if not fresh:
-            return
+            return gone
         values = ", ".join(f"(%s, %s, {v.plus_ms(conn)})" for _ in fresh)
         params = v.flat((r.env.unique_key, r.id, _ms(r.env.unique_window)) for r in fresh)
         try:
@@ -158,7 +164,17 @@ def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
             left = [r for r in fresh if r.env.unique_key not in taken]
             if len(left) == len(fresh):
                 raise
-            _hold_windows(conn, left)
+            gone |= _rows_gone(cursor, [r.id for r in fresh if r.env.unique_key in taken])
+            gone |= _hold_windows(conn, left)
+    return gone
+
+
+def _rows_gone(cursor: Any, ids: list[str]) -> set[str]:
+    """Those of ``ids`` (each holding its own key's window) that have no job row."""
+    if not ids:
+        return set()
+    cursor.execute(f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))})", ids)
+    return set(ids) - {row[0] for row in cursor.fetchall()}
 
 
 def _window_holders(cursor: Any, conn: BaseDatabaseWrapper, keys: list[Any]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from tests.conformance.helpers import claim, envelope, fresh_queue, row, state_o
 pytestmark = pytest.mark.django_db
 
 WINDOW = timedelta(milliseconds=300)
+ZERO = timedelta(0)
 
 
 @pytest.fixture
@@ -81,6 +82,24 @@ def test_throttle_repeat_of_the_same_caller_id_is_idempotent():
     assert store.job_insert_many([env]) == ["throttled-1"]
     assert store.job_insert_many([env]) == ["throttled-1"]
     assert Job.objects.filter(pk="throttled-1").count() == 1
+
+
+def test_throttle_repeat_of_a_caller_id_deleted_at_its_ack_makes_no_second_job():
+    """The window outlives the job's row (retention 0, or evicted): a repeat of its id
+    within the window is the idempotent repeat it was while the row existed, not a new job
+    that runs a second time in the window."""
+    window = timedelta(minutes=10)
+    env = envelope(id="throttled-2", unique_key="t4b", unique_window=window, retention=ZERO)
+    assert store.job_insert_many([env]) == ["throttled-2"]
+    _finish("throttled-2", delete=True)
+    assert state_of("throttled-2") is None
+    assert store.job_insert_many([env]) == ["throttled-2"]
+    assert enqueue_one(env) == ("throttled-2", False)
+    other = envelope(unique_key="t4c", unique_window=window)
+    assert len(store.job_insert_many([other, env])) == 2
+    assert state_of("throttled-2") is None
+    assert Job.objects.filter(unique_key__isnull=True, kind=env.kind).count() == 1
+    assert UniqueWindow.objects.get(pk="t4b").job_id == "throttled-2"
 
 
 def test_throttle_batch_is_all_or_nothing():
