@@ -378,7 +378,7 @@ def check_fields(env: Envelope) -> None:
         isinstance(env.unique_key, str) and 0 < len(env.unique_key) <= 255
     ):
         raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
-    if env.partition_key:
+    if env.partition_key != "":  # a falsy one that is not a string (None, 0) is refused too
         _admission_field(env.kind, validate_partition_key, env.partition_key)
     if env.rate_class is not None:
         _admission_field(env.kind, validate_rate_class, env.rate_class)
