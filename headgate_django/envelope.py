@@ -353,6 +353,8 @@ def check_fields(env: Envelope) -> None:
         )
     if env.id is not None:
         validate_job_id(env.id)
+    if env.workflow_id is not None:
+        _admission_field(env.kind, _validate_workflow_id, env.workflow_id)
     _check_integer(env.kind, "priority", env.priority, -_INT32)
     _check_integer(env.kind, "schema_version", env.schema_version, 1)
     if env.max_attempts is not None:
@@ -468,6 +470,15 @@ def check_deadline(kind: str, deadline: object) -> None:
         check_not_too_long(f"{kind}: deadline", deadline)
     else:
         raise DefinitionError(f"{kind}: deadline is a datetime or a timedelta, not {deadline!r}")
+
+
+def _validate_workflow_id(workflow_id: object) -> None:
+    """The column's rule for a job id (a string of 1-255 bytes without control characters),
+    named for the workflow id: a longer one or one with a NUL failed with a database error."""
+    try:
+        validate_job_id(workflow_id)
+    except DefinitionError as exc:
+        raise DefinitionError(f"workflow_id: {exc}") from None
 
 
 def _admission_field(kind: str, validate: Any, value: object) -> None:

@@ -224,6 +224,10 @@ def test_other_bad_fields(fields, message, no_new_rows):
         ({"unique_key": 5}, "unique_key"),
         ({"scheduled_at": datetime(9999, 12, 31, 23, tzinfo=MINUS_5)}, "scheduled_at"),
         ({"deadline": datetime(9999, 12, 31, 23, tzinfo=MINUS_5)}, "deadline"),
+        ({"workflow_id": "w" * 256}, "workflow_id"),
+        ({"workflow_id": "a\x00b"}, "workflow_id"),
+        ({"workflow_id": 5}, "workflow_id"),
+        ({"workflow_id": ""}, "workflow_id"),
     ],
     ids=[
         "max_attempts-huge",
@@ -239,6 +243,10 @@ def test_other_bad_fields(fields, message, no_new_rows):
         "unique_key-int",
         "scheduled_at-year-10000-in-utc",
         "deadline-year-10000-in-utc",
+        "workflow_id-256-bytes",
+        "workflow_id-nul",
+        "workflow_id-int",
+        "workflow_id-empty",
     ],
 )
 def test_fields_of_the_wrong_type_or_out_of_the_columns_range(fields, message, no_new_rows):
