@@ -240,17 +240,24 @@ def _replace_or_insert(conn: BaseDatabaseWrapper, row: _Row, using: str) -> Inse
 
 def _take_over(conn: BaseDatabaseWrapper, row: _Row, holder_id: str) -> bool:
     """Write the new values into the holder (locked first); False if it finished meanwhile
-    (the key is free); :class:`DuplicateError` for a holder that is running or pending."""
+    (the key is free); :class:`DuplicateError` for a holder that is running or pending, or
+    of another kind."""
     env = row.env
     event = Event.DEBOUNCE if env.unique_mode == "debounce" else Event.UNIQUE_REPLACE
     with conn.cursor() as cursor:
         cursor.execute(
-            f"SELECT state FROM headgate_job WHERE id = %s{v.for_update(conn)}", [holder_id]
+            f"SELECT state, kind FROM headgate_job WHERE id = %s{v.for_update(conn)}",
+            [holder_id],
         )
         found = cursor.fetchone()
         state = State(found[0]) if found else None
         if state is None or state in TERMINAL_STATES:
             return False
+        if found[1] != env.kind:
+            # Its handler would run this kind's payload: a key is one namespace for all kinds.
+            raise _duplicate(
+                holder_id, env.unique_key, f"is a job of kind {found[1]!r}, not {env.kind!r}"
+            )
         if state not in _TAKES_OVER:
             raise _duplicate(
                 holder_id,

@@ -183,6 +183,26 @@ def test_replace_refuses_a_running_holder_and_changes_nothing():
     assert row(holder) == before
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [{"unique_debounce": timedelta(seconds=30)}, {"unique_replace": {"payload", "priority"}}],
+    ids=["debounce", "replace"],
+)
+def test_a_holder_of_another_kind_takes_nothing(mode):
+    """A unique key is one namespace for every kind: a holder of another kind must not
+    take this kind's payload, which it would run with its own handler (and under a
+    fingerprint of a kind it is not); the enqueue is refused as a lifecycle duplicate."""
+    holder = store.job_insert_many([envelope(kind="test.noop", unique_key="r-kind")])[0]
+    before = row(holder)
+    other = Envelope(kind="test.echo", unique_key="r-kind", payload=b'{"value":1}', **mode)
+    with pytest.raises(DuplicateError) as caught:
+        enqueue_one(other)
+    assert (caught.value.existing_id, caught.value.replaced) == (holder, False)
+    assert "test.noop" in str(caught.value)
+    assert row(holder) == before
+    assert Job.objects.count() == 1
+
+
 def test_replace_without_a_holder_inserts():
     done = enqueue_one(envelope(unique_key="r4", unique_replace={"payload"}))
     assert done.replaced is False
