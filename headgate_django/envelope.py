@@ -13,7 +13,7 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from headgate_django.exceptions import (
@@ -353,12 +353,15 @@ def check_fields(env: Envelope) -> None:
         )
     if env.id is not None:
         validate_job_id(env.id)
-    if not -_INT32 <= env.priority <= _INT32:
-        raise DefinitionError(f"{env.kind}: priority out of range")
-    if env.schema_version < 1:
-        raise DefinitionError(f"{env.kind}: schema_version must be at least 1")
-    if env.max_attempts is not None and env.max_attempts < 1:
-        raise DefinitionError(f"{env.kind}: max_attempts must be at least 1")
+    if env.workflow_id is not None:
+        _admission_field(env.kind, _validate_workflow_id, env.workflow_id)
+    _check_integer(env.kind, "priority", env.priority, -_INT32)
+    _check_integer(env.kind, "schema_version", env.schema_version, 1)
+    if env.max_attempts is not None:
+        _check_integer(env.kind, "max_attempts", env.max_attempts, 1)
+    for name in ("retention", "delay", "timeout"):
+        if getattr(env, name) is not None and not isinstance(getattr(env, name), timedelta):
+            raise DefinitionError(f"{env.kind}: {name} is a timedelta, not {getattr(env, name)!r}")
     if env.retention is not None and env.retention < timedelta(0):
         raise DefinitionError(f"{env.kind}: retention cannot be negative")
     check_not_too_long(f"{env.kind}: retention", env.retention)
@@ -368,11 +371,16 @@ def check_fields(env: Envelope) -> None:
     if env.delay is not None and env.delay < timedelta(0):
         raise DefinitionError(f"{env.kind}: delay cannot be negative")
     check_not_too_long(f"{env.kind}: delay", env.delay)
-    if env.scheduled_at is not None and env.scheduled_at.tzinfo is None:
-        raise DefinitionError(f"{env.kind}: scheduled_at must be timezone-aware")
-    if env.unique_key is not None and not (0 < len(env.unique_key) <= 255):
+    if env.timeout is not None and env.timeout <= timedelta(0):
+        raise DefinitionError(f"{env.kind}: timeout must be positive")
+    check_not_too_long(f"{env.kind}: timeout", env.timeout)
+    if env.scheduled_at is not None:
+        check_instant(env.kind, "scheduled_at", env.scheduled_at)
+    if env.unique_key is not None and not (
+        isinstance(env.unique_key, str) and 0 < len(env.unique_key) <= 255
+    ):
         raise DefinitionError(f"{env.kind}: unique_key must be 1–255 characters")
-    if env.partition_key:
+    if env.partition_key != "":  # a falsy one that is not a string (None, 0) is refused too
         _admission_field(env.kind, validate_partition_key, env.partition_key)
     if env.rate_class is not None:
         _admission_field(env.kind, validate_rate_class, env.rate_class)
@@ -404,6 +412,7 @@ def check_unique_mode(env: Envelope) -> None:
             not isinstance(span, timedelta) or span < timedelta(milliseconds=1)
         ):
             raise DefinitionError(f"{env.kind}: {name} must be a timedelta of at least 1 ms")
+        check_not_too_long(f"{env.kind}: {name}", span)
     if env.unique_debounce is not None and (
         env.scheduled_at is not None or env.delay is not None or env.pending
     ):
@@ -426,16 +435,50 @@ def check_unique_mode(env: Envelope) -> None:
         object.__setattr__(env, "unique_replace", frozenset(names))
 
 
+def _check_integer(kind: str, name: str, value: object, low: int) -> None:
+    """Refuse a value of an integer column that is not an integer from ``low`` to the
+    column's largest (a signed 32-bit integer): SQLite stored a float as given, and
+    PostgreSQL and MariaDB failed with a database error past the column's range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _INT32:
+        raise DefinitionError(
+            f"{kind}: {name} must be an integer from {low} to {_INT32}, not {value!r}"
+        )
+
+
+def check_instant(kind: str, name: str, value: object) -> None:
+    """An instant the store can keep: an aware ``datetime`` that is one in UTC too (an
+    instant of 9999-12-31 behind UTC is in the year 10000 there, past every database)."""
+    if not isinstance(value, datetime):
+        raise DefinitionError(f"{kind}: {name} is a datetime, not {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise DefinitionError(f"{kind}: {name} must be timezone-aware")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise DefinitionError(
+            f"{kind}: {name} {value.isoformat()} is outside the years 1 to 9999 in UTC"
+        ) from None
+
+
 def check_deadline(kind: str, deadline: object) -> None:
     """A deadline is an aware instant or a positive span (counted from enqueue)."""
     if isinstance(deadline, datetime):
-        if deadline.tzinfo is None:
-            raise DefinitionError(f"{kind}: deadline must be timezone-aware")
+        check_instant(kind, "deadline", deadline)
     elif isinstance(deadline, timedelta):
         if deadline < timedelta(milliseconds=1):
             raise DefinitionError(f"{kind}: a deadline span must be at least 1 ms")
+        check_not_too_long(f"{kind}: deadline", deadline)
     else:
         raise DefinitionError(f"{kind}: deadline is a datetime or a timedelta, not {deadline!r}")
+
+
+def _validate_workflow_id(workflow_id: object) -> None:
+    """The column's rule for a job id (a string of 1-255 bytes without control characters),
+    named for the workflow id: a longer one or one with a NUL failed with a database error."""
+    try:
+        validate_job_id(workflow_id)
+    except DefinitionError as exc:
+        raise DefinitionError(f"workflow_id: {exc}") from None
 
 
 def _admission_field(kind: str, validate: Any, value: object) -> None:

@@ -38,6 +38,7 @@ from headgate_django.store.insert import (
     _plan,
     _Planner,
     _Row,
+    _sealed,
     insert_checked,
     is_special,
     job_insert_many,
@@ -62,6 +63,9 @@ def job_insert_one(env: Envelope, *, using: str = "default") -> Inserted:
     rows = _plan([env])
     if not is_special(rows[0].env):
         return Inserted(job_insert_many([env], using=using)[0], False)
+    if headgate_settings.ENCRYPTION_KEY_ID is not None:
+        # Sealed as ``job_insert_many`` seals: the new job's payload, or the holder's new one.
+        rows = [_sealed(row) for row in rows]
     return insert_special(v.connection_for(using), rows, using)[0]
 
 
@@ -82,8 +86,10 @@ def insert_special(conn: BaseDatabaseWrapper, rows: Sequence[_Row], using: str) 
         if len(rows) == 1 and rows[0].env.unique_mode in ("replace", "debounce"):
             done = [_replace_or_insert(conn, rows[0], using)]
         else:
-            _hold_windows(conn, [r for r in rows if r.env.unique_mode == "throttle"])
-            insert_checked(conn, _Planner.of([_plain(r) for r in rows]), using)
+            gone = _hold_windows(conn, [r for r in rows if r.env.unique_mode == "throttle"])
+            new = [_plain(r) for r in rows if r.id not in gone]
+            if new:
+                insert_checked(conn, _Planner.of(new), using)
             done = [Inserted(r.id, False) for r in rows]
         _set_deadlines(conn, [r for r, d in zip(rows, done, strict=True) if not d.replaced])
     return done
@@ -106,14 +112,17 @@ def _plain(row: _Row) -> _Row:
 # -- throttle -------------------------------------------------------------------------
 
 
-def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
+def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> set[str]:
     """Take each row's throttled key for its window, or raise :class:`DuplicateError`.
 
     A lapsed window is deleted first. The same caller id enqueued again finds its own
-    window: the plain insert then decides (an idempotent repeat, or an id conflict).
+    window: the plain insert then decides (an idempotent repeat, or an id conflict), unless
+    the job's row is gone (deleted at its ack, or evicted) while its window holds: that
+    repeat is idempotent too, and its id is returned, for the caller not to insert it (a
+    new row would run the job a second time in the window).
     """
     if not rows:
-        return
+        return set()
     keys = [r.env.unique_key for r in rows]
     marks = v.placeholders(len(keys))
     with conn.cursor() as cursor:
@@ -130,8 +139,9 @@ def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
                 fresh.append(r)
             elif holder != r.id:
                 raise _duplicate(holder, r.env.unique_key, "holds it for its throttle window")
+        gone = _rows_gone(cursor, [r.id for r in rows if held.get(r.env.unique_key or "")])
         if not fresh:
-            return
+            return gone
         values = ", ".join(f"(%s, %s, {v.plus_ms(conn)})" for _ in fresh)
         params = v.flat((r.env.unique_key, r.id, _ms(r.env.unique_window)) for r in fresh)
         try:
@@ -154,7 +164,17 @@ def _hold_windows(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:
             left = [r for r in fresh if r.env.unique_key not in taken]
             if len(left) == len(fresh):
                 raise
-            _hold_windows(conn, left)
+            gone |= _rows_gone(cursor, [r.id for r in fresh if r.env.unique_key in taken])
+            gone |= _hold_windows(conn, left)
+    return gone
+
+
+def _rows_gone(cursor: Any, ids: list[str]) -> set[str]:
+    """Those of ``ids`` (each holding its own key's window) that have no job row."""
+    if not ids:
+        return set()
+    cursor.execute(f"SELECT id FROM headgate_job WHERE id IN ({v.placeholders(len(ids))})", ids)
+    return set(ids) - {row[0] for row in cursor.fetchall()}
 
 
 def _window_holders(cursor: Any, conn: BaseDatabaseWrapper, keys: list[Any]) -> dict[str, str]:
@@ -220,17 +240,24 @@ def _replace_or_insert(conn: BaseDatabaseWrapper, row: _Row, using: str) -> Inse
 
 def _take_over(conn: BaseDatabaseWrapper, row: _Row, holder_id: str) -> bool:
     """Write the new values into the holder (locked first); False if it finished meanwhile
-    (the key is free); :class:`DuplicateError` for a holder that is running or pending."""
+    (the key is free); :class:`DuplicateError` for a holder that is running or pending, or
+    of another kind."""
     env = row.env
     event = Event.DEBOUNCE if env.unique_mode == "debounce" else Event.UNIQUE_REPLACE
     with conn.cursor() as cursor:
         cursor.execute(
-            f"SELECT state FROM headgate_job WHERE id = %s{v.for_update(conn)}", [holder_id]
+            f"SELECT state, kind FROM headgate_job WHERE id = %s{v.for_update(conn)}",
+            [holder_id],
         )
         found = cursor.fetchone()
         state = State(found[0]) if found else None
         if state is None or state in TERMINAL_STATES:
             return False
+        if found[1] != env.kind:
+            # Its handler would run this kind's payload: a key is one namespace for all kinds.
+            raise _duplicate(
+                holder_id, env.unique_key, f"is a job of kind {found[1]!r}, not {env.kind!r}"
+            )
         if state not in _TAKES_OVER:
             raise _duplicate(
                 holder_id,

@@ -22,6 +22,11 @@ BAD = {
     "partition-multibyte-over": {"partition_key": "é" * 65},
     "partition-control": {"partition_key": "a\nb"},
     "partition-not-str": {"partition_key": 7},
+    # Falsy, so never validated: None failed on the NOT NULL column (in a batch as
+    # "conflicted with a concurrent write"), 0 and False were stored as "0", "" or "false".
+    "partition-none": {"partition_key": None},
+    "partition-zero": {"partition_key": 0},
+    "partition-false": {"partition_key": False},
     "rate-class-empty": {"rate_class": ""},
     "rate-class-space": {"rate_class": "has space"},
     "rate-class-long": {"rate_class": "r" * 129},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
+from datetime import timezone as tz
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -38,6 +39,9 @@ BAD_KINDS = {
     "space": "has space",
     "not-a-string": 42,
 }
+
+
+MINUS_5 = tz(timedelta(hours=-5))
 
 
 @pytest.fixture
@@ -200,6 +204,55 @@ def test_naive_datetime(no_new_rows):
     ],
 )
 def test_other_bad_fields(fields, message, no_new_rows):
+    with pytest.raises(DefinitionError, match=message):
+        enqueue([envelope(), envelope(**fields)])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_attempts": 2**31}, "max_attempts"),
+        ({"schema_version": 2**31}, "schema_version"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+        ({"priority": 1.5}, "priority"),
+        ({"priority": "5"}, "priority"),
+        ({"schema_version": "2"}, "schema_version"),
+        ({"retention": 5}, "retention"),
+        ({"delay": 5}, "delay"),
+        ({"timeout": 5}, "timeout"),
+        ({"scheduled_at": "2030-01-01T00:00:00Z"}, "scheduled_at"),
+        ({"unique_key": 5}, "unique_key"),
+        ({"scheduled_at": datetime(9999, 12, 31, 23, tzinfo=MINUS_5)}, "scheduled_at"),
+        ({"deadline": datetime(9999, 12, 31, 23, tzinfo=MINUS_5)}, "deadline"),
+        ({"workflow_id": "w" * 256}, "workflow_id"),
+        ({"workflow_id": "a\x00b"}, "workflow_id"),
+        ({"workflow_id": 5}, "workflow_id"),
+        ({"workflow_id": ""}, "workflow_id"),
+    ],
+    ids=[
+        "max_attempts-huge",
+        "schema_version-huge",
+        "max_attempts-float",
+        "priority-float",
+        "priority-str",
+        "schema_version-str",
+        "retention-int",
+        "delay-int",
+        "timeout-int",
+        "scheduled_at-str",
+        "unique_key-int",
+        "scheduled_at-year-10000-in-utc",
+        "deadline-year-10000-in-utc",
+        "workflow_id-256-bytes",
+        "workflow_id-nul",
+        "workflow_id-int",
+        "workflow_id-empty",
+    ],
+)
+def test_fields_of_the_wrong_type_or_out_of_the_columns_range(fields, message, no_new_rows):
+    # Each was stored as given on SQLite (a float in an integer column), failed with a raw
+    # database error on PostgreSQL or MariaDB, or raised TypeError, AttributeError or
+    # OverflowError from inside the check.
     with pytest.raises(DefinitionError, match=message):
         enqueue([envelope(), envelope(**fields)])
 
@@ -459,6 +512,39 @@ def test_unknown_kinds_are_counted_each_up_to_a_cap_and_only_while_available(mon
         "test.noop": 2,
         "test.zz-unknown": 2,
     }
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        ({"timeout": timedelta(days=10**8)}, "timeout"),
+        ({"deadline": timedelta(days=10**8)}, "deadline"),
+        ({"deadline": timedelta.max}, "deadline"),
+        ({"unique_key": "k", "unique_window": timedelta(days=10**8)}, "unique_window"),
+        ({"unique_key": "k", "unique_debounce": timedelta(days=10**8)}, "unique_debounce"),
+    ],
+    ids=["timeout", "deadline", "deadline-max", "unique_window", "unique_debounce"],
+)
+def test_a_span_past_the_year_9999_is_refused_and_nothing_is_stored(fields, name):
+    # A deadline, throttle window or debounce is added to the store clock, as a delay is:
+    # on SQLite the deadline became NULL (the job kept no deadline at all), elsewhere the
+    # database failed or wrote a year far past 9999. A timeout is stored as a span.
+    kept = tasks.noop.enqueue()
+    too_long = dataclasses.replace(tasks.noop.envelope(), **fields)
+    with pytest.raises(DefinitionError, match=f"{name} is at most 36500 days"):
+        enqueue(too_long)
+    assert list(Job.objects.values_list("id", flat=True)) == [kept]
+    longest = {k: timedelta(days=36_500) if k == name else v for k, v in fields.items()}
+    job_id = enqueue(dataclasses.replace(tasks.noop.envelope(), **longest))[0]
+    assert Job.objects.filter(pk=job_id).exists()
+
+
+@pytest.mark.parametrize("timeout", [timedelta(0), timedelta(seconds=-5)], ids=["zero", "neg"])
+def test_a_timeout_that_is_not_positive_is_refused(timeout, no_new_rows):
+    # ``@task`` refused it; an envelope's own timeout was stored, and a negative one timed
+    # every attempt out at once.
+    with pytest.raises(DefinitionError, match="timeout must be positive"):
+        enqueue([envelope(), envelope(timeout=timeout)])
 
 
 @pytest.mark.parametrize("field", ["delay", "retention"])

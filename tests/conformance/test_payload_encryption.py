@@ -5,11 +5,15 @@ ciphertext makes the job undecodable with that reason; keys rotate through the r
 from __future__ import annotations
 
 import base64
+import dataclasses
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from headgate_django import enqueue, store, task, testing
+from headgate_django.enqueue import enqueue_one
 from headgate_django.envelope import fingerprint
 from headgate_django.exceptions import ConfigurationError
 from headgate_django.kernel import sealed
@@ -105,6 +109,36 @@ def test_a_repaired_payload_is_sealed_too():
         assert sealed.is_sealed(payload_of(job_id))
         store.job_operator_retry(job_id)
         assert testing.run_one() == (job_id, "completed")
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {"deadline": timedelta(hours=1)},
+        {"unique_key": "card", "unique_window": timedelta(minutes=1)},
+        {"unique_key": "card", "unique_debounce": timedelta(minutes=1)},
+        {"unique_key": "card", "unique_replace": frozenset({"payload"})},
+    ],
+    ids=["deadline", "throttle", "debounce", "replace"],
+)
+def test_enqueue_one_seals_the_payload_of_a_new_job_and_of_a_replaced_holder(mode):
+    """``enqueue_one`` (the HTTP enqueue's path) seals as ``enqueue`` does, for a job with a
+    uniqueness mode or a deadline too, and for the values a waiting holder takes."""
+    with override_settings(HEADGATE=ON_K1):
+        first = enqueue_one(dataclasses.replace(echo.envelope(card=SECRET), **mode))
+        assert first.replaced is False
+        assert sealed.is_sealed(payload_of(first.id))
+        assert SECRET.encode() not in payload_of(first.id)
+        if "unique_debounce" in mode or "unique_replace" in mode:
+            again = enqueue_one(dataclasses.replace(echo.envelope(card="card-5555"), **mode))
+            assert again == (first.id, True)
+            assert sealed.is_sealed(payload_of(first.id))
+            assert b"card-5555" not in payload_of(first.id)
+            Job.objects.filter(pk=first.id).update(scheduled_at=timezone.now())
+            if "unique_debounce" in mode:
+                Job.objects.filter(pk=first.id).update(state="available")
+            assert testing.run_one() == (first.id, "completed")
+            assert Job.objects.get(pk=first.id).result == {"card_tail": "5555"}
 
 
 def test_a_current_key_missing_from_the_ring_refuses_the_enqueue_and_writes_nothing():

@@ -27,6 +27,7 @@ from tests.conformance.helpers import claim, envelope, fresh_queue, row, state_o
 pytestmark = pytest.mark.django_db
 
 WINDOW = timedelta(milliseconds=300)
+ZERO = timedelta(0)
 
 
 @pytest.fixture
@@ -81,6 +82,24 @@ def test_throttle_repeat_of_the_same_caller_id_is_idempotent():
     assert store.job_insert_many([env]) == ["throttled-1"]
     assert store.job_insert_many([env]) == ["throttled-1"]
     assert Job.objects.filter(pk="throttled-1").count() == 1
+
+
+def test_throttle_repeat_of_a_caller_id_deleted_at_its_ack_makes_no_second_job():
+    """The window outlives the job's row (retention 0, or evicted): a repeat of its id
+    within the window is the idempotent repeat it was while the row existed, not a new job
+    that runs a second time in the window."""
+    window = timedelta(minutes=10)
+    env = envelope(id="throttled-2", unique_key="t4b", unique_window=window, retention=ZERO)
+    assert store.job_insert_many([env]) == ["throttled-2"]
+    _finish("throttled-2", delete=True)
+    assert state_of("throttled-2") is None
+    assert store.job_insert_many([env]) == ["throttled-2"]
+    assert enqueue_one(env) == ("throttled-2", False)
+    other = envelope(unique_key="t4c", unique_window=window)
+    assert len(store.job_insert_many([other, env])) == 2
+    assert state_of("throttled-2") is None
+    assert Job.objects.filter(unique_key__isnull=True, kind=env.kind).count() == 1
+    assert UniqueWindow.objects.get(pk="t4b").job_id == "throttled-2"
 
 
 def test_throttle_batch_is_all_or_nothing():
@@ -162,6 +181,26 @@ def test_replace_refuses_a_running_holder_and_changes_nothing():
     assert (caught.value.existing_id, caught.value.replaced) == (holder, False)
     assert "running" in str(caught.value)
     assert row(holder) == before
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [{"unique_debounce": timedelta(seconds=30)}, {"unique_replace": {"payload", "priority"}}],
+    ids=["debounce", "replace"],
+)
+def test_a_holder_of_another_kind_takes_nothing(mode):
+    """A unique key is one namespace for every kind: a holder of another kind must not
+    take this kind's payload, which it would run with its own handler (and under a
+    fingerprint of a kind it is not); the enqueue is refused as a lifecycle duplicate."""
+    holder = store.job_insert_many([envelope(kind="test.noop", unique_key="r-kind")])[0]
+    before = row(holder)
+    other = Envelope(kind="test.echo", unique_key="r-kind", payload=b'{"value":1}', **mode)
+    with pytest.raises(DuplicateError) as caught:
+        enqueue_one(other)
+    assert (caught.value.existing_id, caught.value.replaced) == (holder, False)
+    assert "test.noop" in str(caught.value)
+    assert row(holder) == before
+    assert Job.objects.count() == 1
 
 
 def test_replace_without_a_holder_inserts():
