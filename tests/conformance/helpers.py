@@ -8,6 +8,7 @@ gets its own queue by default, so a test can claim exactly the job it means to.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 import uuid
@@ -125,7 +126,7 @@ def near(instant: Any, expected: Any, slack: timedelta = SLACK) -> bool:
     return instant is not None and abs(instant - expected) <= slack
 
 
-def wait_for_lock_wait(timeout: float = 15.0) -> None:
+def wait_for_lock_wait(timeout: float = 30.0) -> None:
     """Return once another session of this test database waits for a row lock.
 
     Races are ordered with it: one connection holds a row locked, the path under test
@@ -134,7 +135,7 @@ def wait_for_lock_wait(timeout: float = 15.0) -> None:
     """
     from django.db import connection
 
-    pause = 0.02
+    pauses = (0.02, 0.02)  # seconds between two reads, from and to
     if connection.vendor == "postgresql":
         sql = (
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -146,7 +147,9 @@ def wait_for_lock_wait(timeout: float = 15.0) -> None:
             "JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
             "WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()"
         )
-        pause = 0.2  # InnoDB refreshes innodb_trx only when not read in the last 0.1 s
+        # InnoDB refreshes innodb_trx only when nobody read it in the last 0.1 s: sessions
+        # of other test processes polling in step could starve it, so the pause varies.
+        pauses = (0.15, 0.45)
     else:
         raise AssertionError("SQLite has no row locks")
     deadline = time.monotonic() + timeout
@@ -159,7 +162,7 @@ def wait_for_lock_wait(timeout: float = 15.0) -> None:
             cursor.execute(sql)
             if cursor.fetchone()[0]:
                 return
-        time.sleep(pause)
+        time.sleep(random.uniform(*pauses))
     raise AssertionError("no session started waiting for a row lock")
 
 

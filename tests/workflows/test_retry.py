@@ -27,7 +27,7 @@ from headgate_django.workflows import (
     request_failed_subgraph_retry,
 )
 from tests.app import tasks
-from tests.conftest import wait_for
+from tests.conformance.helpers import wait_for_lock_wait
 from tests.workflows.helpers import (
     checkpoint,
     claim,
@@ -132,17 +132,6 @@ def test_a_retry_request_reads_no_nodes_payload_or_result():
     assert inspect_workflow("onboarding:42").coordinator_state == "completed"
 
 
-def _lock_waits() -> int:
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        else:
-            cursor.execute(
-                "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
-            )
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_retry_racing_another_one_is_told_the_workflow_is_no_longer_failed():
     # The second request read the coordinator before the first committed, then failed at
@@ -164,7 +153,7 @@ def test_a_retry_racing_another_one_is_told_the_workflow_is_no_longer_failed():
         first = request_failed_subgraph_retry("onboarding:42", 1)
         thread = threading.Thread(target=second)
         thread.start()
-        wait_for(_lock_waits)  # the second request waits for this transaction
+        wait_for_lock_wait()  # the second request waits for this transaction
     thread.join()
     assert first.generation == 2
     (error,) = outcome
