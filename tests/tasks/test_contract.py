@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -58,6 +59,23 @@ def signals_seen() -> Iterator[list[tuple[str, object]]]:
         yield seen
     finally:
         for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+
+
+@contextmanager
+def results_sent(*signals: Any) -> Iterator[list[Any]]:
+    """The task results ``signals`` carried, in the order they were sent."""
+    sent: list[Any] = []
+
+    def receiver(sender, task_result, **kwargs):
+        sent.append(task_result)
+
+    for signal in signals:
+        signal.connect(receiver)
+    try:
+        yield sent
+    finally:
+        for signal in signals:
             signal.disconnect(receiver)
 
 
@@ -217,17 +235,9 @@ def test_a_failed_task_finished_signal_carries_the_error_that_ended_it():
     """As with Django's own backends, the FAILED result sent with ``task_finished`` holds
     the exception that ended the task and when it finished (it said neither: a receiver
     logging ``task_result.errors[-1]`` met an empty list)."""
-    finished = []
-
-    def receiver(sender, task_result, **kwargs):
-        finished.append(task_result)
-
-    task_finished.connect(receiver)
-    try:
+    with results_sent(task_finished) as finished:
         result = defs.explode.using(backend="once").enqueue()
         testing.run_jobs()
-    finally:
-        task_finished.disconnect(receiver)
     [sent] = finished
     assert sent.status == TaskResultStatus.FAILED
     assert sent.finished_at is not None and sent.finished_at >= sent.started_at
@@ -269,17 +279,9 @@ def test_bad_headgate_options_on_a_task_are_django_invalid_task_errors():
 def test_task_finished_sends_the_return_value_as_get_result_reads_it():
     """Django normalises a return value to JSON (a tuple becomes a list) before it says
     SUCCESSFUL; the signal carried the raw tuple while ``get_result`` read a list."""
-    finished = []
-
-    def receiver(sender, task_result, **kwargs):
-        finished.append(task_result)
-
-    task_finished.connect(receiver)
-    try:
+    with results_sent(task_finished) as finished:
         result = defs.returns_a_pair.enqueue()
         testing.run_jobs()
-    finally:
-        task_finished.disconnect(receiver)
     [sent] = finished
     result.refresh()
     assert sent.return_value == result.return_value == [1, "two"]
@@ -355,21 +357,12 @@ def test_a_task_enqueued_through_another_alias_runs_as_that_alias():
     """The worker rebuilt the running task's result through the task's own backend when
     both aliases store in one database: the TaskContext and the ``task_started`` /
     ``task_finished`` results said ``default`` for a task enqueued through ``once``."""
-    sent = []
-
-    def receiver(sender, task_result, **kwargs):
-        sent.append((task_result.backend, task_result.task.backend))
-
-    task_started.connect(receiver)
-    task_finished.connect(receiver)
-    try:
+    with results_sent(task_started, task_finished) as results:
         result = defs.describe.using(backend="once").enqueue()
         testing.run_jobs()
-    finally:
-        task_started.disconnect(receiver)
-        task_finished.disconnect(receiver)
     result.refresh()
     assert result.return_value["backend"] == "once"
+    sent = [(r.backend, r.task.backend) for r in results]
     assert sent == [("once", "once"), ("once", "once")]
     # Through the task's own alias, nothing extra is kept beside the job.
     plain = defs.describe.enqueue()
