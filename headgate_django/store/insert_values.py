@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 
 def timing(env: Envelope) -> str:
     """When the job runs: ``now``, ``pending`` (on promotion), after a ``delay`` or ``at``
-    an instant (which may already be due). A zero delay is now."""
+    an instant (which may already be due). A delay under the store clock's millisecond is
+    now: it would otherwise park the job ``scheduled`` at the current instant, to wait for a
+    promotion it has no reason to wait for."""
     if env.pending:
         return "pending"
-    if env.delay is not None and env.delay > timedelta(0):
+    if delay_ms(env):
         return "delay"
     if env.scheduled_at is not None:
         return "at"
@@ -56,10 +58,10 @@ def limits(env: Envelope, defaults: tuple[int, timedelta] | None = None) -> tupl
 
 
 def delay_ms(env: Envelope) -> int | None:
-    """A positive delay in whole milliseconds; ``None`` for none (a zero delay is none)."""
-    if env.delay is not None and env.delay > timedelta(0):
-        return int(env.delay.total_seconds() * 1000)
-    return None
+    """A delay in whole milliseconds, truncated; ``None`` for none (under 1 ms is none)."""
+    if env.delay is None:
+        return None
+    return int(env.delay.total_seconds() * 1000) or None
 
 
 # The columns of a batch's row, in the order of its bound values: the row's own first,

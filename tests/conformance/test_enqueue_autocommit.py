@@ -86,17 +86,19 @@ def test_a_batch_applies_each_rows_own_timing_on_the_store_clock():
             envelope(pending=True),
             envelope(delay=timedelta(hours=2)),
             envelope(delay=timedelta(0)),
+            envelope(delay=timedelta(microseconds=900)),
             envelope(scheduled_at=past),
             envelope(scheduled_at=future),
             envelope(priority=7, max_attempts=3, timeout=timedelta(seconds=9)),
         ]
     )
     rows = {j.id: j for j in Job.objects.filter(id__in=ids)}
-    now_job, pending, delayed, no_delay, due, later, custom = (rows[i] for i in ids)
-    assert [r.state for r in (now_job, pending, delayed, no_delay, due, later)] == [
+    now_job, pending, delayed, no_delay, sub_ms, due, later, custom = (rows[i] for i in ids)
+    assert [r.state for r in (now_job, pending, delayed, no_delay, sub_ms, due, later)] == [
         "available",
         "pending",
         "scheduled",
+        "available",
         "available",
         "available",
         "scheduled",
@@ -125,6 +127,7 @@ SHAPES = {
     },
     "pending": {"pending": True, "priority": 2**31 - 1},
     "delay": {"delay": timedelta(minutes=5)},
+    "sub-millisecond delay": {"delay": timedelta(microseconds=900)},
     "at": {"scheduled_at": datetime(2031, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)},
     "keyed workflow job": {"unique_key": "k:1%'s", "workflow_id": "wf-%s-'1'"},
     "queue": {"queue": "odd_queue.name:with-dashes"},
