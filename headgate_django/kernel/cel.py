@@ -54,6 +54,10 @@ MAX_EXPRESSION_DEPTH = 100
 #: budget at prepare and graft time and the runtime limit of one evaluation. About 10 ms
 #: of celpy on a slow shared core; ``benchmarks/cel_cost.py`` measures it.
 MAX_EVALUATION_STEPS = 1_000
+#: The most the conditions of one workflow may cost together, the sum of their estimates:
+#: a coordinator tick can evaluate all of them, so this bounds a tick's CEL time (about a
+#: second on a slow shared core) however many condition nodes a graph declares.
+MAX_WORKFLOW_EVALUATION_STEPS = 100_000
 #: The most characters (string), bytes (bytes) or elements (list) a ``+`` may build, and
 #: the most elements a list or map may hold, counted through its nested lists and maps.
 MAX_VALUE_LENGTH = 65_536
@@ -84,8 +88,14 @@ def compile(expression: str, nodes: int = 0) -> CompiledCondition:
         raise ConditionError(f"a condition must be a string, got {type(expression).__name__}")
     compiled = _compile_cached(expression)
     if nodes:
-        _check_cost_cached(compiled, nodes)
+        _cost_cached(compiled, nodes)
     return compiled
+
+
+def cost(expression: str, nodes: int) -> int:
+    """The estimated worst-case steps of *expression* in a workflow of *nodes* nodes, after
+    the checks of :func:`compile` (which raise :class:`ConditionError`)."""
+    return _cost_cached(compile(expression), nodes)
 
 
 def evaluate(
@@ -127,7 +137,7 @@ def _compile_cached(expression: str) -> CompiledCondition:
 
 
 @functools.lru_cache(maxsize=1024)
-def _check_cost_cached(compiled: CompiledCondition, nodes: int) -> None:
+def _cost_cached(compiled: CompiledCondition, nodes: int) -> int:
     from headgate_django.kernel import cel_runtime
 
-    cel_runtime.check_cost(compiled.program.ast, compiled.source, nodes)
+    return cel_runtime.check_cost(compiled.program.ast, compiled.source, nodes)

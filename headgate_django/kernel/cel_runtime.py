@@ -71,8 +71,8 @@ def program(expression: str) -> celpy.Runner:
     return runner
 
 
-def check_cost(tree: lark.Tree, source: str, nodes: int) -> None:
-    """Refuse *tree* if its estimated cost in a workflow of *nodes* nodes is over budget."""
+def check_cost(tree: lark.Tree, source: str, nodes: int) -> int:
+    """The estimated cost of *tree* in a workflow of *nodes* nodes; refused over budget."""
     try:
         cost = cel_cost.estimate(tree, nodes)
     except ConditionError as exc:
@@ -83,6 +83,7 @@ def check_cost(tree: lark.Tree, source: str, nodes: int) -> None:
             f"condition {source!r} is too expensive: its estimated cost{where} is "
             f"{cost:,} evaluation steps, over the budget of {MAX_EVALUATION_STEPS:,}"
         )
+    return cost
 
 
 def evaluate(

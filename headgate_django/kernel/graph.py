@@ -258,6 +258,7 @@ def validate(graph: GraphSpec) -> GraphSpec:
         names.add(node.name)
         _check_job_id(node, job_ids, graph.workflow_id)
         _check_kind_fields(node, graph.workflow_id, len(graph.nodes))
+    _check_conditions_cost(graph)
     for node in graph.nodes:
         _check_deps(node, names)
     _, blocked = graph._order
@@ -274,6 +275,25 @@ def _check_workflow_id(
         raise GraphError(
             f"{what} must be 1 to {MAX_ID_BYTES} bytes of UTF-8, got {workflow_id[:40]!r}",
             node=node,
+        )
+
+
+def _check_conditions_cost(graph: GraphSpec) -> None:
+    """Refuse a graph whose conditions together cost more than one tick may spend: each
+    is within its own budget, but the coordinator may evaluate them all in one tick, and
+    again on every poll while they stay false."""
+    count = len(graph.nodes)
+    total = sum(
+        cel.cost(n.condition, count)
+        for n in graph.nodes
+        if n.kind is NodeKind.CONDITION and n.condition is not None
+    )
+    if total > cel.MAX_WORKFLOW_EVALUATION_STEPS:
+        raise GraphLimitError(
+            f"the workflow's conditions together have an estimated cost of {total:,} "
+            f"evaluation steps in a graph of {count} nodes, over the budget of "
+            f"{cel.MAX_WORKFLOW_EVALUATION_STEPS:,} per workflow; use fewer or simpler "
+            "conditions"
         )
 
 

@@ -20,6 +20,8 @@ Node semantics:
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -236,6 +238,7 @@ def _advance(
         else states[n.name]
         for n in graph.nodes
     }
+    inputs = _ConditionInputs(checkpoint, cel_states, completed_map)
     for node in graph.nodes:
         if node.name in doomed:
             continue
@@ -244,7 +247,7 @@ def _advance(
         if node.kind in (NodeKind.TASK, NodeKind.CHILD_WORKFLOW):
             plan.promote.append(node.job_id)
         elif node.kind is NodeKind.CONDITION:
-            _condition(node, checkpoint, cel_states, completed_map, plan)
+            _condition(node, checkpoint, inputs, plan)
         elif node.kind is NodeKind.TIMER and node.delay_ms is not None:
             anchor = max(done[d] for d in node.deps)
             # A deadline past the last storable instant could never be written (nor
@@ -255,18 +258,50 @@ def _advance(
         # Signal nodes wait for an emission; absolute timers were enqueued scheduled.
 
 
+class _ConditionInputs:
+    """What a condition reads in one tick, and the results already known for it.
+
+    A condition is a pure function of its four variables, so a result is remembered by
+    the expression and a digest of those variables: a workflow waiting on conditions that
+    stay false costs one evaluation each per change of state, not one per poll."""
+
+    def __init__(
+        self, checkpoint: Checkpoint, states: dict[str, str], completed: dict[str, bool]
+    ) -> None:
+        self.revision, self.generation = checkpoint.revision, checkpoint.generation
+        self.states, self.completed = states, completed
+        self._digest: bytes | None = None
+
+    def decide(self, expression: str) -> bool:
+        if self._digest is None:
+            seen = (self.revision, self.generation, sorted(self.states.items()))
+            data = repr((seen, sorted(self.completed.items()))).encode()
+            self._digest = hashlib.sha256(data).digest()
+        key = (expression, self._digest)
+        result = _DECIDED.get(key)
+        if result is None:
+            compiled = cel.compile(expression)
+            result = cel.evaluate(
+                compiled, self.revision, self.generation, self.states, self.completed
+            )
+            with _DECIDED_LOCK:  # the worker's threads share it
+                if len(_DECIDED) >= _DECIDED_MAX:
+                    _DECIDED.pop(next(iter(_DECIDED)))
+                _DECIDED[key] = result
+        return result
+
+
+#: Condition results by (expression, digest of its inputs); bounded, oldest out first.
+_DECIDED: dict[tuple[str, bytes], bool] = {}
+_DECIDED_MAX = 8192
+_DECIDED_LOCK = threading.Lock()
+
+
 def _condition(
-    node: NodeSpec,
-    checkpoint: Checkpoint,
-    states: dict[str, str],
-    completed: dict[str, bool],
-    plan: Plan,
+    node: NodeSpec, checkpoint: Checkpoint, inputs: _ConditionInputs, plan: Plan
 ) -> None:
     try:
-        compiled = cel.compile(node.condition or "")
-        result = cel.evaluate(
-            compiled, checkpoint.revision, checkpoint.generation, states, completed
-        )
+        result = inputs.decide(node.condition or "")
     except ConditionEvaluationError as exc:
         plan.fail.append((node.job_id, str(exc)))
         checkpoint.record("condition_failed", None, node=node.name, reason=str(exc))

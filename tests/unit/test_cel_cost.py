@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from headgate_django.exceptions import ConditionError, ConditionEvaluationError
+from headgate_django.exceptions import ConditionError, ConditionEvaluationError, GraphLimitError
 from headgate_django.kernel import cel, cel_cost, cel_runtime
 from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, combine, validate
 from headgate_django.kernel.workflow import Checkpoint, NodeRow, evaluate
@@ -150,6 +150,63 @@ def test_a_graft_that_grows_the_workflow_past_a_conditions_budget_is_refused() -
     assert info.value.node == "gate"
     assert f"budget of {cel.MAX_EVALUATION_STEPS:,}" in info.value.message
     assert "in a workflow of 84 nodes" in info.value.message
+
+
+def gates(count: int, expression: str, tasks: int = 1) -> GraphSpec:
+    """*count* condition nodes of *expression* behind *tasks* task nodes."""
+    work = tuple(NodeSpec(f"t{i}", f"w:t{i}", NodeKind.TASK, (), "k") for i in range(tasks))
+    conditions = tuple(
+        NodeSpec(f"g{i}", f"w:g{i}", NodeKind.CONDITION, ("t0",), "c", condition=expression)
+        for i in range(count)
+    )
+    return GraphSpec("w", (*work, *conditions))
+
+
+#: About 840 steps whatever the graph's size: within one condition's budget.
+COSTLY = "[" + ",".join(map(str, range(20))) + "].all(a, a >= 0)"
+
+
+def test_conditions_that_together_cost_more_than_a_tick_may_spend_are_refused() -> None:
+    # Each alone is within its budget; the coordinator may evaluate them all in one tick.
+    each = estimate(COSTLY, 0)
+    count = cel.MAX_WORKFLOW_EVALUATION_STEPS // each + 1
+    assert each <= cel.MAX_EVALUATION_STEPS
+    validate(gates(count - 1, COSTLY))
+    with pytest.raises(GraphLimitError) as info:
+        validate(gates(count, COSTLY))
+    message = info.value.message
+    assert f"{each * count:,} evaluation steps" in message
+    assert f"budget of {cel.MAX_WORKFLOW_EVALUATION_STEPS:,} per workflow" in message
+
+
+def test_many_cheap_conditions_fit_the_workflow_budget() -> None:
+    spec = validate(gates(998, "states.t0 == 'completed'"))
+    assert len(spec.nodes) == 999
+
+
+def test_a_condition_is_evaluated_once_per_state_of_the_workflow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Polled while its input does not change, a false condition is not evaluated again.
+    calls: list[str] = []
+    original = cel_runtime.evaluate
+
+    def counting(runner: object, source: str, *args: object) -> bool:
+        calls.append(source)
+        return original(runner, source, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cel_runtime, "evaluate", counting)
+    expression = "states.t1 == 'completed' && revision >= 0"
+    spec = validate(gates(2, expression, tasks=2))
+    rows = {"t0": NodeRow("completed", 1), "t1": NodeRow("running")}
+    rows |= {"g0": NodeRow("pending"), "g1": NodeRow("pending")}
+    checkpoint = Checkpoint()
+    for _ in range(3):
+        assert evaluate(spec, checkpoint, rows).promote == []
+    assert len(calls) == 1  # both nodes share the expression and the state
+    rows["t1"] = NodeRow("completed", 2)
+    assert sorted(evaluate(spec, checkpoint, rows).promote) == ["w:g0", "w:g1"]
+    assert len(calls) == 2
 
 
 # -- the runtime step limit --------------------------------------------------------------
