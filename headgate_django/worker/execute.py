@@ -329,11 +329,20 @@ def _connection_lost(exc: Exception, conn: BaseDatabaseWrapper, watch: _SessionW
     any other. (An async handler's queries run on another thread, whose connection this
     one cannot see: its errors count as the job's.)
     """
-    if not isinstance(exc, OperationalError | InterfaceError):
+    if not isinstance(exc, _connection_errors(conn)):
         return False
     if watch.failed_on is not None and watch.failed_on is not conn.connection:
         return True
     return conn.connection is not None and not conn.is_usable()
+
+
+def _connection_errors(conn: BaseDatabaseWrapper) -> tuple[type[Exception], ...]:
+    """Django's connection-level errors, and the driver's own: a query that fails on a dead
+    session can reach the handler as the driver's error, not Django's. On mysqlclient the
+    ORM closes the cursor after the failure, and that close fails too, with an unwrapped
+    ``MySQLdb.OperationalError`` that replaces Django's ``OperationalError``."""
+    driver: Any = conn.Database  # type: ignore[attr-defined]  # every backend has one
+    return (OperationalError, InterfaceError, driver.OperationalError, driver.InterfaceError)
 
 
 def runs_again(ctx: JobContext, exc: BaseException) -> bool:

@@ -77,6 +77,36 @@ def test_the_watch_records_the_session_of_a_failing_query() -> None:
         assert watch.failed_on is None
 
 
+LOSE_SESSION: list[bool] = []
+
+
+@task(kind="test.lost-connection.orm-count", max_attempts=1)
+def orm_count_on_a_dead_session(ctx) -> int:
+    """Counts through the ORM once its session is gone (the first time only)."""
+    if LOSE_SESSION:
+        LOSE_SESSION.clear()
+        connection.ensure_connection()
+        connection.connection.close()
+    return Job.objects.count()
+
+
+def test_an_orm_query_on_a_dead_session_runs_again_uncharged() -> None:
+    """On MySQL/MariaDB the ORM closes its cursor after the failed query, the close fails
+    too, and the handler raises the driver's own ``OperationalError``, not Django's: it
+    was charged as the job's failure (archived, its only attempt) where PostgreSQL ran it
+    again."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no server session to lose")
+    job_id = orm_count_on_a_dead_session.enqueue()
+    LOSE_SESSION.append(True)
+    try:
+        Worker(concurrency=1, burst=True, run_duties=False).run()
+    finally:
+        LOSE_SESSION.clear()
+    row = Job.objects.get(pk=job_id)
+    assert (row.state, row.attempt, row.crash_attempt, row.errors) == ("completed", 0, 0, [])
+
+
 @task(kind="test.lost-connection.async-progress", max_attempts=5)
 async def async_progress(ctx) -> None:
     await ctx.aset_progress(1, 2)
