@@ -6,7 +6,8 @@
   no live workflow task gets one, an Operation job that finished without recording its
   outcome (crash quarantine, bulk cancel) has it recorded, and an Operation whose job
   vanished (deleted by hand) gets it back (:mod:`headgate_django.store.durable_repair`
-  says how, and why that neither loses nor doubles an effect), and the children of a
+  says how, and why that neither loses nor doubles an effect), the jobs a cancelled
+  execution left live (its cancel cut short by a crash) are cancelled, and the children of a
   parent that finished without closing them (a crash right after its end) get their
   ``parent_close_policy``.
 
@@ -53,7 +54,7 @@ def vacuum() -> dict[str, Any]:
 def reconcile() -> dict[str, Any]:
     if not execution_exists():  # then every part below finds nothing
         _sweep["after"] = ""  # as a sweep that found no live execution leaves it
-        return {"revived": 0, "settled": 0, "restored": 0, "closed": 0}
+        return {"revived": 0, "settled": 0, "restored": 0, "cancelled": 0, "closed": 0}
     from headgate_django.durable.children import close_orphans
     from headgate_django.store.durable import execution_reconcile
 
@@ -66,10 +67,23 @@ def reconcile() -> dict[str, Any]:
             execution_id,
         )
     report["restored"] = restore_vanished_operations()
+    report["cancelled"] = finish_cut_cancels()
     report["closed"] = close_orphans()
     for execution_id in report["closed"]:
         log.warning("execution %s had finished without closing its children: closed", execution_id)
     return {key: len(ids) for key, ids in report.items()}
+
+
+def finish_cut_cancels() -> list[str]:
+    """Cancel the jobs that a cancelled execution left live (its cancel was cut short
+    between its two transactions); return their ids."""
+    from headgate_django.store.durable_jobs import jobs_left_by_cancels
+    from headgate_django.store.operator import job_cancel_many
+
+    left = jobs_left_by_cancels()
+    if left and job_cancel_many(left):
+        log.warning("cancelled executions had live jobs: cancelled %s", ", ".join(left))
+    return left
 
 
 def restore_vanished_operations() -> list[str]:

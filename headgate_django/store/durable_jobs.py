@@ -26,6 +26,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Concat
 
 from headgate_django.conf import headgate_settings
 from headgate_django.envelope import Envelope, encode_call, internal
@@ -291,6 +293,18 @@ def live_job_ids(execution_id: str, *, using: str = "default") -> list[str]:
         workflow_id=group_of(execution_id), state__in=LIVE_JOB_STATES
     )
     return sorted(qs.values_list("id", flat=True))
+
+
+def jobs_left_by_cancels(*, limit: int = 100, using: str = "default") -> list[str]:
+    """Live jobs of cancelled executions, at most ``limit``: for the reconcile duty.
+
+    A cancel commits the execution's end, then cancels its jobs in a second transaction
+    (see ``execution_cancel``); a crash in between leaves them live: a parked workflow task
+    would stay ``scheduled`` until the vacuum deletes the execution."""
+    cancelled = Execution.objects.using(using).filter(state="cancelled")
+    groups = cancelled.annotate(group=Concat(Value(GROUP_PREFIX), "id")).values("group")
+    qs = Job.objects.using(using).filter(state__in=LIVE_JOB_STATES, workflow_id__in=groups)
+    return sorted(qs.values_list("id", flat=True)[:limit])
 
 
 # -- Operation outcomes --------------------------------------------------------------

@@ -15,7 +15,7 @@ from headgate_django.durable import duties
 from headgate_django.exceptions import InvalidTransitionError, NotFoundError, RevisionConflictError
 from headgate_django.kernel.replay_events import history_from_json
 from headgate_django.models import Execution, HistoryEvent, Job, SignalInbox
-from headgate_django.store.durable import execution_reconcile, execution_vacuum
+from headgate_django.store.durable import execution_cancel, execution_reconcile, execution_vacuum
 from headgate_django.store.durable_history import NewEvent, history_append
 from tests.durable.helpers import (
     drive,
@@ -74,6 +74,23 @@ def test_case_32_cancel_ends_the_execution_and_its_live_jobs() -> None:
     assert runs == []
     assert durable.Client().signal(wf, "late", 1)  # recorded, no task
     assert live_jobs(wf) == []
+
+
+def test_the_reconcile_duty_cancels_the_jobs_a_cut_short_cancel_left_live() -> None:
+    """A cancel commits the execution's end, then cancels its jobs in a second
+    transaction: a process that died in between left the parked workflow task
+    ``scheduled`` (and an Operation runnable) until the vacuum deleted the execution."""
+    waiting, other = start("mgr-wait"), start("mgr-wait")
+    drive()  # both wait for their signal, their tasks parked
+    assert runs == ["first", "first"]
+    assert [j.state for j in live_jobs(waiting)] == ["scheduled"]
+    execution_cancel(waiting, reason="by hand")  # ... and the process died here
+    assert [j.state for j in live_jobs(waiting)] == ["scheduled"]
+    report = duties.reconcile()
+    assert report["cancelled"] == 1
+    assert live_jobs(waiting) == [] and task_job(waiting).state == "cancelled"
+    assert [j.state for j in live_jobs(other)] == ["scheduled"]  # a live one keeps its own
+    assert duties.reconcile()["cancelled"] == 0
 
 
 def test_cancel_while_suspended_and_of_a_missing_execution() -> None:
@@ -158,7 +175,13 @@ def test_the_durable_duties_on_a_store_without_executions_ask_once_and_load_noth
     duties._sweep["after"] = "some-execution"
     with django_assert_num_queries(2):
         assert duties.vacuum() == {"deleted": 0}
-        assert duties.reconcile() == {"revived": 0, "settled": 0, "restored": 0, "closed": 0}
+        assert duties.reconcile() == {
+            "revived": 0,
+            "settled": 0,
+            "restored": 0,
+            "cancelled": 0,
+            "closed": 0,
+        }
     assert duties._sweep["after"] == ""
 
 
