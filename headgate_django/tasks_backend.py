@@ -54,6 +54,14 @@ except ImportError:  # Django 5.2 with the django-tasks backport
         task_started,
     )
 
+try:  # Django 6.1+: what its own backends make of arguments and return values
+    from django.utils.json import normalize_json
+except ImportError:  # the django-tasks backport has it too; Django 6.0 has none
+    try:
+        from django_tasks.utils import normalize_json
+    except ImportError:
+        normalize_json = None  # type: ignore[assignment]
+
 from headgate_django.context import JobContext
 from headgate_django.control import Revoke, Skip, Snooze
 from headgate_django.envelope import (
@@ -263,13 +271,25 @@ def task_envelope(task: Task, *args: Any, **kwargs: Any) -> Envelope:
     backend.validate_task(task)
     return Envelope(
         kind=task.module_path,
-        payload=encode_call(tuple(args), dict(kwargs)),
+        payload=encode_call(tuple(as_django_json(args)), as_django_json(kwargs)),
         queue=task.queue_name,
         priority=task.priority,
         scheduled_at=task.run_after,
         max_attempts=getattr(task, "max_attempts", None) or backend.max_attempts,
         retention=getattr(task, "retention", None),
     )
+
+
+def as_django_json(value: Any) -> Any:
+    """``value`` as the framework's own backends pass and keep it: bytes as UTF-8 text,
+    tuples and other sequences as lists. A value it cannot normalise is left as it is, for
+    headgate's own checks to refuse with their message (``PayloadNotJSONError``)."""
+    if normalize_json is None:
+        return value
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError, RecursionError):
+        return value
 
 
 def _register(task: Task) -> None:
@@ -298,6 +318,7 @@ def run_django_task(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
             value = async_to_sync(task.func)(*call_args, **kwargs)
         else:
             value = task.func(*call_args, **kwargs)
+        value = as_django_json(value)
         # Before the signal: a value the store would refuse is a failure, and says so.
         check_result(value)
     except BaseException as exc:

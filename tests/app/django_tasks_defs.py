@@ -16,6 +16,16 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@task()
+def echo(*args, **kwargs) -> list:
+    return [list(args), kwargs]
+
+
+@task()
+def returns_bytes() -> bytes:
+    return b"caf\xc3\xa9"
+
+
 @task(queue_name="emails", priority=10)
 def send(to: str) -> str:
     return f"sent to {to}"

@@ -195,6 +195,27 @@ def test_arguments_that_are_not_json_raise_type_error_and_store_nothing():
     assert Job.objects.count() == 0
 
 
+def test_bytes_and_tuples_are_passed_as_djangos_own_backends_pass_them():
+    """Django normalises a task's arguments and return value to JSON: bytes become UTF-8
+    text, tuples lists. headgate refused bytes with ``PayloadNotJSONError``."""
+    result = defs.echo.enqueue(b"caf\xc3\xa9", (1, 2), key=b"value")
+    assert result.args == ["café", [1, 2]] and result.kwargs == {"key": "value"}
+    done = defs.returns_bytes.enqueue()
+    testing.run_jobs()
+    result.refresh()
+    done.refresh()
+    assert result.return_value == [["café", [1, 2]], {"key": "value"}]
+    assert done.return_value == "café"
+    assert Job.objects.get(pk=done.id).result == "café"
+
+
+def test_bytes_that_are_not_utf_8_are_refused_and_store_nothing():
+    with pytest.raises(TypeError) as info:
+        defs.echo.enqueue(b"\xff")
+    assert isinstance(info.value, PayloadError)
+    assert Job.objects.count() == 0
+
+
 def test_a_queue_the_backend_does_not_list_is_refused():
     with pytest.raises(InvalidTaskError):
         defs.add.using(queue_name="elsewhere")
