@@ -326,7 +326,8 @@ class _Planner:
         self._limit = headgate_settings.MAX_PAYLOAD_BYTES
         self._seal = seal
         self._seen_ids: set[str] = set()
-        self._seen_keys: dict[str, str] = {}  # unique key → id of the first job holding it
+        # (throttled?, unique key) → id of the first job of the batch holding it
+        self._seen_keys: dict[tuple[bool, str], str] = {}
 
     @classmethod
     def of(cls, rows: list[_Row]) -> _Planner:
@@ -364,12 +365,14 @@ class _Planner:
                 )
             seen_ids.add(job_id)
             if env.unique_key is not None:
-                if env.unique_key in seen_keys:
+                # A throttle window and a lifecycle key are separate claims on a key.
+                slot = (env.unique_mode == "throttle", env.unique_key)
+                if slot in seen_keys:
                     raise DuplicateError(
                         f"unique key {env.unique_key!r} appears twice in one batch",
-                        existing_id=seen_keys[env.unique_key],
+                        existing_id=seen_keys[slot],
                     )
-                seen_keys[env.unique_key] = job_id
+                seen_keys[slot] = job_id
             row = make(_Row, (env, job_id, env.fingerprint, env.id is not None))
             rows.append(_sealed(row) if self._seal else row)
         self.rows += rows

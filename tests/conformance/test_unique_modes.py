@@ -77,6 +77,21 @@ def test_throttled_key_is_not_a_lifecycle_key():
     store.job_insert_many([envelope(unique_key="t3")])
 
 
+def test_a_throttled_key_and_the_same_lifecycle_key_go_together_in_one_batch():
+    """As in two calls: the window and the lifecycle key are separate claims on a key."""
+    throttled, lifecycle = store.job_insert_many(
+        [envelope(unique_key="t4", unique_window=WINDOW), envelope(unique_key="t4")]
+    )
+    assert UniqueWindow.objects.get(pk="t4").job_id == throttled
+    assert row(lifecycle)["unique_key"] == "t4"
+
+
+@pytest.mark.parametrize("window", [WINDOW, None], ids=["throttled", "lifecycle"])
+def test_the_same_key_twice_in_one_batch_is_refused(window, nothing_written):
+    with pytest.raises(DuplicateError, match="appears twice in one batch"):
+        store.job_insert_many([envelope(unique_key="t5", unique_window=window) for _ in range(2)])
+
+
 def test_throttle_repeat_of_the_same_caller_id_is_idempotent():
     env = envelope(id="throttled-1", unique_key="t4", unique_window=WINDOW)
     assert store.job_insert_many([env]) == ["throttled-1"]
