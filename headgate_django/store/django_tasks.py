@@ -11,17 +11,20 @@ from headgate_django.envelope import Envelope
 from headgate_django.models import Job
 from headgate_django.store.insert import job_insert_many
 from headgate_django.store.reads import job_get
+from headgate_django.store.tracing import job_trace_stamp
 
 
 def job_insert_with_task_options(
     envelope: Envelope, options: dict[str, Any], *, using: str = "default"
 ) -> str:
     """Insert one Django task's job with what its ``using()`` set that no column keeps
-    (``run_after``), so its ``TaskResult.task`` reads back as it was enqueued; one
-    transaction (the caller's, when there is one), so the job never exists without them."""
+    (``run_after``), so its ``TaskResult.task`` reads back as it was enqueued, and with the
+    current span's trace context, as ``enqueue`` gives it; one transaction (the caller's,
+    when there is one), so the job never exists without them."""
     with transaction.atomic(using=using):
         [job_id] = job_insert_many([envelope], using=using)
         Job.objects.using(using).filter(pk=job_id).update(task_options=options)
+        job_trace_stamp([job_id], using=using)
     return job_id
 
 

@@ -100,6 +100,24 @@ def test_the_enqueue_context_is_stored_and_the_attempt_span_links_to_it(spans):
     assert inside.parent.span_id == span.context.span_id  # the handler's spans nest in it
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["now", "run_after"])
+def test_a_django_task_enqueued_under_a_span_carries_its_context(spans, deferred):
+    """A task deferred with ``using(run_after=…)`` is written with what no column keeps,
+    through another insert, which stored no trace context."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.app import django_tasks_defs as defs
+
+    task = defs.add.using(run_after=timezone.now() + timedelta(hours=1)) if deferred else defs.add
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        result = task.enqueue(1, 2)
+    stored = Job.objects.get(pk=result.id).trace_context
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert stored["traceparent"].split("-")[1] == trace_id
+
+
 def test_no_current_span_stores_nothing_and_the_span_has_no_link(spans):
     job_id = work.enqueue(skip=True)
     assert Job.objects.get(pk=job_id).trace_context is None
