@@ -273,8 +273,16 @@ class JobContext:
         return self._cursor_value
 
     def set_progress(self, current: int, total: int, message: str = "") -> None:
+        """Record ``current`` of ``total`` (integers: the API and the console show whole
+        steps, and a float such as ``0.1 + 0.2`` would not read back as written)."""
+        if any(isinstance(n, bool) or not isinstance(n, int) for n in (current, total)):
+            raise DefinitionError(
+                f"progress needs integers, got current={current!r} and total={total!r}"
+            )
         if not (1 <= total <= _MAX_PROGRESS) or not (0 <= current <= total):
             raise DefinitionError("progress needs 0 ≤ current ≤ total and 1 ≤ total ≤ 2**53-1")
+        if not isinstance(message, str):
+            raise DefinitionError(f"a progress message must be a string, not {message!r}")
         progress = {"current": current, "total": total, "message": storable_text(message[:512])}
         self._fenced(lambda: job_save_progress(self.lease, progress, using=self._using))
 

@@ -87,12 +87,24 @@ def test_set_cursor_outside_a_cursor_step_is_refused():
         ctx.step_cursor("s", lambda cursor: ctx.set_cursor("1"))
 
 
-@pytest.mark.parametrize(("current", "total"), [(-1, 5), (6, 5), (0, 0), (0, 2**53)])
-def test_progress_bounds(current: int, total: int):
+@pytest.mark.parametrize(
+    ("current", "total", "message"),
+    [
+        (-1, 5, ""),
+        (6, 5, ""),
+        (0, 0, ""),
+        (0, 2**53, ""),
+        (0.5, 1, ""),  # stored as given, where the API and the console read whole steps
+        (1, 2.0, ""),
+        (True, 1, ""),
+        (1, 2, None),  # failed with a TypeError from slicing
+    ],
+)
+def test_progress_bounds(current: object, total: object, message: object):
     job_id = enqueue_job()
     ctx = JobContext(claim(job_id))
     with pytest.raises(DefinitionError):
-        ctx.set_progress(current, total)
+        ctx.set_progress(current, total, message)  # type: ignore[arg-type]
     assert row(job_id)["progress"] is None
 
 
