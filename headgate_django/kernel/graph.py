@@ -258,7 +258,6 @@ def validate(graph: GraphSpec) -> GraphSpec:
         names.add(node.name)
         _check_job_id(node, job_ids, graph.workflow_id)
         _check_kind_fields(node, graph.workflow_id, len(graph.nodes))
-    _check_conditions_cost(graph)
     for node in graph.nodes:
         _check_deps(node, names)
     _, blocked = graph._order
@@ -278,10 +277,13 @@ def _check_workflow_id(
         )
 
 
-def _check_conditions_cost(graph: GraphSpec) -> None:
+def check_conditions_budget(graph: GraphSpec) -> GraphSpec:
     """Refuse a graph whose conditions together cost more than one tick may spend: each
-    is within its own budget, but the coordinator may evaluate them all in one tick, and
-    again on every poll while they stay false."""
+    is within its own budget, but the coordinator may evaluate them all in one tick.
+
+    Checked where a graph is accepted (prepare, graft), not by :func:`validate`, which the
+    coordinator also runs on every stored graph: one accepted before this budget existed
+    keeps running (each condition stays within its own step limit)."""
     count = len(graph.nodes)
     total = sum(
         cel.cost(n.condition, count)
@@ -295,6 +297,7 @@ def _check_conditions_cost(graph: GraphSpec) -> None:
             f"{cel.MAX_WORKFLOW_EVALUATION_STEPS:,} per workflow; use fewer or simpler "
             "conditions"
         )
+    return graph
 
 
 def _check_node_count(count: int) -> None:

@@ -22,7 +22,13 @@ from headgate_django.envelope import (
 )
 from headgate_django.exceptions import DefinitionError, GraphError
 from headgate_django.kernel import cel
-from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, validate
+from headgate_django.kernel.graph import (
+    GraphSpec,
+    NodeKind,
+    NodeSpec,
+    check_conditions_budget,
+    validate,
+)
 from headgate_django.kernel.names import (
     CHILD_KIND,
     CONDITION_KIND,
@@ -195,7 +201,7 @@ class Workflow:
 
     # -- prepare -----------------------------------------------------------------------
     def graph(self) -> GraphSpec:
-        return validate(GraphSpec(self.workflow_id, tuple(self._nodes)))
+        return check_conditions_budget(validate(GraphSpec(self.workflow_id, tuple(self._nodes))))
 
     def prepare(self) -> PreparedWorkflow:
         """Validate the graph (and compile its conditions) and build the atomic batch."""

@@ -21,7 +21,7 @@ from headgate_django.context import JobContext
 from headgate_django.control import Skip, Snooze
 from headgate_django.envelope import canonical_json, decode_call
 from headgate_django.exceptions import DefinitionError
-from headgate_django.kernel.graph import GraphSpec, NodeSpec, combine
+from headgate_django.kernel.graph import GraphSpec, NodeSpec, check_conditions_budget, combine
 from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import (
     FAILED_STATES,
@@ -238,7 +238,7 @@ class Tick:
             if checkpoint.failed:
                 raise DefinitionError("the workflow has failed")
             new_nodes = [NodeSpec.from_json(s) for s in specs]
-            combine(graph, new_nodes)
+            check_conditions_budget(combine(graph, new_nodes))
         except DefinitionError as exc:
             reason = str(exc)
         accepted = not reason

@@ -25,7 +25,7 @@ from headgate_django.exceptions import (
     NotFoundError,
     RevisionConflictError,
 )
-from headgate_django.kernel.graph import NodeKind, NodeSpec, combine
+from headgate_django.kernel.graph import NodeKind, NodeSpec, check_conditions_budget, combine
 from headgate_django.kernel.names import validate_queue
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
@@ -190,7 +190,8 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
                 current_revision=current,
             )
         graph, _ = current_graph(coordinator, row)
-        combine(graph, graft.nodes)  # CycleError, DuplicateNodeError, … name the nodes
+        # CycleError, DuplicateNodeError, … name the nodes
+        check_conditions_budget(combine(graph, graft.nodes))
         job_insert_many(_fitted(graft, coordinator), using=using)
         workflow_wake(graft.workflow_id, using=using)
     return graft.receipt_job_id

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from headgate_django.envelope import Envelope
 from headgate_django.exceptions import ConditionError, ConditionEvaluationError, GraphLimitError
 from headgate_django.kernel import cel, cel_cost, cel_runtime
-from headgate_django.kernel.graph import GraphSpec, NodeKind, NodeSpec, combine, validate
+from headgate_django.kernel.graph import (
+    GraphSpec,
+    NodeKind,
+    NodeSpec,
+    check_conditions_budget,
+    combine,
+    validate,
+)
 from headgate_django.kernel.workflow import Checkpoint, NodeRow, evaluate
+from headgate_django.workflows import Workflow
 
 TEN = "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"
 
@@ -171,16 +180,33 @@ def test_conditions_that_together_cost_more_than_a_tick_may_spend_are_refused() 
     each = estimate(COSTLY, 0)
     count = cel.MAX_WORKFLOW_EVALUATION_STEPS // each + 1
     assert each <= cel.MAX_EVALUATION_STEPS
-    validate(gates(count - 1, COSTLY))
+    check_conditions_budget(validate(gates(count - 1, COSTLY)))
     with pytest.raises(GraphLimitError) as info:
-        validate(gates(count, COSTLY))
+        check_conditions_budget(validate(gates(count, COSTLY)))
     message = info.value.message
     assert f"{each * count:,} evaluation steps" in message
     assert f"budget of {cel.MAX_WORKFLOW_EVALUATION_STEPS:,} per workflow" in message
 
 
+def test_prepare_refuses_a_workflow_over_the_conditions_budget() -> None:
+    workflow = Workflow("budget").add("t0", Envelope(kind="k"))
+    count = cel.MAX_WORKFLOW_EVALUATION_STEPS // estimate(COSTLY, 0) + 1
+    for i in range(count):
+        workflow.add_condition(f"g{i}", COSTLY, ["t0"])
+    with pytest.raises(GraphLimitError, match="per workflow"):
+        workflow.prepare()
+
+
+def test_a_stored_graph_over_the_budget_still_loads() -> None:
+    """The coordinator revalidates its stored graph on every tick: one accepted before the
+    budget existed must keep running, not be archived as invalid."""
+    count = cel.MAX_WORKFLOW_EVALUATION_STEPS // estimate(COSTLY, 0) + 1
+    stored = gates(count, COSTLY).to_json()
+    assert len(GraphSpec.from_json(stored).nodes) == count + 1
+
+
 def test_many_cheap_conditions_fit_the_workflow_budget() -> None:
-    spec = validate(gates(998, "states.t0 == 'completed'"))
+    spec = check_conditions_budget(validate(gates(998, "states.t0 == 'completed'")))
     assert len(spec.nodes) == 999
 
 
