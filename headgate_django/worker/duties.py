@@ -112,6 +112,22 @@ def _prune_effects() -> dict[str, Any]:
     return {"pruned": effect_prune()}
 
 
+#: Workflows whose records one ``workflows-prune`` run deletes; a full run is followed by
+#: another on the next tick.
+WORKFLOW_PRUNE_BATCH = 500
+
+
+def _prune_workflow_records() -> dict[str, Any]:
+    """Checkpoints, signal emissions and graft records of workflows evicted more than
+    ``WORKFLOW_RETENTION`` ago (:mod:`headgate_django.store.workflow_records`)."""
+    from headgate_django.store.workflow_records import workflow_records_prune
+
+    pruned = workflow_records_prune(
+        older_than=headgate_settings.WORKFLOW_RETENTION, limit=WORKFLOW_PRUNE_BATCH
+    )
+    return {"pruned": len(pruned), "more": len(pruned) >= WORKFLOW_PRUNE_BATCH}
+
+
 def _archive_past_deadline() -> dict[str, Any]:
     """Waiting jobs whose deadline passed: archived (deadline_exceeded), never claimed."""
     from headgate_django.store.deadlines import job_archive_past_deadline
@@ -148,6 +164,7 @@ EXTRA_DUTIES.append(lambda: Duty("idempotency-purge", 60.0, _purge_idempotency_r
 EXTRA_DUTIES.append(lambda: Duty("workers-prune", 60.0, _prune_workers))
 EXTRA_DUTIES.append(lambda: Duty("unique-windows", 60.0, _evict_unique_windows))
 EXTRA_DUTIES.append(lambda: Duty("effects-prune", 60.0, _prune_effects))
+EXTRA_DUTIES.append(lambda: Duty("workflows-prune", 60.0, _prune_workflow_records))
 EXTRA_DUTIES.append(
     lambda: Duty(
         "deadlines", headgate_settings.DUTY_INTERVAL.total_seconds(), _archive_past_deadline
