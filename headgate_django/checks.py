@@ -13,29 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from headgate_django import checks_values
 from headgate_django.exceptions import ConfigurationError
-
-_DURATIONS = (
-    "LEASE_TTL",
-    "BACKOFF_BASE",
-    "BACKOFF_CAP",
-    "COORDINATOR_POLL",
-    "SHUTDOWN_TIMEOUT",
-    "WORKER_HEARTBEAT",
-    "WORKER_RETENTION",
-)
-_OPTIONAL_DURATIONS = ("SQLITE_WAKE_INTERVAL",)
-_COUNTS = (
-    "CRASH_LIMIT",
-    "MAX_ATTEMPTS",
-    "CLAIM_BATCH",
-    "MAX_BATCH",
-    "SCHEDULE_BATCH",
-    "BULK_MAX_JOBS",
-    "BULK_SYNC_LIMIT",
-    "DURABLE_HISTORY_WARN_EVENTS",
-    "DURABLE_HISTORY_WARN_BYTES",
-)
 
 
 @register(Tags.compatibility)
@@ -47,12 +26,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         headgate_settings.LEASE_TTL  # noqa: B018 - loads and validates the keys
     except ConfigurationError as exc:
         return [Error(str(exc), id="headgate.E001", hint="Fix or remove the key in HEADGATE.")]
-    problems = _durations(headgate_settings)
+    problems = checks_values.durations(headgate_settings)
     if not problems:
         problems += _duration_order(headgate_settings)
     return (
         problems
-        + _counts(headgate_settings)
+        + checks_values.counts(headgate_settings)
+        + checks_values.switches(headgate_settings)
+        + checks_values.workflow_queue(headgate_settings)
+        + checks_values.authentication_classes(headgate_settings)
         + _schedules(headgate_settings)
         + _bulk(headgate_settings)
         + _queues(headgate_settings)
@@ -78,21 +60,6 @@ def _death_handler() -> list[Any]:
     except ConfigurationError as exc:
         return [Error(str(exc), id="headgate.E030", hint="A callable taking one DeathNotice.")]
     return []
-
-
-def _durations(s: Any) -> list[Any]:
-    def positive(value: Any) -> bool:
-        return isinstance(value, timedelta) and value > timedelta(0)
-
-    return [
-        Error(f"HEADGATE[{key!r}] must be a positive timedelta", id="headgate.E002")
-        for key in _DURATIONS
-        if not positive(getattr(s, key))
-    ] + [
-        Error(f"HEADGATE[{key!r}] must be a positive timedelta or None", id="headgate.E002")
-        for key in _OPTIONAL_DURATIONS
-        if getattr(s, key) is not None and not positive(getattr(s, key))
-    ]
 
 
 def _duration_order(s: Any) -> list[Any]:
@@ -137,16 +104,6 @@ def eviction_outlasts_lease(
     ]
 
 
-def _counts(s: Any) -> list[Any]:
-    return [
-        Error(f"HEADGATE[{key!r}] must be an integer ≥ 1", id="headgate.E005")
-        for key in _COUNTS
-        if not isinstance(getattr(s, key), int)
-        or isinstance(getattr(s, key), bool)
-        or getattr(s, key) < 1
-    ]
-
-
 def _bulk(s: Any) -> list[Any]:
     """The bulk limits in order and a valid queue for bulk jobs (headgate.E020)."""
     from headgate_django.exceptions import DefinitionError
@@ -154,7 +111,7 @@ def _bulk(s: Any) -> list[Any]:
 
     problems = []
     sync, most = s.BULK_SYNC_LIMIT, s.BULK_MAX_JOBS
-    counts = all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (sync, most))
+    counts = checks_values.is_count(sync) and checks_values.is_count(most)
     if counts and sync > most:
         problems.append(
             Error(

@@ -503,6 +503,8 @@ class WorkflowCheckpoint(models.Model):
     class Meta:
         db_table = "headgate_workflow_checkpoint"
         ordering = ["workflow_id"]
+        # The workflows-prune duty reads the lapsed checkpoints oldest first.
+        indexes = [models.Index(fields=["updated_at"], name="headgate_wf_cp_updated")]
 
     def __str__(self) -> str:
         return self.workflow_id

@@ -37,7 +37,7 @@ _sweep = {"after": ""}
 def vacuum() -> dict[str, Any]:
     retention = headgate_settings.DURABLE_RETENTION
     if not retention or retention <= timedelta(0) or not execution_exists():
-        return {"deleted": 0}
+        return {"deleted": 0, "more": False}
     from headgate_django.store.durable import execution_vacuum
 
     deleted = execution_vacuum(older_than=retention, limit=VACUUM_BATCH)
@@ -48,7 +48,9 @@ def vacuum() -> dict[str, Any]:
             retention,
             extra={"executions": deleted},
         )
-    return {"deleted": len(deleted)}
+    # A full batch runs again on the next tick: a batch a minute could not keep up with
+    # more than 100 executions finishing a minute.
+    return {"deleted": len(deleted), "more": len(deleted) >= VACUUM_BATCH}
 
 
 def reconcile() -> dict[str, Any]:

@@ -15,8 +15,10 @@ from django.db import IntegrityError, transaction
 
 from headgate_django.exceptions import IdConflictError
 from headgate_django.kernel.states import State
-from headgate_django.models import SignalEmission
+from headgate_django.models import Job, SignalEmission
 from headgate_django.store import vendor as v
+from headgate_django.store.workflow_records import is_earlier, workflow_forget_earlier
+from headgate_django.store.workflows import coordinator_job_id
 
 #: Newest emissions kept per workflow: also the idempotency horizon of their keys.
 KEEP_PER_WORKFLOW = 100
@@ -72,6 +74,11 @@ def _existing(workflow_id: str, key: str, content_hash: str, using: str) -> Sign
         .filter(workflow_id=workflow_id, idempotency_key=key)
         .first()
     )
+    if found is not None and _earlier_workflows(found, using):
+        # Not a repeat: the key was used by an earlier workflow of this id, whose records
+        # go now (the new one's first tick would delete them too).
+        workflow_forget_earlier(workflow_id, using=using)
+        return None
     if found is not None and found.content_hash != content_hash:
         raise IdConflictError(
             f"idempotency key {key!r} was already used for a different emission to "
@@ -79,6 +86,18 @@ def _existing(workflow_id: str, key: str, content_hash: str, using: str) -> Sign
             idempotency_key=key,
         )
     return found
+
+
+def _earlier_workflows(emission: SignalEmission, using: str) -> bool:
+    """Whether ``emission`` was sent to an earlier workflow of its id
+    (:mod:`.workflow_records`)."""
+    enqueued = (
+        Job.objects.using(using)
+        .filter(pk=coordinator_job_id(emission.workflow_id))
+        .values_list("enqueued_at", flat=True)
+        .first()
+    )
+    return is_earlier(emission.emitted_at, enqueued)
 
 
 def _insert(

@@ -123,15 +123,21 @@ def _rates(conn: Any, now: datetime, queues: dict[str, QueueOverview]) -> None:
 
     Arrivals are jobs whose generated id (a ULID) dates from the last minute, a range of
     the primary key; jobs enqueued with ids of the caller's choosing are not counted.
-    Completions are read through the eviction index: a job completed in the last minute
-    expires at least its retention after that, so the range starts at the shortest default
-    retention; jobs given a shorter retention of their own are not counted.
+    Completions are read through the eviction index: a job of retention *r* completed in
+    the last minute expires between a minute ago and now, plus *r*. One such range per
+    default retention (``RETENTION``, ``WORKFLOW_RETENTION``) reads the last minute's
+    completions of those jobs and nothing else; jobs given a retention of their own are
+    not counted. A single range from the shortest retention up read every completed job
+    kept longer (a task's ``retention=30 days``: each of them, on every dashboard load and
+    metrics scrape, for 30 days).
     """
     minute_ago = now - timedelta(minutes=1)
     instant = conn.ops.adapt_datetimefield_value
     since_ms = int(minute_ago.timestamp() * 1000)
     until_ms = int((now + timedelta(minutes=1)).timestamp() * 1000)
-    shortest = min(headgate_settings.RETENTION, headgate_settings.WORKFLOW_RETENTION)
+    retentions = sorted({headgate_settings.RETENTION, headgate_settings.WORKFLOW_RETENTION})
+    ranges = " OR ".join(["(expires_at >= %s AND expires_at <= %s)"] * len(retentions))
+    bounds = [instant(at + r) for r in retentions for at in (minute_ago, now)]
     queries = (
         (
             "arrivals_last_minute",
@@ -142,8 +148,8 @@ def _rates(conn: Any, now: datetime, queues: dict[str, QueueOverview]) -> None:
         (
             "completions_last_minute",
             v.mysql_index_hint(conn, "headgate_job_evict_my"),
-            "state = %s AND expires_at >= %s AND finalized_at >= %s",
-            [State.COMPLETED.value, instant(minute_ago + shortest), instant(minute_ago)],
+            f"state = %s AND ({ranges}) AND finalized_at >= %s",
+            [State.COMPLETED.value, *bounds, instant(minute_ago)],
         ),
     )
     with conn.cursor() as cursor:

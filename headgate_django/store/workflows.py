@@ -99,9 +99,28 @@ def _instant_parser(conn: Any) -> Callable[[Any], datetime]:
 
 
 def workflow_checkpoint_load(
-    workflow_id: str, *, using: str = "default"
+    workflow_id: str, *, forget_earlier: bool = False, using: str = "default"
 ) -> WorkflowCheckpoint | None:
-    return WorkflowCheckpoint.objects.using(using).filter(pk=workflow_id).first()
+    """The workflow's checkpoint; None when it has none, or when the one stored was last
+    written before the workflow's coordinator job was enqueued: that one is an earlier
+    workflow's of the same id (:mod:`.workflow_records`), whose records ``forget_earlier``
+    also deletes (the coordinator's tick asks, before it writes its own)."""
+    from django.db.models import OuterRef, Subquery
+
+    from headgate_django.store.workflow_records import is_earlier, workflow_forget_earlier
+
+    coordinator = Job.objects.using(using).filter(pk=OuterRef("coordinator_job_id"))
+    row = (
+        WorkflowCheckpoint.objects.using(using)
+        .filter(pk=workflow_id)
+        .annotate(coordinator_enqueued_at=Subquery(coordinator.values("enqueued_at")[:1]))
+        .first()
+    )
+    if row is None or not is_earlier(row.updated_at, row.coordinator_enqueued_at):
+        return row
+    if forget_earlier:
+        workflow_forget_earlier(workflow_id, using=using)
+    return None
 
 
 def checkpoint_from_row(row: WorkflowCheckpoint | None) -> Checkpoint:

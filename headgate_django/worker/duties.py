@@ -94,22 +94,48 @@ def _evict() -> dict[str, Any]:
     }
 
 
+#: Rows one run of a clean-up duty below deletes. A run that deletes a full batch says
+#: ``more``, and runs again on the next tick: at one batch a minute, a project writing
+#: more rows than that (throttled keys, effects, API mutations) outgrew the duty for ever.
+CLEANUP_BATCH = 1000
+
+
+def _cleaned(key: str, n: int, batch: int = CLEANUP_BATCH) -> dict[str, Any]:
+    return {key: n, "more": n >= batch}
+
+
 def _purge_idempotency_records() -> dict[str, Any]:
     from headgate_django.store.idempotency import idempotency_purge_expired
 
-    return {"purged": idempotency_purge_expired()}
+    return _cleaned("purged", idempotency_purge_expired(limit=CLEANUP_BATCH))
 
 
 def _evict_unique_windows() -> dict[str, Any]:
     """Throttle windows that lapsed with nobody enqueuing their key again."""
-    return {"evicted": store.unique_window_evict()}
+    return _cleaned("evicted", store.unique_window_evict(limit=CLEANUP_BATCH))
 
 
 def _prune_effects() -> dict[str, Any]:
     """Records of at-most-once effects whose job is gone."""
     from headgate_django.store.effects import effect_prune
 
-    return {"pruned": effect_prune()}
+    return _cleaned("pruned", effect_prune(limit=CLEANUP_BATCH))
+
+
+#: Workflows whose records one ``workflows-prune`` run deletes; a full run is followed by
+#: another on the next tick.
+WORKFLOW_PRUNE_BATCH = 500
+
+
+def _prune_workflow_records() -> dict[str, Any]:
+    """Checkpoints, signal emissions and graft records of workflows evicted more than
+    ``WORKFLOW_RETENTION`` ago (:mod:`headgate_django.store.workflow_records`)."""
+    from headgate_django.store.workflow_records import workflow_records_prune
+
+    pruned = workflow_records_prune(
+        older_than=headgate_settings.WORKFLOW_RETENTION, limit=WORKFLOW_PRUNE_BATCH
+    )
+    return _cleaned("pruned", len(pruned), WORKFLOW_PRUNE_BATCH)
 
 
 def _archive_past_deadline() -> dict[str, Any]:
@@ -148,6 +174,7 @@ EXTRA_DUTIES.append(lambda: Duty("idempotency-purge", 60.0, _purge_idempotency_r
 EXTRA_DUTIES.append(lambda: Duty("workers-prune", 60.0, _prune_workers))
 EXTRA_DUTIES.append(lambda: Duty("unique-windows", 60.0, _evict_unique_windows))
 EXTRA_DUTIES.append(lambda: Duty("effects-prune", 60.0, _prune_effects))
+EXTRA_DUTIES.append(lambda: Duty("workflows-prune", 60.0, _prune_workflow_records))
 EXTRA_DUTIES.append(
     lambda: Duty(
         "deadlines", headgate_settings.DUTY_INTERVAL.total_seconds(), _archive_past_deadline

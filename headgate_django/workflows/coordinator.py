@@ -107,7 +107,7 @@ class Tick:
         self.workflow_id = base.workflow_id
 
     def run(self) -> tuple[Outcome, bool]:
-        row = workflow_checkpoint_load(self.workflow_id)
+        row = workflow_checkpoint_load(self.workflow_id, forget_earlier=True)
         checkpoint = checkpoint_from_row(row)
         grafts = list(row.grafts) if row is not None else []
         graph = self._graph(grafts)

@@ -143,7 +143,7 @@ def test_the_purge_duty_deletes_expired_records(operator: Api) -> None:
         expires_at=IdempotencyRecord.objects.get(key="k2").created_at - timedelta(seconds=1)
     )
     duty = next(d for d in default_duties() if d.name == "idempotency-purge")
-    assert duty.run() == {"purged": 2}
+    assert duty.run() == {"purged": 2, "more": False}
     assert list(IdempotencyRecord.objects.values_list("key", flat=True)) == ["k2"]
     assert idempotency_purge_expired() == 0
 

@@ -339,3 +339,32 @@ def test_a_duty_reads_only_the_rows_that_are_due(duty):
         cursor.execute(read)
         after = cursor.fetchone()
     assert (after[0] - before[0], after[1] - before[1]) == (0, 0)
+
+
+@pytest.mark.django_db(transaction=True)  # no rolled-back rows of other tests in the index
+def test_the_last_minute_s_completions_do_not_read_jobs_kept_longer():
+    """Jobs kept longer than the default retentions (a task's ``retention=30 days``) are
+    not read by the dashboard's, the API's and every metrics scrape's count of the last
+    minute's completions: read through the eviction index from the shortest retention up,
+    they were, each of them, for as long as they were kept."""
+    from django.db import connection, transaction
+
+    from headgate_django.store.stats import _rates
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's statistics counters")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM headgate_job")
+    enqueue([envelope(retention=timedelta(days=30)) for _ in range(300)])
+    done = store.job_claim(worker_id="w", limit=300, lease_ttl=timedelta(minutes=5))
+    store.job_complete_many([Completion(c.ref) for c in done])
+    read = "SELECT pg_stat_get_xact_tuples_returned('headgate_job_evict'::regclass)"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(read)
+        before = cursor.fetchone()[0]
+        _rates(connection, store.db_now(), queues := {})  # the queues page's last minute
+        cursor.execute(read)
+        after = cursor.fetchone()[0]
+    assert after - before == 0
+    # Not counted either (a retention of their own), as documented.
+    assert not any(q.completions_last_minute for q in queues.values())

@@ -17,7 +17,7 @@ from django.core.management import BaseCommand, load_command_class
 import headgate_django
 import headgate_django.tasks
 import headgate_django.workflows
-from headgate_django import checks, exceptions
+from headgate_django import checks, checks_values, exceptions
 from headgate_django.conf import DEFAULTS
 from tests.docs.markdown import DOCS, blocks
 
@@ -68,7 +68,9 @@ def test_the_settings_page_documents_no_unknown_setting():
 
 
 def test_every_system_check_id_is_documented():
-    source = Path(checks.__file__).read_text(encoding="utf-8")
+    source = "".join(
+        Path(module.__file__).read_text(encoding="utf-8") for module in (checks, checks_values)
+    )
     in_code = set(re.findall(r"headgate\.[EW]\d{3}", source))
     page = (REFERENCE / "settings.md").read_text(encoding="utf-8")
     in_docs = set(re.findall(r"headgate\.[EW]\d{3}", page))

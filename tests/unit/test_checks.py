@@ -4,10 +4,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core import checks
 from django.test import override_settings
 
 from headgate_django.checks import check_settings
-from headgate_django.conf import headgate_settings
+from headgate_django.conf import DEFAULTS, headgate_settings
 from headgate_django.exceptions import ConfigurationError
 from tests.conftest import manage
 
@@ -254,3 +255,103 @@ def test_autodiscover_modules_that_is_no_list_fails_the_check_not_the_start(
     assert done.returncode != 0
     assert "headgate.E016" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+class _Nonsense:
+    """A value no setting takes (``object()`` would be the same, with a worse repr)."""
+
+    def __repr__(self) -> str:
+        return "<nonsense>"
+
+
+@pytest.mark.parametrize("key", sorted(DEFAULTS))
+def test_every_setting_refuses_a_value_of_no_type_it_takes_with_a_check_error(key):
+    """A value of the wrong type is reported by ``manage.py check`` (and stops
+    ``runworkers``), never left for a duty, a request or an enqueue to trip over, and never
+    a traceback from the check itself."""
+    with override_settings(HEADGATE={key: _Nonsense()}):
+        found = [m for m in check_settings() if m.level >= checks.ERROR]
+    assert found, f"HEADGATE[{key!r}] = <nonsense> passes the checks"
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("RETENTION", None),
+        ("RETENTION", timedelta(days=-1)),
+        ("RETENTION", 7),
+        ("RETENTION", timedelta(days=40_000)),  # past the store clock's year 9999
+        ("CRASH_BACKOFF", timedelta(seconds=-1)),
+        ("WORKFLOW_RETENTION", None),
+        ("WORKFLOW_RETENTION", timedelta(0)),
+        ("WORKFLOW_RETENTION", timedelta(microseconds=500)),
+        ("DURABLE_RETENTION", timedelta(days=-1)),
+        ("DURABLE_RETENTION", 30),
+        ("IDEMPOTENCY_TTL", None),
+        ("IDEMPOTENCY_TTL", timedelta(0)),
+        ("EVICT_BUDGET", timedelta(seconds=-1)),
+        ("EVICT_BUDGET", 1),
+        ("DUTY_INTERVAL", timedelta(0)),
+        ("DUTY_INTERVAL", 1),
+        ("IDLE_BACKOFF_MIN", 0.05),
+        ("IDLE_BACKOFF_MAX", None),
+        ("STATUS_INTERVAL", 5),
+        ("RENEW_INTERVAL", 5),
+        ("RENEW_INTERVAL", timedelta(0)),
+        ("LEASE_TTL", timedelta(days=40_000)),
+    ],
+)
+def test_bad_durations_are_e002_and_the_check_itself_never_fails(key, value):
+    assert ids(**{key: value}) == ["headgate.E002"], (key, value)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("RETENTION", timedelta(0)),  # deletes a successful job at its acknowledgement
+        ("CRASH_BACKOFF", timedelta(0)),
+        ("WORKFLOW_RETENTION", timedelta(milliseconds=1)),
+        ("DURABLE_RETENTION", None),  # keeps them for ever, as documented
+        ("DURABLE_RETENTION", 0),
+        ("DURABLE_RETENTION", timedelta(0)),
+        ("RENEW_INTERVAL", None),
+        ("EVICT_BUDGET", timedelta(0)),  # one batch a pass
+    ],
+)
+def test_the_documented_edge_values_of_durations_are_accepted(key, value):
+    assert ids(**{key: value}) == [], (key, value)
+
+
+@pytest.mark.parametrize(
+    "key", ["EVICT_BATCH", "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "API_MAX_BODY_BYTES"]
+)
+@pytest.mark.parametrize("value", [0, -5, None, "1000", 1.5, True])
+def test_sizes_and_the_eviction_batch_are_counts(key, value):
+    """An eviction batch of 0 deleted nothing and, never coming back short, ran the duty
+    again on every tick; None is ``LIMIT NULL`` on PostgreSQL: one unbounded delete."""
+    assert ids(**{key: value}) == ["headgate.E005"], (key, value)
+
+
+@pytest.mark.parametrize(
+    "key", ["LISTEN_NOTIFY", "WORKFLOW_EVENT_WAKE", "API_READ_ONLY", "API_PUBLIC_HEALTH"]
+)
+def test_switches_are_booleans(key):
+    """``API_READ_ONLY = "false"`` would have made the API read-only."""
+    assert ids(**{key: True}) == ids(**{key: False}) == []
+    for value in ("false", 0, None):
+        assert ids(**{key: value}) == ["headgate.E017"], (key, value)
+
+
+def test_the_workflow_queue_is_a_queue_name():
+    assert ids(WORKFLOW_QUEUE="flows") == []
+    for value in ("bad queue", "", None):
+        assert ids(WORKFLOW_QUEUE=value) == ["headgate.E018"], value
+
+
+def test_the_api_authentication_classes_are_none_or_dotted_paths():
+    assert ids(API_AUTHENTICATION_CLASSES=None) == []
+    assert (
+        ids(API_AUTHENTICATION_CLASSES=["rest_framework.authentication.TokenAuthentication"]) == []
+    )
+    for value in ("rest_framework.authentication.TokenAuthentication", [1], [""]):
+        assert ids(API_AUTHENTICATION_CLASSES=value) == ["headgate.E019"], value
