@@ -234,3 +234,39 @@ def test_burst_children_that_give_up_on_the_database_say_why_without_a_traceback
         done.stderr.count("CommandError: the database stayed unreachable; nothing was run") == 2
     ), done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_ctrl_c_while_it_starts_stops_it_with_one_line_and_no_traceback() -> None:
+    """A Ctrl-C before the worker runs (here: while it waits for a database server that
+    accepted the connection but never answers) is no crash: one line, status 130 (as a
+    shell reports an interrupted command), no traceback."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/x?connect_timeout=120"
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        env.update(DJANGO_SETTINGS_MODULE="tests.settings", DATABASE_URL=url, PYTHONPATH=str(ROOT))
+        with subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runworkers"],
+            env=env,
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            assert proc.stderr is not None
+            said = [proc.stderr.readline()]
+            while said[-1] and "handler thread" not in said[-1]:  # then it looks for tables
+                said.append(proc.stderr.readline())
+            proc.send_signal(signal.SIGINT)
+            said.append(proc.stderr.read())
+            assert proc.wait(timeout=60) == 130, "".join(said)
+    output = "".join(said)
+    assert "Traceback" not in output, output
+    assert "interrupted while starting: nothing was run" in output, output

@@ -36,6 +36,9 @@ class Command(BaseCommand):
     # neither the worker's code nor its schema check depends on; ``manage.py check`` and
     # ``migrate`` run them, and here they took about 7 ms of each process's start.
     requires_system_checks = [Tags.compatibility, Tags.signals]
+    #: Set once the checks and start-up steps are done: SIGTERM/SIGINT are then the
+    #: worker's (a drain), not an interruption of the start.
+    _serving = False
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -100,6 +103,13 @@ class Command(BaseCommand):
             super().run_from_argv(argv)
         except SystemExit as exc:
             exit_now(exit_code(exc))
+        except KeyboardInterrupt:
+            if self._serving:
+                raise
+            # Until a worker serves, SIGINT is Python's: a Ctrl-C while the command waits
+            # for a slow database is the user's choice, not a crash to show a traceback for.
+            self.stderr.write("interrupted while starting: nothing was run")
+            exit_now(130)  # what a shell reports for a command that SIGINT stopped
         exit_now(0)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -127,6 +137,25 @@ class Command(BaseCommand):
             except DefinitionError as exc:
                 raise CommandError(f"--queue: {exc}") from None
         logs.announce(options["processes"], options["concurrency"])
+        self._prepare(options)
+        self._serving = True
+        if options["processes"] > 1:
+            from headgate_django.worker.supervisor import supervise
+
+            try:
+                code = supervise(
+                    options["processes"],
+                    lambda worker_id: self._serve_child(options, worker_id),
+                    options["worker_id"],
+                )
+            except ConfigurationError as exc:
+                raise CommandError(f"--processes: {exc}") from exc
+            sys.exit(code)
+        self._serve(options, options["worker_id"])
+
+    def _prepare(self, options: dict[str, Any]) -> None:
+        """What a worker needs before it serves: headgate's tables, the declared schedules
+        and admission policies in the store, and the metrics endpoint if asked for."""
         self._check_schema()
         self._sync_schedules(options["verbosity"])
         self._apply_admission(options["verbosity"])
@@ -142,19 +171,6 @@ class Command(BaseCommand):
                 metrics.serve(options["metrics_port"])
             except (ConfigurationError, OSError) as exc:
                 raise CommandError(f"--metrics-port: {exc}") from exc
-        if options["processes"] > 1:
-            from headgate_django.worker.supervisor import supervise
-
-            try:
-                code = supervise(
-                    options["processes"],
-                    lambda worker_id: self._serve_child(options, worker_id),
-                    options["worker_id"],
-                )
-            except ConfigurationError as exc:
-                raise CommandError(f"--processes: {exc}") from exc
-            sys.exit(code)
-        self._serve(options, options["worker_id"])
 
     def _warn_on_lease(self, lease_ttl: timedelta) -> None:
         """The system check's lease rule (headgate.W003) for the lease ``--lease-ttl``
