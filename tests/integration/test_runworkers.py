@@ -53,6 +53,10 @@ def test_the_status_line_accounts_for_every_claim(start_worker):
         (["--processes", "-1"], "--processes must be at least 1, not -1"),
         (["--queue", ""], "--queue: a queue name must be a non-empty string"),
         (["--queue", "a b"], "--queue: invalid queue name 'a b'"),
+        (
+            ["--queue", "default,emails"],
+            "one queue per --queue: --queue default --queue emails",
+        ),
         (["--lease-ttl", "0"], "--lease-ttl must be positive"),
         (["--lease-ttl", "nan"], "--lease-ttl must be positive and at most 31536000 seconds"),
         (["--lease-ttl", "inf"], "at most 31536000 seconds (a year), not inf"),

@@ -135,7 +135,7 @@ class Command(BaseCommand):
             try:
                 validate_queue(queue)
             except DefinitionError as exc:
-                raise CommandError(f"--queue: {exc}") from None
+                raise CommandError(f"--queue: {exc}{_one_per_option(queue)}") from None
         logs.announce(options["processes"], options["concurrency"])
         self._prepare(options)
         self._serving = True
@@ -278,3 +278,11 @@ class Command(BaseCommand):
             # Handlers that outlived the drain window were released back to their queues;
             # do not let the interpreter wait for their threads at exit.
             exit_now(0)
+
+
+def _one_per_option(queue: str) -> str:
+    """The way out for ``--queue a,b`` (a list where one name goes), or nothing."""
+    names = [name.strip() for name in queue.split(",") if name.strip()]
+    if "," not in queue or not names:
+        return ""
+    return "; one queue per --queue: " + " ".join(f"--queue {name}" for name in names)
