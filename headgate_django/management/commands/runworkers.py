@@ -49,10 +49,18 @@ class Command(BaseCommand):
             help="Serve this queue (repeatable). Default: HEADGATE['QUEUES'], or every queue.",
         )
         parser.add_argument(
-            "--concurrency", type=int, default=10, help="Handler threads per process (default 10)."
+            "--concurrency",
+            type=int,
+            default=10,
+            metavar="N",
+            help="Handler threads per process (default 10).",
         )
         parser.add_argument(
-            "--processes", type=int, default=1, help="Worker processes to start (default 1)."
+            "--processes",
+            type=int,
+            default=1,
+            metavar="P",
+            help="Worker processes to start (default 1).",
         )
         parser.add_argument(
             "--burst",
@@ -74,12 +82,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default=None,
+            metavar="ID",
             help="Name this worker in leases and logs (default host:pid:random).",
         )
         parser.add_argument(
             "--metrics-port",
             type=int,
             default=None,
+            metavar="PORT",
             help="Serve Prometheus metrics on 127.0.0.1:PORT (needs prometheus-client; "
             "default: none).",
         )
