@@ -1,5 +1,6 @@
 """System checks for rules that span settings (ids ``headgate.E00x`` / ``headgate.W00x``),
-and for the demo's credential-less operator port in a production-looking project (E007).
+for the demo's credential-less operator port in a production-looking project (E007), and
+for the API's docs pages in a project that lacks the app of their templates (W005).
 
 Every independent rule is checked and reported together; only the comparisons between
 durations wait until the durations themselves are valid.
@@ -415,3 +416,29 @@ def check_demo_operator_deploy(app_configs: Any = None, **kwargs: Any) -> list[A
 
 def _demo_operator_error(message: str) -> Error:
     return Error(message, hint=_DEMO_OPERATOR_HINT, id="headgate.E007")
+
+
+@register(Tags.urls)
+def check_api_docs_templates(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """The API's docs pages (served with DEBUG on) render drf-spectacular's templates,
+    which Django finds only with its app installed: without it, their first visit is a
+    TemplateDoesNotExist error page. Said only to a project that routes the API."""
+    from django.apps import apps
+    from django.urls import NoReverseMatch, reverse
+
+    if not settings.DEBUG or apps.is_installed("drf_spectacular"):
+        return []
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
+    try:
+        reverse("headgate_api:docs")
+    except NoReverseMatch:
+        return []
+    return [
+        Warning(
+            "the API's docs pages (docs/ and redoc/ under /api/v1/) render drf-spectacular's "
+            "templates, and 'drf_spectacular' is not in INSTALLED_APPS",
+            hint="Add 'drf_spectacular' to INSTALLED_APPS; the rest of the API works without it.",
+            id="headgate.W005",
+        )
+    ]

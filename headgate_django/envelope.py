@@ -214,7 +214,12 @@ def decode_call(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
     """
     if payload == NO_ARGUMENTS:  # most jobs: skip the parser (a fresh list and dict each time)
         return [], {}
-    data = json.loads(bytes(payload))
+    try:
+        data = json.loads(bytes(payload))
+    except RecursionError:
+        # Valid JSON may nest deeper than the parser recurses: a payload no handler can
+        # take, not a crash of the thread that decodes it.
+        raise ValueError("payload JSON is nested too deeply to parse") from None
     if not isinstance(data, dict):
         raise ValueError("payload is not a JSON object")
     if set(data) != {"args", "kwargs"}:

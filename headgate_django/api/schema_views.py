@@ -3,9 +3,11 @@ for ``?format=yaml`` or ``Accept: application/yaml``), and the docs pages ``/v1/
 (Swagger UI) and ``/v1/redoc/`` (ReDoc), only while ``DEBUG`` is on.
 
 The docs pages load their scripts and styles from ``/v1/docs/assets/``, served from the
-``drf-spectacular-sidecar`` package: they work offline and without adding an app to
-``INSTALLED_APPS`` or configuring static files. Every route needs an authenticated user
-(the assets excepted: they hold no data) and answers errors in the API's envelope.
+``drf-spectacular-sidecar`` package: they work offline and without adding the sidecar to
+``INSTALLED_APPS`` or configuring static files. Their templates are drf-spectacular's, so
+``drf_spectacular`` itself must be installed (check ``headgate.W005``). Every route needs
+an authenticated user (the assets excepted: they hold no data) and answers errors in the
+API's envelope.
 """
 
 from __future__ import annotations

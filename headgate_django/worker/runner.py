@@ -775,12 +775,18 @@ class Worker:
         waiting = store.unknown_kinds_waiting(
             registered_kinds(), queues=self.queues, using=self.using
         )
+        modules = " or ".join(repr(name) for name in headgate_settings.AUTODISCOVER_MODULES)
         for kind, count in sorted(waiting.items()):
+            # The enqueuing code knew the kind: most often the worker never imported the
+            # module that defines it, so the warning says which modules it imports.
             log.warning(
                 "%s available job(s) of kind %r have no handler in this worker; "
-                "they wait for a worker that registers it",
+                "they wait for a worker that registers it: a worker registers the tasks that "
+                "installed apps define in, or import into, their modules named %s "
+                "(HEADGATE['AUTODISCOVER_MODULES'])",
                 f"{count:,}+" if count >= store.UNKNOWN_COUNTED_UP_TO else count,
                 kind,
+                modules,
             )
 
     def _renew_if_due(self) -> None:

@@ -173,3 +173,27 @@ def test_without_debug_neither_pages_nor_assets_are_served(viewer):
     assert viewer.get("/api/v1/docs/").status_code == 404
     assert viewer.get("/api/v1/redoc/").status_code == 404
     assert viewer.get("/api/v1/docs/assets/swagger-ui-bundle.js").status_code == 404
+
+
+#: A URLconf that does not route the API (this module, as ROOT_URLCONF).
+urlpatterns: list[object] = []
+
+
+@override_settings(DEBUG=True)
+def test_docs_pages_that_cannot_find_their_templates_are_a_system_check_warning(settings):
+    """The docs pages render drf-spectacular's templates: without its app in
+    INSTALLED_APPS (the README's and the tutorial's list leave it out) their first visit
+    was a TemplateDoesNotExist error page. `manage.py check` (and runserver) say so."""
+    from django.core.checks import Tags, run_checks
+
+    def warned() -> bool:
+        return "headgate.W005" in [m.id for m in run_checks(tags=[Tags.urls])]
+
+    without = [app for app in settings.INSTALLED_APPS if app != "drf_spectacular"]
+    with override_settings(INSTALLED_APPS=without):
+        assert warned()
+        with override_settings(ROOT_URLCONF=__name__):  # no API routed: nothing to say
+            assert not warned()
+        with override_settings(DEBUG=False):  # no docs pages served: nothing to say
+            assert not warned()
+    assert not warned()

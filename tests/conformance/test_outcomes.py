@@ -49,6 +49,10 @@ UNDECODABLE = {
     "unexpected-argument": Envelope(kind="test.noop", payload=encode_call((), {"user": 1})),
     "too-many-positional": Envelope(kind="test.fail", payload=encode_call(("a", "b"), {})),
     "async-unexpected-argument": Envelope(kind="test.async", payload=b'{"nope": 1}'),
+    # valid JSON within the size limit, nested deeper than Python's parser recurses
+    "nested-too-deep": Envelope(
+        kind="test.echo", payload=b'{"value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    ),
 }
 
 

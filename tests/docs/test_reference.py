@@ -93,6 +93,23 @@ def test_every_runworkers_option_is_documented():
     assert not missing, f"runworkers options missing from docs/reference/cli.md: {missing}"
 
 
+def test_runworkers_help_names_option_values_as_the_reference_does():
+    """`runworkers --help` and the CLI reference call an option's value by one name
+    (`--concurrency N`, not `N` on the page and `CONCURRENCY` in the terminal)."""
+    command = load_command_class("headgate_django", "runworkers")
+    parser = command.create_parser("manage.py", "runworkers")
+    rows = _rows("cli.md")
+    for action in parser._actions:
+        option = next((o for o in action.option_strings if o.startswith("--")), None)
+        if option is None or action.nargs == 0 or action.choices:
+            continue  # a flag, or a value the help lists by its choices
+        documented = [k for k in rows if k.split()[0] == option]
+        if not documented:
+            continue  # Django's own options
+        shown = action.metavar or action.dest.upper()
+        assert documented == [f"{option} {shown}"], (option, shown)
+
+
 def test_runworkers_help_gives_the_queue_default_the_reference_gives():
     """Without --queue a worker serves HEADGATE["QUEUES"] when it is set, not every queue."""
     command = load_command_class("headgate_django", "runworkers")

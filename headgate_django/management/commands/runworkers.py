@@ -36,6 +36,9 @@ class Command(BaseCommand):
     # neither the worker's code nor its schema check depends on; ``manage.py check`` and
     # ``migrate`` run them, and here they took about 7 ms of each process's start.
     requires_system_checks = [Tags.compatibility, Tags.signals]
+    #: Set once the checks and start-up steps are done: SIGTERM/SIGINT are then the
+    #: worker's (a drain), not an interruption of the start.
+    _serving = False
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -46,10 +49,18 @@ class Command(BaseCommand):
             help="Serve this queue (repeatable). Default: HEADGATE['QUEUES'], or every queue.",
         )
         parser.add_argument(
-            "--concurrency", type=int, default=10, help="Handler threads per process (default 10)."
+            "--concurrency",
+            type=int,
+            default=10,
+            metavar="N",
+            help="Handler threads per process (default 10).",
         )
         parser.add_argument(
-            "--processes", type=int, default=1, help="Worker processes to start (default 1)."
+            "--processes",
+            type=int,
+            default=1,
+            metavar="P",
+            help="Worker processes to start (default 1).",
         )
         parser.add_argument(
             "--burst",
@@ -71,12 +82,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default=None,
+            metavar="ID",
             help="Name this worker in leases and logs (default host:pid:random).",
         )
         parser.add_argument(
             "--metrics-port",
             type=int,
             default=None,
+            metavar="PORT",
             help="Serve Prometheus metrics on 127.0.0.1:PORT (needs prometheus-client; "
             "default: none).",
         )
@@ -100,6 +113,13 @@ class Command(BaseCommand):
             super().run_from_argv(argv)
         except SystemExit as exc:
             exit_now(exit_code(exc))
+        except KeyboardInterrupt:
+            if self._serving:
+                raise
+            # Until a worker serves, SIGINT is Python's: a Ctrl-C while the command waits
+            # for a slow database is the user's choice, not a crash to show a traceback for.
+            self.stderr.write("interrupted while starting: nothing was run")
+            exit_now(130)  # what a shell reports for a command that SIGINT stopped
         exit_now(0)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -125,8 +145,27 @@ class Command(BaseCommand):
             try:
                 validate_queue(queue)
             except DefinitionError as exc:
-                raise CommandError(f"--queue: {exc}") from None
+                raise CommandError(f"--queue: {exc}{_one_per_option(queue)}") from None
         logs.announce(options["processes"], options["concurrency"])
+        self._prepare(options)
+        self._serving = True
+        if options["processes"] > 1:
+            from headgate_django.worker.supervisor import supervise
+
+            try:
+                code = supervise(
+                    options["processes"],
+                    lambda worker_id: self._serve_child(options, worker_id),
+                    options["worker_id"],
+                )
+            except ConfigurationError as exc:
+                raise CommandError(f"--processes: {exc}") from exc
+            sys.exit(code)
+        self._serve(options, options["worker_id"])
+
+    def _prepare(self, options: dict[str, Any]) -> None:
+        """What a worker needs before it serves: headgate's tables, the declared schedules
+        and admission policies in the store, and the metrics endpoint if asked for."""
         self._check_schema()
         self._sync_schedules(options["verbosity"])
         self._apply_admission(options["verbosity"])
@@ -142,19 +181,6 @@ class Command(BaseCommand):
                 metrics.serve(options["metrics_port"])
             except (ConfigurationError, OSError) as exc:
                 raise CommandError(f"--metrics-port: {exc}") from exc
-        if options["processes"] > 1:
-            from headgate_django.worker.supervisor import supervise
-
-            try:
-                code = supervise(
-                    options["processes"],
-                    lambda worker_id: self._serve_child(options, worker_id),
-                    options["worker_id"],
-                )
-            except ConfigurationError as exc:
-                raise CommandError(f"--processes: {exc}") from exc
-            sys.exit(code)
-        self._serve(options, options["worker_id"])
 
     def _warn_on_lease(self, lease_ttl: timedelta) -> None:
         """The system check's lease rule (headgate.W003) for the lease ``--lease-ttl``
@@ -262,3 +288,11 @@ class Command(BaseCommand):
             # Handlers that outlived the drain window were released back to their queues;
             # do not let the interpreter wait for their threads at exit.
             exit_now(0)
+
+
+def _one_per_option(queue: str) -> str:
+    """The way out for ``--queue a,b`` (a list where one name goes), or nothing."""
+    names = [name.strip() for name in queue.split(",") if name.strip()]
+    if "," not in queue or not names:
+        return ""
+    return "; one queue per --queue: " + " ".join(f"--queue {name}" for name in names)

@@ -128,9 +128,14 @@ def _operator_addr(given: str | None) -> str:
 
 
 def _split(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    if not port.isdigit():
-        raise CommandError(f"{addr!r} is not a host:port address")
+    """``addr`` as runserver reads it: ``host:port``, or a port alone (on 127.0.0.1).
+
+    Refused here, before anything starts, is what runserver would refuse (``:8000``) or
+    could not be waited for (port 0, any free one), and a port no socket has.
+    """
+    host, colon, port = addr.rpartition(":")
+    if not (port.isdigit() and 0 < int(port) < 65536) or (colon and not host):
+        raise CommandError(f"{addr!r} is not a host:port address with a port from 1 to 65535")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
