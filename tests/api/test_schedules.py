@@ -135,3 +135,19 @@ def test_a_declared_schedule_is_the_settings_to_change(operator: Api) -> None:
         replaced = operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
         assert replaced.status_code == 200, replaced.content
         assert not Schedule.objects.get(name="nightly").declared
+
+
+def test_a_task_target_is_a_registered_kind_and_no_module_is_imported(operator: Api) -> None:
+    """The API takes a task's kind, never an import path: importing the module a caller
+    names would run that module's code in the server, whatever the answer then is."""
+    import sys
+
+    probe = "tests.api.import_probe"
+    sys.modules.pop(probe, None)
+    response = operator.put(PATH, {"spec": "@hourly", "task": f"{probe}.anything"})
+    assert probe not in sys.modules
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["message"] == (
+        f"schedule 'nightly': no task has the kind '{probe}.anything'"
+    )
+    assert not Schedule.objects.exists()
