@@ -273,8 +273,10 @@ def _withdraw_ahead(obj: Schedule, now: datetime, reason: str, using: str) -> li
 
 
 def schedule_pause_undeclared(declared: Sequence[str], *, using: str = "default") -> list[str]:
-    """Pause the schedules once declared in settings and no longer there; their names."""
-    stale = Schedule.objects.using(using).filter(declared=True, paused=False)
+    """Pause the schedules once declared in settings and no longer there, and clear their
+    ``declared`` flag: from now on they are runtime schedules, so one an operator resumes
+    is not paused again by the next worker's start. The names of those it paused."""
+    stale = Schedule.objects.using(using).filter(declared=True)
     stale = stale.exclude(name__in=list(declared))
     # Every worker's start asks; almost always nothing is stale, and one read says so
     # without the transaction's two round trips and the store clock's one.
@@ -287,12 +289,13 @@ def schedule_pause_undeclared(declared: Sequence[str], *, using: str = "default"
         # schedule_set_paused's does.
         keys = sorted(stale.values_list("pk", flat=True))
         rows = list(stale.select_for_update().filter(pk__in=keys).order_by("pk"))
-        for obj in rows:
+        running = [obj for obj in rows if not obj.paused]
+        for obj in running:
             _withdraw_ahead(obj, now, "schedule no longer declared", using)
         Schedule.objects.using(using).filter(pk__in=[o.pk for o in rows]).update(
-            paused=True, updated_at=now
+            paused=True, declared=False, updated_at=now
         )
-    return sorted(o.name for o in rows)
+    return sorted(o.name for o in running)
 
 
 def schedule_due(

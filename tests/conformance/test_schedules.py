@@ -561,7 +561,26 @@ def test_declared_schedules_sync_and_removed_ones_are_paused():
         assert schedules.get("nightly").next_run_at == phase
     with override_settings(HEADGATE={"SCHEDULES": {"wf": declared["wf"]}}):
         assert schedules.sync_declared() == {"synced": ["wf"], "paused": ["nightly"]}
-    assert schedules.get("nightly").paused and schedules.get("nightly").declared
+    assert schedules.get("nightly").paused and not schedules.get("nightly").declared
+
+
+@pytest.mark.parametrize("was_paused", [False, True])
+def test_a_schedule_no_longer_declared_and_resumed_stays_resumed_at_the_next_start(
+    was_paused: bool,
+) -> None:
+    """Removed from the settings, a schedule is paused once (if it ran) and is a runtime
+    schedule from then on: an operator who resumes it does not find it paused again by
+    every later worker start."""
+    declared = {"nightly": {"task": "test.periodic", "spec": "@hourly", "paused": was_paused}}
+    with override_settings(HEADGATE={"SCHEDULES": declared}):
+        schedules.sync_declared()
+    with override_settings(HEADGATE={"SCHEDULES": {}}):
+        paused = [] if was_paused else ["nightly"]
+        assert schedules.sync_declared() == {"synced": [], "paused": paused}
+        assert schedules.get("nightly").paused and not schedules.get("nightly").declared
+        schedules.resume("nightly")
+        assert schedules.sync_declared() == {"synced": [], "paused": []}
+    assert not schedules.get("nightly").paused
 
 
 def test_declared_schedules_with_a_bad_entry_write_nothing():
