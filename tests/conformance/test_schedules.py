@@ -81,6 +81,12 @@ def test_upsert_anchors_after_now_and_same_spec_keeps_phase():
     assert changed.next_run_at is not None and changed.next_run_at > db_now()
 
 
+#: A valid cron spec of 286 characters, over the 255 stored: each minute, hour and day
+#: listed.
+LONG_SPEC = " ".join(",".join(map(str, r)) for r in (range(60), range(24), range(1, 21)))
+LONG_SPEC += " * *"
+
+
 @pytest.mark.parametrize(
     ("spec", "kwargs"),
     [
@@ -90,6 +96,7 @@ def test_upsert_anchors_after_now_and_same_spec_keeps_phase():
         ("@every 1h", {"backfill_limit": -1}),
         ("@every 1h", {"backfill_limit": 2**31}),  # past the column
         ("@every 1h", {"on_missed": "sometimes"}),
+        (LONG_SPEC, {}),  # past the column
     ],
 )
 def test_bad_input_is_refused_and_writes_nothing(spec, kwargs):

@@ -99,7 +99,7 @@ def test_bad_specs_raise_schedule_error(spec: str | timedelta, tz: str | None) -
         "@every 3000000d",  # past year 9999 from the epoch: OverflowError at the first tick
         "@every 999999999d",
         "@every 99999999999999999999s",  # past timedelta's range
-        "@every " + "9" * 5000 + "s",  # past int()'s digits
+        "@every " + "9" * 240 + "s",
         timedelta(days=3_000_000),
     ],
 )
@@ -107,6 +107,20 @@ def test_an_interval_over_the_maximum_is_refused_naming_it(spec: str | timedelta
     with pytest.raises(ScheduleError, match="at most 18250d"):
         parse_spec(spec)
     assert parse_spec("@every 18250d").every == MAX_EVERY.total_seconds() == 18250 * 86400
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "@every " + "9" * 5000 + "s",  # past int()'s digits
+        ",".join(["0"] * 200) + " * * * *",
+        "CRON_TZ=America/Argentina/ComodRivadavia " + ",".join(["0"] * 107) + " * * * *",
+    ],
+)
+def test_a_spec_longer_than_its_column_is_refused(spec: str) -> None:
+    with pytest.raises(ScheduleError, match="at most 255 characters"):
+        parse_spec(spec)
+    assert parse_spec("  0  3  *  *  * ").text == "0 3 * * *"  # spaces count once
 
 
 def test_bad_on_missed_and_backfill_limit() -> None:
