@@ -271,6 +271,20 @@ def test_the_scheduler_wakes_when_the_next_tick_is_due():
     assert duty.last + duty.interval - time.monotonic() <= 0.25  # due again in 0.25 s
 
 
+def test_a_schedule_that_cannot_be_planned_does_not_make_the_scheduler_spin():
+    """A stored spec this version refuses (written by hand, or accepted by an older
+    cronsim) stays due and fires nothing: the duty waits its interval, rather than
+    passing again at once, and logging the same error, on every heartbeat."""
+    from headgate_django.schedules.scheduler import wake_in
+
+    hourly()
+    rewind("hourly", 0)
+    Schedule.objects.filter(name="hourly").update(spec="61 * * * *")
+    result = run_pass()
+    assert result == {"unplannable": 1}
+    assert wake_in(result) is None
+
+
 def test_other_jobs_have_no_origin():
     tasks.periodic.enqueue()
     testing.run_jobs()
