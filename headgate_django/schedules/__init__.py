@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
 from headgate_django.kernel.schedule_spec import (
+    accept_spec,
     check_on_missed,
-    parse_spec,
     upcoming,
     validate_name,
 )
@@ -115,7 +115,7 @@ def _upsert(
     from headgate_django.store.schedules import schedule_upsert
 
     validate_name(name)
-    parsed = parse_spec(spec, tz=tz)
+    parsed = accept_spec(spec, tz=tz)
     check_on_missed(on_missed, backfill_limit)
     stored = encode(target)
     return schedule_upsert(

@@ -22,7 +22,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from headgate_django.exceptions import ScheduleError
-from headgate_django.kernel.schedule_spec import check_on_missed, parse_spec, validate_name
+from headgate_django.kernel.schedule_spec import accept_spec, check_on_missed, validate_name
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.schedules.targets import DurableTarget, Target, WorkflowTarget, encode
 
@@ -64,7 +64,7 @@ def options(name: str, entry: Any, *, import_paths: bool = True) -> dict[str, An
     }
     # Everything upsert would refuse, refused before any entry is written.
     validate_name(name)
-    parse_spec(kw["spec"], tz=kw["tz"])
+    accept_spec(kw["spec"], tz=kw["tz"])
     check_on_missed(kw["on_missed"], kw["backfill_limit"])
     encode(kw["target"])
     return kw
