@@ -477,14 +477,24 @@ def _move(
     )
 
 
+def schedule_tick_start(write: Callable[[], str], *, using: str = "default") -> str:
+    """Run one tick's ``write()`` (its enqueue) in a savepoint: its outcome. A refusal by
+    the store (quarantine, id conflict) rolls back that tick alone and is raised."""
+    with transaction.atomic(using=using):
+        return write()
+
+
 def schedule_tick_write(write: Callable[[], str], *, using: str = "default") -> tuple[str, str]:
-    """Run one tick's ``write()`` (its enqueue) in a savepoint: (outcome, reason). A refusal
-    by the store (quarantine, id conflict) rolls back that tick alone and is its failure."""
+    """:func:`schedule_tick_start`, with a refusal as the tick's failure: (outcome, reason)."""
     try:
-        with transaction.atomic(using=using):
-            return write(), ""
+        return schedule_tick_start(write, using=using), ""
     except HeadgateError as exc:
-        return "failed", f"{type(exc).__name__}: {exc}"
+        return "failed", failure_reason(exc)
+
+
+def failure_reason(exc: Exception) -> str:
+    """What a failed tick's event says of the exception that failed it."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def schedule_events_record(

@@ -151,3 +151,21 @@ def test_a_task_target_is_a_registered_kind_and_no_module_is_imported(operator: 
         f"schedule 'nightly': no task has the kind '{probe}.anything'"
     )
     assert not Schedule.objects.exists()
+
+
+def test_a_run_the_store_refuses_is_answered_with_the_refusal_not_a_500(operator: Api) -> None:
+    """A quarantined task's run is the store's 423 ``quarantined``, as an enqueue of it
+    is (a client tells it from a server fault); nothing of the run is kept."""
+    from headgate_django.models import Quarantine
+    from headgate_django.store import db_now
+    from tests.app import tasks
+
+    operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
+    poison = tasks.echo.envelope()
+    Quarantine.objects.create(
+        fingerprint=poison.fingerprint, kind=poison.kind, quarantined_at=db_now()
+    )
+    response = operator.post(f"{PATH}/run")
+    assert response.status_code == 423, response.content
+    assert response.json()["error"]["code"] == "quarantined"
+    assert not Job.objects.exists()

@@ -19,7 +19,12 @@ from django.test import override_settings
 
 from headgate_django import schedules, testing
 from headgate_django.envelope import Envelope
-from headgate_django.exceptions import NotFoundError, PayloadTooLargeError, ScheduleError
+from headgate_django.exceptions import (
+    NotFoundError,
+    PayloadTooLargeError,
+    QuarantinedError,
+    ScheduleError,
+)
 from headgate_django.kernel.schedule_origin import tick_id
 from headgate_django.kernel.schedule_spec import next_tick, parse_spec, previous_ticks
 from headgate_django.models import Execution as DurableExecution
@@ -516,6 +521,19 @@ def test_run_now_enqueues_without_moving_the_schedule():
     assert outcomes("hourly") == ["enqueued", "enqueued"]
     with pytest.raises(NotFoundError):
         schedules.run_now("missing")
+
+
+def test_run_now_refused_by_the_store_raises_the_refusal_and_records_it():
+    poison = tasks.periodic.envelope(label="poison")
+    Quarantine.objects.create(
+        fingerprint=poison.fingerprint, kind=poison.kind, quarantined_at=db_now()
+    )
+    schedules.upsert("bad", "@every 1h", poison)
+    with pytest.raises(QuarantinedError):
+        schedules.run_now("bad")
+    (event,) = schedules.events("bad")
+    assert event.outcome == "failed" and event.reason.startswith("QuarantinedError: ")
+    assert tick_jobs("bad") == []
 
 
 def test_next_runs_across_dst_in_berlin_and_new_york():
