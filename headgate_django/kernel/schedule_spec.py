@@ -103,7 +103,7 @@ def parse_spec(spec: str | timedelta, tz: str | None = None) -> ScheduleSpec:
         raise ScheduleError(f"unknown shorthand {body!r} (use {', '.join(_SHORTHANDS)})")
     if len(cron.split()) not in (5, 6):
         raise ScheduleError(f"a cron spec has 5 fields (minute…) or 6 (second…): {body!r}")
-    zone_name = _zone(tz or "UTC")
+    zone_name = _zone("UTC" if tz is None else tz)
     try:
         CronSim(cron, datetime(2000, 1, 1))
     except CronSimError as exc:
@@ -161,9 +161,12 @@ def _interval(every: timedelta, text: str, tz: str | None) -> ScheduleSpec:
 
 
 def _zone(name: str) -> str:
+    """``name`` if it is a zone. ``ZoneInfo`` reads the file of that name: a region such as
+    ``America`` is a directory of them (``IsADirectoryError``), a long name one the system
+    refuses (``OSError``), and an empty one is no zone at all (not UTC)."""
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise ScheduleError(f"unknown time zone {name!r}") from exc
     return name
 

@@ -38,6 +38,7 @@ def test_upsert_read_and_list(operator: Api) -> None:
     [
         ({"spec": "61 * * * *", "task": "test.echo"}, "invalid_schedule"),
         ({"spec": "@hourly", "tz": "Nowhere/Land", "task": "test.echo"}, "invalid_schedule"),
+        ({"spec": "0 3 * * *", "tz": "America", "task": "test.echo"}, "invalid_schedule"),
         ({"spec": "@every 0s", "task": "test.echo"}, "invalid_schedule"),
         ({"spec": "@hourly", "task": "no.such.task"}, "invalid_schedule"),
         ({"spec": "@hourly"}, "invalid_schedule"),

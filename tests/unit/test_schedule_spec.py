@@ -75,6 +75,11 @@ def test_tz_argument_and_timedelta() -> None:
         ("0 3 30 2 *", None),  # never fires
         ("0 3 * * *", "Mars/Olympus_Mons"),  # unknown zone
         ("CRON_TZ=Nowhere/Land 0 3 * * *", None),
+        ("0 3 * * *", "Europe"),  # a region, not a zone: a directory of the zone files
+        ("CRON_TZ=America 0 3 * * *", None),
+        ("0 3 * * *", "Europe/" + "x" * 300),  # a file name too long for the system
+        ("0 3 * * *", ""),  # no zone is not UTC
+        ("CRON_TZ= 0 3 * * *", None),
         ("CRON_TZ=Europe/Berlin 0 3 * * *", "America/New_York"),  # two zones
         ("@every 0s", None),
         ("@every", None),
