@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, F, Max, Q, Window
 from django.db.models.functions import RowNumber
@@ -146,7 +146,29 @@ def schedule_upsert(
     """Create or replace the schedule ``name``. The same spec (text and zone) keeps its
     phase (``next_run_at`` stays); a new or changed spec, or a paused schedule unpaused
     (as :func:`schedule_set_paused` resumes it: the ticks while paused were not missed),
-    is anchored at the first tick after now."""
+    is anchored at the first tick after now.
+
+    Two upserts creating one new name at once (workers starting together with a newly
+    declared schedule) both find no row, and the second insert fails on the unique name
+    once the first commits: that one then replaces the new row, as if it had come second.
+    """
+    args = (name, spec, target, on_missed, backfill_limit, paused, declared, using)
+    try:
+        return _upsert(*args)
+    except IntegrityError:
+        return _upsert(*args)
+
+
+def _upsert(
+    name: str,
+    spec: ScheduleSpec,
+    target: dict[str, Any],
+    on_missed: str,
+    backfill_limit: int,
+    paused: bool,
+    declared: bool,
+    using: str,
+) -> ScheduleRow:
     with transaction.atomic(using=using):
         now = db_now(using)
         obj = _named(name, using, lock=True)

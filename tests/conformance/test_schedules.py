@@ -297,6 +297,37 @@ def test_other_jobs_have_no_origin():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_two_upserts_creating_one_new_name_at_once_both_succeed():
+    """Two workers starting together sync a newly declared schedule (or two clients PUT
+    one name): the second insert of the name waits for the first and then hit its unique
+    index, an IntegrityError; it replaces the first one's schedule instead, as if it had
+    come second."""
+    from django.db import transaction
+
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            schedules.upsert("fresh", "@every 2h", tasks.periodic.envelope(label="second"))
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=second)
+    with transaction.atomic():
+        schedules.upsert("fresh", "@every 1h", tasks.periodic.envelope(label="first"))
+        thread.start()
+        if connections["default"].vendor == "sqlite":
+            time.sleep(0.5)  # the second one's transaction waits for the write lock
+        else:
+            wait_for_lock_wait()  # its insert waits on the first one's new name
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    assert schedules.get("fresh").spec == "@every 2h"
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("operate", ["pause", "upsert", "delete"])
 def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkeypatch, operate):
     """A pass that has locked its batch, and an operator's pause, upsert or delete of one
