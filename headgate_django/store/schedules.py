@@ -609,8 +609,10 @@ def _trim_drawn(event: EventRow) -> bool:
 def schedule_events(
     name: str, *, limit: int = EVENTS_KEPT, using: str = "default"
 ) -> list[EventRow]:
-    """The newest ``limit`` events of ``name`` (which may no longer exist), newest first."""
-    rows = ScheduleEvent.objects.using(using).filter(schedule_name=name).order_by("-id")[:limit]
+    """The newest ``limit`` events of ``name`` (which may no longer exist), newest first;
+    never more than the :data:`EVENTS_KEPT` kept, whatever older ones wait for a trim."""
+    rows = ScheduleEvent.objects.using(using).filter(schedule_name=name).order_by("-id")
+    rows = rows[: min(limit, EVENTS_KEPT)]
     return [
         EventRow(e.schedule_name, e.tick_at, e.outcome, e.reason, e.target_id, e.recorded_at)
         for e in rows

@@ -604,6 +604,7 @@ def test_events_keep_the_newest_hundred_and_outlive_the_schedule():
     )
     kept = schedules.events("hourly")
     assert len(kept) == 100 and kept[0].reason == "e118" and kept[-1].reason == "e19"
+    assert len(schedules.events("hourly", limit=500)) == 100  # never the slack's
     assert ScheduleEvent.objects.count() == 119  # within the trim's slack
     schedule_events_record([EventRow("hourly", base, "enqueued", "e119")])
     assert ScheduleEvent.objects.count() == 100
