@@ -42,6 +42,9 @@ _DURATION = re.compile(r"(?:\d+[smhd])+\Z")
 _PART = re.compile(r"(\d+)([smhd])")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-.:]*\Z")
 MAX_NAME = 128
+#: The longest spec text :func:`accept_spec` takes (``Schedule.spec``'s column): a longer
+#: one, a cron list of every minute, hour and day say, would be refused by the database.
+MAX_SPEC = 255
 #: The longest ``@every`` interval: about the 50 years over which a cron spec's next tick
 #: is searched (cronsim gives up there, and :func:`parse_spec` refuses a spec that never
 #: fires). A slower schedule would not fire in the life of a deployment, and the bound
@@ -100,7 +103,7 @@ def parse_spec(spec: str | timedelta, tz: str | None = None) -> ScheduleSpec:
         raise ScheduleError(f"unknown shorthand {body!r} (use {', '.join(_SHORTHANDS)})")
     if len(cron.split()) not in (5, 6):
         raise ScheduleError(f"a cron spec has 5 fields (minute…) or 6 (second…): {body!r}")
-    zone_name = _zone(tz or "UTC")
+    zone_name = _zone("UTC" if tz is None else tz)
     try:
         CronSim(cron, datetime(2000, 1, 1))
     except CronSimError as exc:
@@ -109,6 +112,16 @@ def parse_spec(spec: str | timedelta, tz: str | None = None) -> ScheduleSpec:
     if next_tick(parsed, EPOCH) is None:
         raise ScheduleError(f"cron spec {body!r} never fires")
     return parsed
+
+
+def accept_spec(spec: str | timedelta, tz: str | None = None) -> ScheduleSpec:
+    """:func:`parse_spec` for a spec being stored (``upsert``, the settings): refused too
+    when its text is over :data:`MAX_SPEC` characters. A stored row is read back by
+    :func:`parse_spec` alone, so one stored before the bound (SQLite kept it) still fires."""
+    length = len(" ".join(spec.split())) if isinstance(spec, str) else 0
+    if length > MAX_SPEC:
+        raise ScheduleError(f"a schedule spec is at most {MAX_SPEC} characters, not {length}")
+    return parse_spec(spec, tz)
 
 
 def _seconds(every: timedelta) -> int:
@@ -148,9 +161,12 @@ def _interval(every: timedelta, text: str, tz: str | None) -> ScheduleSpec:
 
 
 def _zone(name: str) -> str:
+    """``name`` if it is a zone. ``ZoneInfo`` reads the file of that name: a region such as
+    ``America`` is a directory of them (``IsADirectoryError``), a long name one the system
+    refuses (``OSError``), and an empty one is no zone at all (not UTC)."""
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise ScheduleError(f"unknown time zone {name!r}") from exc
     return name
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from headgate_django.kernel.schedule_origin import PeriodicOrigin, origin_of
 from headgate_django.kernel.schedule_spec import (
+    accept_spec,
     check_on_missed,
-    parse_spec,
     upcoming,
     validate_name,
 )
@@ -115,7 +115,7 @@ def _upsert(
     from headgate_django.store.schedules import schedule_upsert
 
     validate_name(name)
-    parsed = parse_spec(spec, tz=tz)
+    parsed = accept_spec(spec, tz=tz)
     check_on_missed(on_missed, backfill_limit)
     stored = encode(target)
     return schedule_upsert(
@@ -183,24 +183,38 @@ def delete(name: str, *, using: str = "default") -> None:
 
 def run_now(name: str, *, using: str = "default") -> str:
     """Start the schedule's target once now, outside its ticks; ``next_run_at`` does not
-    move. Returns the id of the job, workflow or execution it started."""
+    move. Returns the id of the job, workflow or execution it started.
+
+    A start the store refuses raises that refusal (``QuarantinedError``,
+    ``BackpressureError`` …, each with its own HTTP status), and a workflow factory that
+    raises makes it raise :class:`~headgate_django.exceptions.HeadgateError`; either way
+    a ``failed`` event says so."""
     from headgate_django.envelope import new_id
     from headgate_django.exceptions import HeadgateError
     from headgate_django.schedules import targets
     from headgate_django.store.schedules import (
         EventRow,
+        failure_reason,
         schedule_events_record,
         schedule_get,
+        schedule_tick_start,
     )
     from headgate_django.store.vendor import db_now
 
     row = schedule_get(name, using=using)
     firing = targets.prepare(name, row.target, db_now(using), suffix=new_id())
-    outcome, reason = targets.write(firing, using)
-    event = EventRow(name, firing.tick_at, outcome, reason or "run_now", firing.target_id)
+    write = firing.write
+    try:
+        if write is None:  # its workflow factory raised
+            raise HeadgateError(f"run_now of schedule {name!r} failed: {firing.failure}", name=name)
+        outcome = schedule_tick_start(lambda: write(using), using=using)
+    except HeadgateError as exc:
+        reason = firing.failure or failure_reason(exc)
+        failed = EventRow(name, firing.tick_at, "failed", reason, firing.target_id)
+        schedule_events_record([failed], using=using)
+        raise
+    event = EventRow(name, firing.tick_at, outcome, "run_now", firing.target_id)
     schedule_events_record([event], using=using)
-    if outcome == "failed":
-        raise HeadgateError(f"run_now of schedule {name!r} failed: {reason}", name=name)
     return firing.target_id
 
 

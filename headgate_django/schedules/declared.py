@@ -22,7 +22,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from headgate_django.exceptions import ScheduleError
-from headgate_django.kernel.schedule_spec import check_on_missed, parse_spec, validate_name
+from headgate_django.kernel.schedule_spec import accept_spec, check_on_missed, validate_name
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.schedules.targets import DurableTarget, Target, WorkflowTarget, encode
 
@@ -39,8 +39,12 @@ def declared() -> dict[str, dict[str, Any]]:
     return value
 
 
-def options(name: str, entry: Any) -> dict[str, Any]:
-    """The keyword arguments of ``upsert`` for one declared entry; ScheduleError if bad."""
+def options(name: str, entry: Any, *, import_paths: bool = True) -> dict[str, Any]:
+    """The keyword arguments of ``upsert`` for one declared entry; ScheduleError if bad.
+
+    ``import_paths`` lets ``task`` be a dotted import path as well as a kind: settings are
+    the project's own code, but an entry sent over the API names its task by kind alone,
+    since importing the module a caller names runs that module's code in the server."""
     if not isinstance(entry, dict):
         raise ScheduleError(f"HEADGATE['SCHEDULES'][{name!r}] must be a dict")
     unknown = sorted(set(entry) - set(_TARGETS) - set(_OPTIONS))
@@ -52,7 +56,7 @@ def options(name: str, entry: Any) -> dict[str, Any]:
         )
     kw = {
         "spec": entry["spec"],
-        "target": _target(name, kinds[0], entry),
+        "target": _target(name, kinds[0], entry, import_paths),
         "tz": entry.get("tz"),
         "on_missed": entry.get("on_missed", "skip"),
         "backfill_limit": entry.get("backfill_limit", 10),
@@ -60,13 +64,13 @@ def options(name: str, entry: Any) -> dict[str, Any]:
     }
     # Everything upsert would refuse, refused before any entry is written.
     validate_name(name)
-    parse_spec(kw["spec"], tz=kw["tz"])
+    accept_spec(kw["spec"], tz=kw["tz"])
     check_on_missed(kw["on_missed"], kw["backfill_limit"])
     encode(kw["target"])
     return kw
 
 
-def _target(name: str, kind: str, entry: dict[str, Any]) -> Target:
+def _target(name: str, kind: str, entry: dict[str, Any], import_paths: bool) -> Target:
     if kind == "workflow":
         return WorkflowTarget(entry["workflow"])
     if kind == "durable":
@@ -74,7 +78,7 @@ def _target(name: str, kind: str, entry: dict[str, Any]) -> Target:
         if not isinstance(spec, dict) or not {"name", "version"} <= set(spec):
             raise ScheduleError(f"schedule {name!r}: durable needs name and version")
         return DurableTarget(**spec)
-    task = _task(name, entry["task"])
+    task = _task(name, entry["task"], import_paths)
     args, kwargs = entry.get("args", []), entry.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise ScheduleError(f"schedule {name!r}: args is a list and kwargs a dict")
@@ -84,17 +88,18 @@ def _target(name: str, kind: str, entry: dict[str, Any]) -> Target:
     return task.envelope(*args, **kwargs)
 
 
-def _task(name: str, path: Any) -> TaskDef:
-    """A task by its dotted import path or its registered kind."""
+def _task(name: str, path: Any, import_paths: bool) -> TaskDef:
+    """A task by its registered kind or, with ``import_paths``, its dotted import path."""
     found = find_task(path) if isinstance(path, str) else None
-    if found is None and isinstance(path, str):
+    if found is None and import_paths and isinstance(path, str):
         try:
             candidate = import_string(path)
         except ImportError:
             candidate = None
         found = candidate if isinstance(candidate, TaskDef) else None
     if found is None:
-        raise ScheduleError(f"schedule {name!r}: no task has the kind or import path {path!r}")
+        names = "the kind or import path" if import_paths else "the kind"
+        raise ScheduleError(f"schedule {name!r}: no task has {names} {path!r}")
     return found
 
 

@@ -50,6 +50,8 @@ ROUNDS = 20
 #: least), which nothing renews while the pass runs, so a long backlog does not make the
 #: lease lapse under a live holder. What is left is the next pass's.
 BUDGET = 5.0
+#: The count of due schedules a pass could not plan (their rows stay as they are).
+UNPLANNABLE = "unplannable"
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,12 @@ def wake_in(result: dict[str, Any], *, using: str = "default") -> float | None:
     """Seconds until the scheduler should pass again: when the earliest schedule is due,
     so a tick is enqueued within the worker's heartbeat (50 ms) of its instant instead of
     up to a duty interval later. None (the duty's own interval) when nothing will fire, or
-    when what is due now did not fire in the pass just made (a schedule that cannot be
-    planned must not make the duty spin)."""
+    when what is due now did not fire in the pass just made: a schedule that cannot be
+    planned stays due, and its ``unplannable`` count is no progress, so it must not make
+    the duty spin (and log its error) on every heartbeat."""
     due_in = schedule_next_due_in(lookahead=headgate_settings.SCHEDULE_LOOKAHEAD, using=using)
-    if due_in is None or (due_in <= 0 and not any(result.values())):
+    moved = any(n for outcome, n in result.items() if outcome != UNPLANNABLE)
+    if due_in is None or (due_in <= 0 and not moved):
         return None
     return max(due_in, 0.0)
 
@@ -122,7 +126,7 @@ def fire_batch(
                 )
             except HeadgateError as exc:  # a row written by hand, or by a newer version
                 log.error("schedule %s cannot be planned: %s", row.name, exc)
-                counts["unplannable"] += 1
+                counts[UNPLANNABLE] += 1
                 continue
             plans[key] = plan
         if not plan.fire and plan.skipped is None and plan.next_run_at == row.next_run_at:

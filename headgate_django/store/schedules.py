@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, F, Max, Q, Window
 from django.db.models.functions import RowNumber
@@ -146,7 +146,29 @@ def schedule_upsert(
     """Create or replace the schedule ``name``. The same spec (text and zone) keeps its
     phase (``next_run_at`` stays); a new or changed spec, or a paused schedule unpaused
     (as :func:`schedule_set_paused` resumes it: the ticks while paused were not missed),
-    is anchored at the first tick after now."""
+    is anchored at the first tick after now.
+
+    Two upserts creating one new name at once (workers starting together with a newly
+    declared schedule) both find no row, and the second insert fails on the unique name
+    once the first commits: that one then replaces the new row, as if it had come second.
+    """
+    args = (name, spec, target, on_missed, backfill_limit, paused, declared, using)
+    try:
+        return _upsert(*args)
+    except IntegrityError:
+        return _upsert(*args)
+
+
+def _upsert(
+    name: str,
+    spec: ScheduleSpec,
+    target: dict[str, Any],
+    on_missed: str,
+    backfill_limit: int,
+    paused: bool,
+    declared: bool,
+    using: str,
+) -> ScheduleRow:
     with transaction.atomic(using=using):
         now = db_now(using)
         obj = _named(name, using, lock=True)
@@ -273,8 +295,10 @@ def _withdraw_ahead(obj: Schedule, now: datetime, reason: str, using: str) -> li
 
 
 def schedule_pause_undeclared(declared: Sequence[str], *, using: str = "default") -> list[str]:
-    """Pause the schedules once declared in settings and no longer there; their names."""
-    stale = Schedule.objects.using(using).filter(declared=True, paused=False)
+    """Pause the schedules once declared in settings and no longer there, and clear their
+    ``declared`` flag: from now on they are runtime schedules, so one an operator resumes
+    is not paused again by the next worker's start. The names of those it paused."""
+    stale = Schedule.objects.using(using).filter(declared=True)
     stale = stale.exclude(name__in=list(declared))
     # Every worker's start asks; almost always nothing is stale, and one read says so
     # without the transaction's two round trips and the store clock's one.
@@ -287,12 +311,13 @@ def schedule_pause_undeclared(declared: Sequence[str], *, using: str = "default"
         # schedule_set_paused's does.
         keys = sorted(stale.values_list("pk", flat=True))
         rows = list(stale.select_for_update().filter(pk__in=keys).order_by("pk"))
-        for obj in rows:
+        running = [obj for obj in rows if not obj.paused]
+        for obj in running:
             _withdraw_ahead(obj, now, "schedule no longer declared", using)
         Schedule.objects.using(using).filter(pk__in=[o.pk for o in rows]).update(
-            paused=True, updated_at=now
+            paused=True, declared=False, updated_at=now
         )
-    return sorted(o.name for o in rows)
+    return sorted(o.name for o in running)
 
 
 def schedule_due(
@@ -474,14 +499,24 @@ def _move(
     )
 
 
+def schedule_tick_start(write: Callable[[], str], *, using: str = "default") -> str:
+    """Run one tick's ``write()`` (its enqueue) in a savepoint: its outcome. A refusal by
+    the store (quarantine, id conflict) rolls back that tick alone and is raised."""
+    with transaction.atomic(using=using):
+        return write()
+
+
 def schedule_tick_write(write: Callable[[], str], *, using: str = "default") -> tuple[str, str]:
-    """Run one tick's ``write()`` (its enqueue) in a savepoint: (outcome, reason). A refusal
-    by the store (quarantine, id conflict) rolls back that tick alone and is its failure."""
+    """:func:`schedule_tick_start`, with a refusal as the tick's failure: (outcome, reason)."""
     try:
-        with transaction.atomic(using=using):
-            return write(), ""
+        return schedule_tick_start(write, using=using), ""
     except HeadgateError as exc:
-        return "failed", f"{type(exc).__name__}: {exc}"
+        return "failed", failure_reason(exc)
+
+
+def failure_reason(exc: Exception) -> str:
+    """What a failed tick's event says of the exception that failed it."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def schedule_events_record(
@@ -574,8 +609,10 @@ def _trim_drawn(event: EventRow) -> bool:
 def schedule_events(
     name: str, *, limit: int = EVENTS_KEPT, using: str = "default"
 ) -> list[EventRow]:
-    """The newest ``limit`` events of ``name`` (which may no longer exist), newest first."""
-    rows = ScheduleEvent.objects.using(using).filter(schedule_name=name).order_by("-id")[:limit]
+    """The newest ``limit`` events of ``name`` (which may no longer exist), newest first;
+    never more than the :data:`EVENTS_KEPT` kept, whatever older ones wait for a trim."""
+    rows = ScheduleEvent.objects.using(using).filter(schedule_name=name).order_by("-id")
+    rows = rows[: min(limit, EVENTS_KEPT)]
     return [
         EventRow(e.schedule_name, e.tick_at, e.outcome, e.reason, e.target_id, e.recorded_at)
         for e in rows

@@ -38,6 +38,7 @@ def test_upsert_read_and_list(operator: Api) -> None:
     [
         ({"spec": "61 * * * *", "task": "test.echo"}, "invalid_schedule"),
         ({"spec": "@hourly", "tz": "Nowhere/Land", "task": "test.echo"}, "invalid_schedule"),
+        ({"spec": "0 3 * * *", "tz": "America", "task": "test.echo"}, "invalid_schedule"),
         ({"spec": "@every 0s", "task": "test.echo"}, "invalid_schedule"),
         ({"spec": "@hourly", "task": "no.such.task"}, "invalid_schedule"),
         ({"spec": "@hourly"}, "invalid_schedule"),
@@ -135,3 +136,37 @@ def test_a_declared_schedule_is_the_settings_to_change(operator: Api) -> None:
         replaced = operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
         assert replaced.status_code == 200, replaced.content
         assert not Schedule.objects.get(name="nightly").declared
+
+
+def test_a_task_target_is_a_registered_kind_and_no_module_is_imported(operator: Api) -> None:
+    """The API takes a task's kind, never an import path: importing the module a caller
+    names would run that module's code in the server, whatever the answer then is."""
+    import sys
+
+    probe = "tests.api.import_probe"
+    sys.modules.pop(probe, None)
+    response = operator.put(PATH, {"spec": "@hourly", "task": f"{probe}.anything"})
+    assert probe not in sys.modules
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["message"] == (
+        f"schedule 'nightly': no task has the kind '{probe}.anything'"
+    )
+    assert not Schedule.objects.exists()
+
+
+def test_a_run_the_store_refuses_is_answered_with_the_refusal_not_a_500(operator: Api) -> None:
+    """A quarantined task's run is the store's 423 ``quarantined``, as an enqueue of it
+    is (a client tells it from a server fault); nothing of the run is kept."""
+    from headgate_django.models import Quarantine
+    from headgate_django.store import db_now
+    from tests.app import tasks
+
+    operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
+    poison = tasks.echo.envelope()
+    Quarantine.objects.create(
+        fingerprint=poison.fingerprint, kind=poison.kind, quarantined_at=db_now()
+    )
+    response = operator.post(f"{PATH}/run")
+    assert response.status_code == 423, response.content
+    assert response.json()["error"]["code"] == "quarantined"
+    assert not Job.objects.exists()

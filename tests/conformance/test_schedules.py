@@ -19,7 +19,12 @@ from django.test import override_settings
 
 from headgate_django import schedules, testing
 from headgate_django.envelope import Envelope
-from headgate_django.exceptions import NotFoundError, PayloadTooLargeError, ScheduleError
+from headgate_django.exceptions import (
+    NotFoundError,
+    PayloadTooLargeError,
+    QuarantinedError,
+    ScheduleError,
+)
 from headgate_django.kernel.schedule_origin import tick_id
 from headgate_django.kernel.schedule_spec import next_tick, parse_spec, previous_ticks
 from headgate_django.models import Execution as DurableExecution
@@ -81,6 +86,12 @@ def test_upsert_anchors_after_now_and_same_spec_keeps_phase():
     assert changed.next_run_at is not None and changed.next_run_at > db_now()
 
 
+#: A valid cron spec of 286 characters, over the 255 stored: each minute, hour and day
+#: listed.
+LONG_SPEC = " ".join(",".join(map(str, r)) for r in (range(60), range(24), range(1, 21)))
+LONG_SPEC += " * *"
+
+
 @pytest.mark.parametrize(
     ("spec", "kwargs"),
     [
@@ -90,6 +101,7 @@ def test_upsert_anchors_after_now_and_same_spec_keeps_phase():
         ("@every 1h", {"backfill_limit": -1}),
         ("@every 1h", {"backfill_limit": 2**31}),  # past the column
         ("@every 1h", {"on_missed": "sometimes"}),
+        (LONG_SPEC, {}),  # past the column
     ],
 )
 def test_bad_input_is_refused_and_writes_nothing(spec, kwargs):
@@ -264,10 +276,55 @@ def test_the_scheduler_wakes_when_the_next_tick_is_due():
     assert duty.last + duty.interval - time.monotonic() <= 0.25  # due again in 0.25 s
 
 
+def test_a_schedule_that_cannot_be_planned_does_not_make_the_scheduler_spin():
+    """A stored spec this version refuses (written by hand, or accepted by an older
+    cronsim) stays due and fires nothing: the duty waits its interval, rather than
+    passing again at once, and logging the same error, on every heartbeat."""
+    from headgate_django.schedules.scheduler import wake_in
+
+    hourly()
+    rewind("hourly", 0)
+    Schedule.objects.filter(name="hourly").update(spec="61 * * * *")
+    result = run_pass()
+    assert result == {"unplannable": 1}
+    assert wake_in(result) is None
+
+
 def test_other_jobs_have_no_origin():
     tasks.periodic.enqueue()
     testing.run_jobs()
     assert [e.label for e in Execution.objects.all()] == ["none"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_upserts_creating_one_new_name_at_once_both_succeed():
+    """Two workers starting together sync a newly declared schedule (or two clients PUT
+    one name): the second insert of the name waits for the first and then hit its unique
+    index, an IntegrityError; it replaces the first one's schedule instead, as if it had
+    come second."""
+    from django.db import transaction
+
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            schedules.upsert("fresh", "@every 2h", tasks.periodic.envelope(label="second"))
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=second)
+    with transaction.atomic():
+        schedules.upsert("fresh", "@every 1h", tasks.periodic.envelope(label="first"))
+        thread.start()
+        if connections["default"].vendor == "sqlite":
+            time.sleep(0.5)  # the second one's transaction waits for the write lock
+        else:
+            wait_for_lock_wait()  # its insert waits on the first one's new name
+    thread.join(timeout=60)
+    assert not thread.is_alive() and errors == []
+    assert schedules.get("fresh").spec == "@every 2h"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -497,6 +554,19 @@ def test_run_now_enqueues_without_moving_the_schedule():
         schedules.run_now("missing")
 
 
+def test_run_now_refused_by_the_store_raises_the_refusal_and_records_it():
+    poison = tasks.periodic.envelope(label="poison")
+    Quarantine.objects.create(
+        fingerprint=poison.fingerprint, kind=poison.kind, quarantined_at=db_now()
+    )
+    schedules.upsert("bad", "@every 1h", poison)
+    with pytest.raises(QuarantinedError):
+        schedules.run_now("bad")
+    (event,) = schedules.events("bad")
+    assert event.outcome == "failed" and event.reason.startswith("QuarantinedError: ")
+    assert tick_jobs("bad") == []
+
+
 def test_next_runs_across_dst_in_berlin_and_new_york():
     berlin = ZoneInfo("Europe/Berlin")
     schedules.upsert("b", "CRON_TZ=Europe/Berlin 30 2 * * *", tasks.periodic.envelope())
@@ -534,6 +604,7 @@ def test_events_keep_the_newest_hundred_and_outlive_the_schedule():
     )
     kept = schedules.events("hourly")
     assert len(kept) == 100 and kept[0].reason == "e118" and kept[-1].reason == "e19"
+    assert len(schedules.events("hourly", limit=500)) == 100  # never the slack's
     assert ScheduleEvent.objects.count() == 119  # within the trim's slack
     schedule_events_record([EventRow("hourly", base, "enqueued", "e119")])
     assert ScheduleEvent.objects.count() == 100
@@ -561,7 +632,26 @@ def test_declared_schedules_sync_and_removed_ones_are_paused():
         assert schedules.get("nightly").next_run_at == phase
     with override_settings(HEADGATE={"SCHEDULES": {"wf": declared["wf"]}}):
         assert schedules.sync_declared() == {"synced": ["wf"], "paused": ["nightly"]}
-    assert schedules.get("nightly").paused and schedules.get("nightly").declared
+    assert schedules.get("nightly").paused and not schedules.get("nightly").declared
+
+
+@pytest.mark.parametrize("was_paused", [False, True])
+def test_a_schedule_no_longer_declared_and_resumed_stays_resumed_at_the_next_start(
+    was_paused: bool,
+) -> None:
+    """Removed from the settings, a schedule is paused once (if it ran) and is a runtime
+    schedule from then on: an operator who resumes it does not find it paused again by
+    every later worker start."""
+    declared = {"nightly": {"task": "test.periodic", "spec": "@hourly", "paused": was_paused}}
+    with override_settings(HEADGATE={"SCHEDULES": declared}):
+        schedules.sync_declared()
+    with override_settings(HEADGATE={"SCHEDULES": {}}):
+        paused = [] if was_paused else ["nightly"]
+        assert schedules.sync_declared() == {"synced": [], "paused": paused}
+        assert schedules.get("nightly").paused and not schedules.get("nightly").declared
+        schedules.resume("nightly")
+        assert schedules.sync_declared() == {"synced": [], "paused": []}
+    assert not schedules.get("nightly").paused
 
 
 def test_declared_schedules_with_a_bad_entry_write_nothing():

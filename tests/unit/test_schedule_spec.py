@@ -18,6 +18,7 @@ from headgate_django.kernel.schedule_origin import origin_of, tick_id
 from headgate_django.kernel.schedule_spec import (
     MAX_EVERY,
     ScheduleSpec,
+    accept_spec,
     next_tick,
     next_ticks,
     parse_spec,
@@ -74,6 +75,11 @@ def test_tz_argument_and_timedelta() -> None:
         ("0 3 30 2 *", None),  # never fires
         ("0 3 * * *", "Mars/Olympus_Mons"),  # unknown zone
         ("CRON_TZ=Nowhere/Land 0 3 * * *", None),
+        ("0 3 * * *", "Europe"),  # a region, not a zone: a directory of the zone files
+        ("CRON_TZ=America 0 3 * * *", None),
+        ("0 3 * * *", "Europe/" + "x" * 300),  # a file name too long for the system
+        ("0 3 * * *", ""),  # no zone is not UTC
+        ("CRON_TZ= 0 3 * * *", None),
         ("CRON_TZ=Europe/Berlin 0 3 * * *", "America/New_York"),  # two zones
         ("@every 0s", None),
         ("@every", None),
@@ -99,7 +105,7 @@ def test_bad_specs_raise_schedule_error(spec: str | timedelta, tz: str | None) -
         "@every 3000000d",  # past year 9999 from the epoch: OverflowError at the first tick
         "@every 999999999d",
         "@every 99999999999999999999s",  # past timedelta's range
-        "@every " + "9" * 5000 + "s",  # past int()'s digits
+        "@every " + "9" * 240 + "s",
         timedelta(days=3_000_000),
     ],
 )
@@ -107,6 +113,22 @@ def test_an_interval_over_the_maximum_is_refused_naming_it(spec: str | timedelta
     with pytest.raises(ScheduleError, match="at most 18250d"):
         parse_spec(spec)
     assert parse_spec("@every 18250d").every == MAX_EVERY.total_seconds() == 18250 * 86400
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "@every " + "9" * 5000 + "s",  # past int()'s digits
+        ",".join(["0"] * 200) + " * * * *",
+        "CRON_TZ=America/Argentina/ComodRivadavia " + ",".join(["0"] * 107) + " * * * *",
+    ],
+)
+def test_a_spec_longer_than_its_column_is_refused(spec: str) -> None:
+    with pytest.raises(ScheduleError, match="at most 255 characters"):
+        accept_spec(spec)
+    assert accept_spec(" " * 300 + "0 3 * * *").text == "0 3 * * *"  # spaces count once
+    # A row stored before the bound (SQLite kept any length) is still read, and fires.
+    assert parse_spec(",".join(["0"] * 200) + " * * * *").cron is not None
 
 
 def test_bad_on_missed_and_backfill_limit() -> None:

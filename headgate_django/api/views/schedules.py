@@ -1,9 +1,10 @@
 """``/schedules``: periodic schedules, read, upserted, paused, run now, and their events.
 
 A thin translation of :mod:`headgate_django.schedules`. A body is what one entry of
-``HEADGATE["SCHEDULES"]`` holds, and is checked by the same code. ``run`` is a mutation
-like any other, so a retried request with the same ``Idempotency-Key`` replays the first
-response instead of starting the target twice.
+``HEADGATE["SCHEDULES"]`` holds, and is checked by the same code, except that its task is
+named by kind, never by import path. ``run`` is a mutation like any other, so a retried
+request with the same ``Idempotency-Key`` replays the first response instead of starting
+the target twice.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class ScheduleViewSet(HeadgateViewSet):
         serializer = s.UpsertSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         entry = {k: v for k, v in serializer.validated_data.items() if v is not None}
-        kw = options(name, entry)
+        kw = options(name, entry, import_paths=False)
         view = schedules.upsert(name, kw.pop("spec"), kw.pop("target"), **kw)
         return Response(_body(view, detail=True))
 
