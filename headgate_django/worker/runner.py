@@ -44,6 +44,7 @@ from headgate_django.kernel.states import State
 from headgate_django.registry import batch_task, registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
+from headgate_django.store.sessions import roll_back_left_open
 from headgate_django.store.tracing import job_trace_contexts
 from headgate_django.store.workers import worker_get
 from headgate_django.worker import batches, events, execute, logs
@@ -527,6 +528,7 @@ class Worker:
                 outcomes = batches.run_batch(definition, attempts)  # type: ignore[arg-type]
             except BaseException as exc:  # an upcaster, say: every member fails with it
                 outcomes = [execute.failure(exc)] * len(begun)
+            outcomes = self._closed_out(begun, outcomes)
             took = (time.monotonic() - started) / len(begun)
             for entry, outcome in zip(begun, outcomes, strict=True):
                 self._record(entry, outcome, took)
@@ -583,11 +585,28 @@ class Worker:
 
     def _attempt(self, entry: _Held) -> execute.Outcome:
         try:
-            return execute.run_attempt(
+            outcome = execute.run_attempt(
                 entry.ctx, entry.job.payload, entry.job.schema_version, self._async
             )
         except BaseException as exc:  # e.g. a user upcaster: record it, never strand the job
-            return execute.failure(exc)
+            outcome = execute.failure(exc)
+        return self._closed_out([entry], [outcome])[0]
+
+    def _closed_out(
+        self, entries: list[_Held], outcomes: list[execute.Outcome]
+    ) -> list[execute.Outcome]:
+        """The outcomes of attempts whose handler just returned on this thread, once any
+        transaction it left open is rolled back: this thread writes outcomes and runs the
+        next jobs on the same connections, which a transaction nobody commits would hold
+        (and, once Django closed the connection in it, refuse) for the rest of its life."""
+        left = roll_back_left_open()
+        if left:
+            log.warning(
+                "the handler of job(s) %s left a transaction open on %s; rolled back",
+                ", ".join(e.job.ref.job_id for e in entries),
+                ", ".join(left),
+            )
+        return [execute.left_open(outcome, left) for outcome in outcomes]
 
     def _finish(self, *entries: _Held) -> None:
         """Let go of settled jobs; one wake-up for the claim loop however many they are."""
