@@ -199,6 +199,8 @@ class Worker:
         self._outage = OutageLog()
         #: Set when a burst run gave up on an unreachable database (the command exits 1).
         self.gave_up = False
+        #: Set when a handler thread could not be started (the command exits 1).
+        self.failed_to_start = False
         self._thread_seen = threading.local()
         self._acks: queue.SimpleQueue[tuple[_Held, Completion] | None] = queue.SimpleQueue()
         self._handlers = [
@@ -267,7 +269,8 @@ class Worker:
                 self._buffer.put(None)
             idle_until = time.monotonic() + _HANDLER_EXIT_WAIT
             for thread in list(self._handlers):  # the idle ones close their sessions and go
-                thread.join(max(0.0, idle_until - time.monotonic()))
+                if thread.ident is not None:  # not one that could not start
+                    thread.join(max(0.0, idle_until - time.monotonic()))
             self._async.close()
             if self._duties:
                 self._safe(self._duties.release_all)
@@ -276,8 +279,23 @@ class Worker:
             log.info("worker %s stopped: %s", self.worker_id, self.stats.line(0))
 
     def _start_handlers(self) -> None:
+        """Start the handler threads. One the system refuses (more threads than its limits
+        allow) stops the worker: the jobs claimed for it would otherwise wait in the buffer,
+        their leases renewed, for a thread that never comes (for ever, at one thread)."""
         for thread in self._handlers:
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError as exc:
+                log.error(
+                    "could not start handler thread %s (%s): stopping; give this worker a "
+                    "lower --concurrency than %d",
+                    thread.name,
+                    exc,
+                    self.concurrency,
+                )
+                self.failed_to_start = True
+                self.stop()
+                return
 
     # -- claiming ----------------------------------------------------------------------
     def _claim_loop(self) -> None:
