@@ -304,6 +304,15 @@ class WaitInTransactionError(HeadgateError, RuntimeError):
     default_code = "wait_in_transaction"
 
 
+# -- running a handler ---------------------------------------------------------------
+
+
+class TransactionLeftOpenError(HeadgateError, RuntimeError):
+    """The handler returned with a transaction still open; its writes were rolled back."""
+
+    default_code = "transaction_left_open"
+
+
 # -- replay --------------------------------------------------------------------------
 
 

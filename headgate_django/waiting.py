@@ -83,8 +83,7 @@ def _wait(
 
     if not isinstance(envelope, Envelope):
         raise TypeError(f"enqueue_and_wait takes an Envelope, not {type(envelope).__name__}")
-    if timeout is not None and timeout < 0:
-        raise ValueError("timeout must not be negative")
+    _check_timeout(timeout)
     if connections[using].in_atomic_block:
         raise WaitInTransactionError()
     listener = _listener(using)
@@ -112,6 +111,17 @@ def _wait(
     finally:
         if listener is not None:
             listener.close()
+
+
+def _check_timeout(timeout: object) -> None:
+    """Refuse a ``timeout`` that is not seconds from 0 (or ``None``). NaN compares false
+    with everything, so a deadline made of it would never come: a wait without end."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be a number of seconds from 0, not {timeout!r}")
 
 
 def _listener(using: str) -> Any:

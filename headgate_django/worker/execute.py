@@ -23,7 +23,7 @@ from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import RetryAfter, Revoke, Skip, Snooze
 from headgate_django.envelope import check_result, decode_call
-from headgate_django.exceptions import LeaseLostError
+from headgate_django.exceptions import LeaseLostError, TransactionLeftOpenError
 from headgate_django.kernel import sealed
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.store.packet import check_result_sent
@@ -284,6 +284,22 @@ def result_outcome(result: Any, conn: BaseDatabaseWrapper) -> Outcome:
     except (TypeError, ValueError) as exc:
         return failure(exc)
     return Succeeded(result=result)
+
+
+def left_open(outcome: Outcome, aliases: list[str]) -> Outcome:
+    """``outcome`` of an attempt whose sync handler returned with a transaction open on the
+    databases ``aliases``, since rolled back (``store.sessions``). A success is a failure:
+    the writes it stood for are gone. Any other outcome stands, as it would had the
+    handler's ``atomic()`` block rolled back as it raised."""
+    if not aliases or not isinstance(outcome, Succeeded | Committed):
+        return outcome
+    names = ", ".join(map(repr, aliases))
+    exc = TransactionLeftOpenError(
+        f"the handler left a transaction open on database {names} (an atomic() block it "
+        "never left, or autocommit it turned off): its writes were rolled back"
+    )
+    logs = outcome.logs if isinstance(outcome, Succeeded) else None
+    return dataclasses.replace(failure(exc), logs=logs)
 
 
 def failure(exc: BaseException, *, connection_lost: bool = False) -> Failed:

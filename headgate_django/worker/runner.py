@@ -44,6 +44,7 @@ from headgate_django.kernel.states import State
 from headgate_django.registry import batch_task, registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
+from headgate_django.store.sessions import roll_back_left_open
 from headgate_django.store.tracing import job_trace_contexts
 from headgate_django.store.workers import worker_get
 from headgate_django.worker import batches, events, execute, logs
@@ -198,6 +199,8 @@ class Worker:
         self._outage = OutageLog()
         #: Set when a burst run gave up on an unreachable database (the command exits 1).
         self.gave_up = False
+        #: Set when a handler thread could not be started (the command exits 1).
+        self.failed_to_start = False
         self._thread_seen = threading.local()
         self._acks: queue.SimpleQueue[tuple[_Held, Completion] | None] = queue.SimpleQueue()
         self._handlers = [
@@ -266,7 +269,8 @@ class Worker:
                 self._buffer.put(None)
             idle_until = time.monotonic() + _HANDLER_EXIT_WAIT
             for thread in list(self._handlers):  # the idle ones close their sessions and go
-                thread.join(max(0.0, idle_until - time.monotonic()))
+                if thread.ident is not None:  # not one that could not start
+                    thread.join(max(0.0, idle_until - time.monotonic()))
             self._async.close()
             if self._duties:
                 self._safe(self._duties.release_all)
@@ -275,8 +279,23 @@ class Worker:
             log.info("worker %s stopped: %s", self.worker_id, self.stats.line(0))
 
     def _start_handlers(self) -> None:
+        """Start the handler threads. One the system refuses (more threads than its limits
+        allow) stops the worker: the jobs claimed for it would otherwise wait in the buffer,
+        their leases renewed, for a thread that never comes (for ever, at one thread)."""
         for thread in self._handlers:
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError as exc:
+                log.error(
+                    "could not start handler thread %s (%s): stopping; give this worker a "
+                    "lower --concurrency than %d",
+                    thread.name,
+                    exc,
+                    self.concurrency,
+                )
+                self.failed_to_start = True
+                self.stop()
+                return
 
     # -- claiming ----------------------------------------------------------------------
     def _claim_loop(self) -> None:
@@ -527,6 +546,7 @@ class Worker:
                 outcomes = batches.run_batch(definition, attempts)  # type: ignore[arg-type]
             except BaseException as exc:  # an upcaster, say: every member fails with it
                 outcomes = [execute.failure(exc)] * len(begun)
+            outcomes = self._closed_out(begun, outcomes)
             took = (time.monotonic() - started) / len(begun)
             for entry, outcome in zip(begun, outcomes, strict=True):
                 self._record(entry, outcome, took)
@@ -583,11 +603,28 @@ class Worker:
 
     def _attempt(self, entry: _Held) -> execute.Outcome:
         try:
-            return execute.run_attempt(
+            outcome = execute.run_attempt(
                 entry.ctx, entry.job.payload, entry.job.schema_version, self._async
             )
         except BaseException as exc:  # e.g. a user upcaster: record it, never strand the job
-            return execute.failure(exc)
+            outcome = execute.failure(exc)
+        return self._closed_out([entry], [outcome])[0]
+
+    def _closed_out(
+        self, entries: list[_Held], outcomes: list[execute.Outcome]
+    ) -> list[execute.Outcome]:
+        """The outcomes of attempts whose handler just returned on this thread, once any
+        transaction it left open is rolled back: this thread writes outcomes and runs the
+        next jobs on the same connections, which a transaction nobody commits would hold
+        (and, once Django closed the connection in it, refuse) for the rest of its life."""
+        left = roll_back_left_open()
+        if left:
+            log.warning(
+                "the handler of job(s) %s left a transaction open on %s; rolled back",
+                ", ".join(e.job.ref.job_id for e in entries),
+                ", ".join(left),
+            )
+        return [execute.left_open(outcome, left) for outcome in outcomes]
 
     def _finish(self, *entries: _Held) -> None:
         """Let go of settled jobs; one wake-up for the claim loop however many they are."""

@@ -34,7 +34,13 @@ def test_the_function_form_refuses_inside_an_atomic_block_too():
 
 @pytest.mark.parametrize(
     ("envelope", "timeout", "error"),
-    [("test.noop", 1, TypeError), (Envelope(kind="test.noop"), -1, ValueError)],
+    [
+        ("test.noop", 1, TypeError),
+        (Envelope(kind="test.noop"), -1, ValueError),
+        # Compares false with everything: it would have meant a wait without end.
+        (Envelope(kind="test.noop"), float("nan"), ValueError),
+        (Envelope(kind="test.noop"), "5", TypeError),
+    ],
 )
 def test_bad_input_is_refused_before_anything_is_written(envelope, timeout, error):
     with pytest.raises(error):

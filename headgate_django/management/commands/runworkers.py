@@ -284,6 +284,11 @@ class Command(BaseCommand):
             worker.run()
         if worker.gave_up:
             raise CommandError("the database stayed unreachable; nothing was run")
+        if worker.failed_to_start:
+            raise CommandError(
+                "a handler thread could not be started: lower --concurrency "
+                f"(now {options['concurrency']})"
+            )
         if worker.handlers_running:
             # Handlers that outlived the drain window were released back to their queues;
             # do not let the interpreter wait for their threads at exit.

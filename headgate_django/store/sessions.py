@@ -1,0 +1,65 @@
+"""Transactions a sync handler opened on its thread's connections and never closed.
+
+A worker thread writes each attempt's outcome on its own connections, then runs the next
+job on them. An ``atomic()`` block the handler entered and never left (or autocommit it
+turned off) would hold all of that in a transaction nothing ever commits: outcomes never
+land, the rows they touch stay locked against the acker and other workers, and once
+Django closes such a connection it refuses every later query. So the worker rolls back,
+after each handler, whatever the handler left open (:func:`roll_back_left_open`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable
+
+from django.db import DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from headgate_django.exceptions import TransactionLeftOpenError
+
+
+def roll_back_left_open() -> list[str]:
+    """Roll back every transaction open on this thread's connections; the aliases that had
+    one. Called where the thread holds none of its own (between two attempts)."""
+    left = []
+    for conn in _thread_connections():
+        if not (conn.in_atomic_block or _autocommit_off(conn)):
+            continue  # nearly always: one attribute read per connection
+        left.append(conn.alias)
+        try:
+            _roll_back(conn)
+        except DatabaseError:  # a dead session: a new one replaces it
+            with contextlib.suppress(DatabaseError):
+                conn.close()
+    return left
+
+
+def _roll_back(conn: BaseDatabaseWrapper) -> None:
+    # Each block is left as an exception leaves it, innermost first: the outermost rolls
+    # the transaction back and turns autocommit on again, with Django's own bookkeeping.
+    while conn.in_atomic_block and conn.atomic_blocks:
+        error = TransactionLeftOpenError()
+        conn.atomic_blocks[-1].__exit__(TransactionLeftOpenError, error, None)
+    if _autocommit_off(conn):  # set_autocommit(False) outside any block
+        conn.rollback()
+        conn.set_autocommit(True)
+
+
+def _autocommit_off(conn: BaseDatabaseWrapper) -> bool:
+    """Whether an open session runs without the autocommit its settings give it."""
+    return (
+        conn.connection is not None
+        and not conn.autocommit
+        and bool(conn.settings_dict["AUTOCOMMIT"])
+    )
+
+
+def _thread_connections() -> Iterable[BaseDatabaseWrapper]:
+    """The connection wrappers this thread has made (``connections.all(initialized_only=
+    True)``, read from the thread's storage directly: see ``vendor.connection_for``)."""
+    storage = getattr(connections._connections, "_storage", None)  # type: ignore[attr-defined]
+    if type(storage) is threading.local:
+        return list(vars(storage).values())
+    return connections.all(initialized_only=True)

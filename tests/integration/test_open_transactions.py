@@ -1,0 +1,85 @@
+"""A sync handler that returns with a transaction still open (an ``atomic()`` entered and
+never left, autocommit turned off) fails its attempt, its writes rolled back: the worker
+thread that ran it records that outcome and goes on running jobs on a clean connection."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections, transaction
+
+from headgate_django import task
+from headgate_django.worker.runner import Worker
+from tests.app import tasks
+from tests.app.models import Execution
+from tests.app.tasks import record
+from tests.integration.helpers import job
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@task(kind="test.open-tx.atomic", max_attempts=2)
+def leave_atomic_open(ctx, label: str = "") -> None:
+    transaction.atomic().__enter__()  # a block the handler never leaves
+    record(ctx, label)
+
+
+@task(kind="test.open-tx.autocommit", max_attempts=2)
+def leave_autocommit_off(ctx, label: str = "") -> None:
+    transaction.set_autocommit(False)
+    record(ctx, label)
+
+
+@task(kind="test.open-tx.batch", batch_size=2, max_attempts=2)
+def leave_atomic_open_in_a_batch(members) -> None:
+    transaction.atomic().__enter__()
+    for member in members:
+        record(member.ctx, "batch")
+
+
+def run_burst() -> None:
+    """One burst of one handler thread; a worker wedged by a leaked transaction (its
+    outcome writes retried forever) is stopped, so that the test fails instead of hanging."""
+    worker = Worker(concurrency=1, burst=True, run_duties=False)
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            connections.close_all()  # this thread's, which the claim loop used
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    runner.join(timeout=60)
+    if runner.is_alive():
+        worker.stop()
+        runner.join()
+        raise AssertionError("the burst never ended: a handler thread is wedged")
+
+
+@pytest.mark.parametrize("leaky", [leave_atomic_open, leave_autocommit_off])
+def test_a_handler_that_leaves_a_transaction_open_fails_and_the_thread_goes_on(leaky):
+    leaked = leaky.enqueue(label="leaked")
+    failing = tasks.always_fail.enqueue()
+    after = tasks.record_run.enqueue(label="after")
+    run_burst()  # one handler thread runs all three, in order
+    row = job(leaked)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open" in row.errors[0]["error"]
+    assert job(failing).state == "retryable"
+    assert job(after).state == "completed"
+    # The leaked transaction's write was rolled back; the next job's committed.
+    assert list(Execution.objects.values_list("label", flat=True)) == ["after"]
+
+
+def test_a_batch_handler_that_leaves_a_transaction_open_fails_every_member():
+    members = [leave_atomic_open_in_a_batch.enqueue() for _ in range(2)]
+    after = tasks.record_run.enqueue(label="after")
+    run_burst()
+    for job_id in members:
+        row = job(job_id)
+        assert (row.state, row.attempt) == ("retryable", 1)
+        assert "left a transaction open" in row.errors[0]["error"]
+    assert job(after).state == "completed"
+    assert list(Execution.objects.values_list("label", flat=True)) == ["after"]
