@@ -17,7 +17,7 @@ def add(a: int, b: int) -> int:
 
 
 @task()
-def echo(*args, **kwargs) -> list:
+def echo_arguments(*args, **kwargs) -> list:
     return [list(args), kwargs]
 
 

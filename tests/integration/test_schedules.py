@@ -30,7 +30,7 @@ pytestmark = [
 ]
 
 SECOND = timedelta(seconds=1)
-HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 
 
 def jobs_per_tick(name: str) -> dict[int, set[str]]:
@@ -136,22 +136,34 @@ def test_on_missed_after_every_worker_was_stopped(start_worker, on_missed, limit
     assert all(len(ids) == 1 for ids in seen.values())
 
 
+def clear_of_midnight(margin: float = 300.0) -> None:
+    """Wait out the last minutes of a UTC day, when a daily tick would come due mid-test."""
+    left = 86400 - time.time() % 86400
+    if left < margin:
+        time.sleep(left + 1)
+
+
 def test_a_holder_stopped_past_its_lease_loses_its_pass_to_the_next_one(start_worker, tmp_path):
     """Two holders for real: the scheduler's holder is SIGSTOPped in the middle of a pass
     (after it read the due schedules, before it wrote) until its duty lease lapses; a
     second worker takes the duty over and fires the ticks; then the first is SIGCONTed
     and finishes its pass. One job and one workflow per tick; its events say
-    ``deduplicated``."""
+    ``deduplicated``.
+
+    Daily ticks: the test takes a minute or more, and an hourly schedule whose next tick
+    came due meanwhile (seen in a run at 03:59) fired a third tick that every count here
+    then included."""
+    clear_of_midnight()
     marker = tmp_path / "stalled.pid"
     env = {**headgate_env(**FAST), "HEADGATE_TEST_STALL_MARKER": str(marker)}
     names = ("it-over-task", "it-over-wf")
-    schedules.upsert(names[0], "@every 1h", tasks.periodic.envelope(), on_missed="backfill")
+    schedules.upsert(names[0], "@every 1d", tasks.periodic.envelope(), on_missed="backfill")
     schedules.upsert(
-        names[1], "@every 1h", schedules.workflow("test-stall-once"), on_missed="backfill"
+        names[1], "@every 1d", schedules.workflow("test-stall-once"), on_missed="backfill"
     )
-    current = previous_ticks(parse_spec("@every 1h"), db_now(), 1)[0]
-    ticks = {current - HOUR, current}
-    Schedule.objects.filter(name__in=names).update(next_run_at=current - HOUR)
+    current = previous_ticks(parse_spec("@every 1d"), db_now(), 1)[0]
+    ticks = {current - DAY, current}
+    Schedule.objects.filter(name__in=names).update(next_run_at=current - DAY)
 
     first = start_worker(env=env)
     wait_for(marker.exists, timeout=60)

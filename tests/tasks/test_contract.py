@@ -198,7 +198,7 @@ def test_arguments_that_are_not_json_raise_type_error_and_store_nothing():
 def test_bytes_and_tuples_are_passed_as_djangos_own_backends_pass_them():
     """Django normalises a task's arguments and return value to JSON: bytes become UTF-8
     text, tuples lists. headgate refused bytes with ``PayloadNotJSONError``."""
-    result = defs.echo.enqueue(b"caf\xc3\xa9", (1, 2), key=b"value")
+    result = defs.echo_arguments.enqueue(b"caf\xc3\xa9", (1, 2), key=b"value")
     assert result.args == ["café", [1, 2]] and result.kwargs == {"key": "value"}
     done = defs.returns_bytes.enqueue()
     testing.run_jobs()
@@ -211,7 +211,7 @@ def test_bytes_and_tuples_are_passed_as_djangos_own_backends_pass_them():
 
 def test_bytes_that_are_not_utf_8_are_refused_and_store_nothing():
     with pytest.raises(TypeError) as info:
-        defs.echo.enqueue(b"\xff")
+        defs.echo_arguments.enqueue(b"\xff")
     assert isinstance(info.value, PayloadError)
     assert Job.objects.count() == 0
 
