@@ -53,6 +53,10 @@ COUNTS = (
     "MAX_RESULT_BYTES",
     "API_MAX_BODY_BYTES",
 )
+#: The counts with a ceiling: MySQL/MariaDB delete an eviction batch by its ids, one bound
+#: value each, and a statement takes at most 65,535 (every pass past it failed); a batch
+#: that large also holds its row locks for as long as it takes.
+MOST = {"EVICT_BATCH": 50_000}
 #: Plain booleans: any other value is a typo, and a string such as "false" is true.
 SWITCHES = ("LISTEN_NOTIFY", "WORKFLOW_EVENT_WAKE", "API_READ_ONLY", "API_PUBLIC_HEALTH")
 
@@ -115,14 +119,15 @@ def durations(s: Any) -> list[Any]:
 
 
 def counts(s: Any) -> list[Any]:
-    """Each count setting is an integer ≥ 1 (headgate.E005)."""
+    """Each count setting is an integer ≥ 1, and at most its ceiling (headgate.E005)."""
     return [
         Error(
-            f"HEADGATE[{key!r}] is {getattr(s, key)!r}; it must be an integer ≥ 1",
+            f"HEADGATE[{key!r}] is {getattr(s, key)!r}; it must be an integer ≥ 1"
+            + (f" and ≤ {MOST[key]:,}" if key in MOST else ""),
             id="headgate.E005",
         )
         for key in COUNTS
-        if not is_count(getattr(s, key))
+        if not is_count(getattr(s, key)) or getattr(s, key) > MOST.get(key, getattr(s, key))
     ]
 
 

@@ -332,6 +332,13 @@ def test_sizes_and_the_eviction_batch_are_counts(key, value):
     assert ids(**{key: value}) == ["headgate.E005"], (key, value)
 
 
+def test_the_eviction_batch_has_a_ceiling():
+    """MySQL/MariaDB delete a batch by its ids, one bound value each, at most 65,535 in a
+    statement: a larger batch failed on every pass, and no row was ever evicted."""
+    assert ids(EVICT_BATCH=50_000) == []
+    assert ids(EVICT_BATCH=70_000) == ["headgate.E005"]
+
+
 @pytest.mark.parametrize(
     "key", ["LISTEN_NOTIFY", "WORKFLOW_EVENT_WAKE", "API_READ_ONLY", "API_PUBLIC_HEALTH"]
 )
