@@ -61,5 +61,7 @@ def _thread_connections() -> Iterable[BaseDatabaseWrapper]:
     True)``, read from the thread's storage directly: see ``vendor.connection_for``)."""
     storage = getattr(connections._connections, "_storage", None)  # type: ignore[attr-defined]
     if type(storage) is threading.local:
-        return list(vars(storage).values())
+        # Beside the wrappers, by alias, it holds asgiref's ``cvar`` once an event loop
+        # ran in this thread (the storage of its async code).
+        return [c for c in vars(storage).values() if isinstance(c, BaseDatabaseWrapper)]
     return connections.all(initialized_only=True)

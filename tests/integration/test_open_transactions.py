@@ -83,3 +83,30 @@ def test_a_batch_handler_that_leaves_a_transaction_open_fails_every_member():
         assert "left a transaction open" in row.errors[0]["error"]
     assert job(after).state == "completed"
     assert list(Execution.objects.values_list("label", flat=True)) == ["after"]
+
+
+def test_a_thread_that_ran_an_event_loop_is_checked_all_the_same():
+    """Once an event loop ran in a thread, asgiref keeps the storage of its async code in
+    the same thread-local as the connection wrappers (``cvar``): the check read it as a
+    connection and failed the attempt of every job that thread then ran."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    from headgate_django.store.sessions import roll_back_left_open
+
+    def in_a_thread() -> None:
+        async def touch() -> None:
+            connections["default"]  # a lookup under a running loop
+            await sync_to_async(lambda: None)()
+
+        asyncio.run(touch())
+        connections["default"].ensure_connection()
+        seen.append(roll_back_left_open())
+        connections.close_all()
+
+    seen: list[list[str]] = []
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == [[]]
