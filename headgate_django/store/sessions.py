@@ -11,13 +11,13 @@ after each handler, whatever the handler left open (:func:`roll_back_left_open`)
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterable
 
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django.exceptions import TransactionLeftOpenError
+from headgate_django.store.vendor import thread_storage
 
 
 def roll_back_left_open() -> list[str]:
@@ -57,11 +57,9 @@ def _autocommit_off(conn: BaseDatabaseWrapper) -> bool:
 
 
 def _thread_connections() -> Iterable[BaseDatabaseWrapper]:
-    """The connection wrappers this thread has made (``connections.all(initialized_only=
-    True)``, read from the thread's storage directly: see ``vendor.connection_for``)."""
-    storage = getattr(connections._connections, "_storage", None)  # type: ignore[attr-defined]
-    if type(storage) is threading.local:
-        # Beside the wrappers, by alias, it holds asgiref's ``cvar`` once an event loop
-        # ran in this thread (the storage of its async code).
-        return [c for c in vars(storage).values() if isinstance(c, BaseDatabaseWrapper)]
-    return connections.all(initialized_only=True)
+    """The connection wrappers this thread has made: ``connections.all(initialized_only=
+    True)``, without asgiref's toll (see ``vendor.connection_for``)."""
+    storage = thread_storage()
+    if storage is None:
+        return connections.all(initialized_only=True)
+    return [c for c in vars(storage).values() if isinstance(c, BaseDatabaseWrapper)]

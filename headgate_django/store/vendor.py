@@ -48,13 +48,21 @@ def connection_for(using: str) -> BaseDatabaseWrapper:
     storage of another shape) ``connections`` answers as usual.
     """
     if _get_running_loop() is None:
-        # Django's and asgiref's own state; neither is in the type stubs.
-        storage = getattr(connections._connections, "_storage", None)  # type: ignore[attr-defined]
-        if type(storage) is threading.local:
+        storage = thread_storage()
+        if storage is not None:
             conn = getattr(storage, using, None)
             if conn is not None:
                 return conn  # type: ignore[no-any-return]
     return connections[using]
+
+
+def thread_storage() -> threading.local | None:
+    """The ``threading.local`` in which Django keeps this thread's connection wrappers, by
+    alias; None where asgiref stores them otherwise (then ask ``connections``). Beside the
+    wrappers it may hold asgiref's own ``cvar`` (once an event loop ran in the thread)."""
+    # Django's and asgiref's own state; neither is in the type stubs.
+    storage = getattr(connections._connections, "_storage", None)  # type: ignore[attr-defined]
+    return storage if type(storage) is threading.local else None
 
 
 def vendor(conn: BaseDatabaseWrapper) -> str:
