@@ -301,13 +301,14 @@ def test_schedule_list_in_words_zones_events_and_paused(viewer: Any, settings: A
     assert list(rows) == ["berlin", "every", "paused"]
     berlin = rows["berlin"]
     assert berlin["described"] == "At 02:30 (Europe/Berlin)"
-    # 2027-03-28 has no 02:30 in Berlin: skipped. New York is already on summer time.
+    # 2027-03-28 has no 02:30 in Berlin: 03:00 CEST, the gap's end, instead. New York is
+    # already on summer time.
     assert [t["utc"] for t in berlin["next_runs"]] == [
         "2027-03-27 01:30:00 UTC",
+        "2027-03-28 01:00:00 UTC",
         "2027-03-29 00:30:00 UTC",
         "2027-03-30 00:30:00 UTC",
         "2027-03-31 00:30:00 UTC",
-        "2027-04-01 00:30:00 UTC",
     ]
     assert berlin["next_runs"][0]["local"] == "2027-03-26 21:30:00 EDT"
     assert rows["every"]["described"] == "Every 1 hour 30 minutes, aligned to the UTC epoch"
