@@ -793,7 +793,7 @@ class IdempotencyRecord(models.Model):
 # -- periodic schedules -----------------------------------------------------------------
 
 ON_MISSED_CHOICES = [(s, s) for s in ("skip", "run_once", "backfill")]
-SCHEDULE_OUTCOMES = ["enqueued", "deduplicated", "failed", "skipped"]
+SCHEDULE_OUTCOMES = ["enqueued", "deduplicated", "failed", "skipped", "parked"]
 
 
 class Schedule(models.Model):
@@ -801,7 +801,9 @@ class Schedule(models.Model):
 
     ``next_run_at`` is the first tick not yet handled; the scheduler advances it with a
     compare-and-set in the transaction that enqueues the tick, so a tick is handled once
-    however many schedulers reach it. Instants are store-clock values.
+    however many schedulers reach it. A schedule whose ticks cannot be computed is
+    *parked*: ``next_run_at`` null and ``plan_error`` saying why, until an edit or a
+    resume plans it again. Instants are store-clock values.
     """
 
     name = models.CharField(max_length=128, unique=True)
@@ -816,6 +818,12 @@ class Schedule(models.Model):
     )
     next_run_at = models.DateTimeField(null=True, blank=True)
     last_enqueued_at = models.DateTimeField(null=True, blank=True)
+    plan_error = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="Why the scheduler parked it (its ticks cannot be computed); empty if not.",
+    )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -13,7 +13,15 @@ from headgate_django.models import Schedule, ScheduleEvent
 
 @admin.register(Schedule)
 class ScheduleAdmin(ReadOnlyAdmin):
-    list_display = ["name", "spec", "timezone", "paused", "next_run_at", "last_enqueued_at"]
+    list_display = [
+        "name",
+        "spec",
+        "timezone",
+        "paused",
+        "next_run_at",
+        "last_enqueued_at",
+        "plan_error",
+    ]
     list_filter = ["paused", "on_missed", "declared"]
     search_fields = ["^name"]
     readonly_fields = ["target_view"]

@@ -1,5 +1,6 @@
 """The console's schedule list: each schedule's spec in words, its next five fire times in
-the viewer's time zone and in UTC, its newest events and whether it is paused.
+the viewer's time zone and in UTC, its newest events and whether it is paused or parked
+(its ticks cannot be computed, and why).
 
 Cron specs are put into words by ``cron-descriptor`` (24-hour clock; a 6-field spec's
 first field is the second, as in our parser); ``@every`` intervals, which cron has no
@@ -82,11 +83,12 @@ def _row(
     row: ScheduleRow, events: list[EventRow], zone: ZoneInfo, links: dict[str, Any]
 ) -> dict[str, Any]:
     target_type, target_name = target_label(row.target)
+    why = row.unplannable  # a parked schedule, or one a pass is about to park
     try:
-        spec = row.parsed
-        described, runs = describe(spec), upcoming(spec, row.next_run_at, NEXT_RUNS)
+        described = describe(row.parsed)
     except HeadgateError as exc:  # a row written by hand, or by a newer version
-        described, runs = f"cannot be read: {exc}", []
+        described = f"cannot be read: {exc}"
+    runs = [] if why is not None else upcoming(row.parsed, row.next_run_at, NEXT_RUNS)
     link = links.get(target_type, lambda _id: None)
     return {
         "name": row.name,
@@ -96,6 +98,7 @@ def _row(
         "paused": row.paused,
         "declared": row.declared,
         "on_missed": row.on_missed,
+        "plan_error": why,
         "target_type": target_type,
         "target_name": target_name,
         "last_enqueued": _when(row.last_enqueued_at, zone),

@@ -1,11 +1,13 @@
 """Schedule specs: parse them, find their ticks, decide what a scheduler pass fires.
 
 Cron fields are matched by ``cronsim`` (no home-made parser), but over *naive wall-clock*
-time; this module turns each wall-clock match into an instant. cronsim given aware
-datetimes follows Debian cron across DST changes (a job at a nonexistent 02:30 runs at
-03:00; a ``*``-hour job runs twice in a repeated hour), and our rules are different: a
-nonexistent local time is skipped, and a repeated local time fires once, at its first
-occurrence. Iterating wall-clock time and converting here gives exactly those rules.
+time; this module turns each wall-clock match into an instant. Our rules across DST
+changes: a local time that does not exist (in a spring-forward gap) fires at the gap's
+end, the first instant after it, so a daily job still runs on a day whose midnight is
+skipped (America/Santiago, America/Havana); several such times fire once there. A
+repeated local time fires once, at its first occurrence. cronsim given aware datetimes
+runs a ``*``-hour job in both passes of a repeated hour, so it is given naive wall-clock
+times and each match is converted here.
 
 ``@every`` intervals are epoch-aligned in UTC (ticks at whole multiples of the interval
 since 1970-01-01T00:00Z), so every scheduler, whenever it starts, agrees on the ticks.
@@ -219,11 +221,14 @@ def _forward(spec: ScheduleSpec, after: datetime) -> Iterator[datetime]:
     assert spec.cron is not None
     zone = ZoneInfo(spec.tz)
     start = after.astimezone(zone).replace(tzinfo=None)
+    last = after
     for wall in CronSim(spec.cron, start):
         instant = _instant(wall, zone)
         # A wall time inside a repeated hour maps to its first occurrence, which can lie
-        # before ``after`` when ``after`` is in the second one: not a tick after it.
-        if instant is not None and instant > after:
+        # before ``after`` when ``after`` is in the second one: not a tick after it. The
+        # wall times of a gap all map to its end: one tick.
+        if instant > last:
+            last = instant
             yield instant
 
 
@@ -243,9 +248,11 @@ def _backward(spec: ScheduleSpec, at: datetime) -> Iterator[datetime]:
         start += (local.replace(fold=0).utcoffset() or timedelta(0)) - (
             local.utcoffset() or timedelta(0)
         )
+    last: datetime | None = None
     for wall in CronSim(spec.cron, start, reverse=True):
         instant = _instant(wall, zone)
-        if instant is not None and instant <= at:
+        if instant <= at and (last is None or instant < last):
+            last = instant
             yield instant
 
 
@@ -262,12 +269,27 @@ def _epoch_ticks(k: int, step: int, direction: int) -> Iterator[datetime]:
         k += direction
 
 
-def _instant(wall: datetime, zone: ZoneInfo) -> datetime | None:
-    """The UTC instant of local ``wall`` time: its first occurrence, None if it never exists."""
+def _instant(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The UTC instant of local ``wall`` time: its first occurrence or, for a time in the
+    gap of a spring-forward change, the gap's end."""
     instant = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
-    if instant.astimezone(zone).replace(tzinfo=None) != wall:
-        return None  # in the gap of a spring-forward change
-    return instant
+    if instant.astimezone(zone).replace(tzinfo=None) == wall:
+        return instant
+    return _gap_end(wall.replace(tzinfo=zone, fold=1).astimezone(UTC), instant, zone)
+
+
+def _gap_end(before: datetime, after: datetime, zone: ZoneInfo) -> datetime:
+    """The instant the zone's offset changes, between ``before`` (still the old offset)
+    and ``after`` (the new one): a bisection to the second, as zones change on whole
+    seconds (a gap is hours long at most: about 14 steps)."""
+    offset = before.astimezone(zone).utcoffset()
+    while after - before > _SECOND:
+        middle = before + (after - before) // _SECOND // 2 * _SECOND
+        if middle.astimezone(zone).utcoffset() == offset:
+            before = middle
+        else:
+            after = middle
+    return after
 
 
 # -- what a pass fires ------------------------------------------------------------------

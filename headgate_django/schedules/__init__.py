@@ -38,7 +38,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ScheduleView:
-    """A schedule as stored; instants are aware UTC (store clock)."""
+    """A schedule as stored; instants are aware UTC (store clock).
+
+    ``plan_error`` says why its ticks cannot be computed (a zone gone from the tz
+    database, a spec written by hand), None when they can; ``next_run_at`` is then None.
+    The scheduler parks such a schedule (it fires nothing, and blocks no other) until an
+    :func:`upsert` or a :func:`resume` plans it again."""
 
     name: str
     spec: str
@@ -52,11 +57,13 @@ class ScheduleView:
     last_enqueued_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    plan_error: str | None = None
 
 
 @dataclass(frozen=True)
 class ScheduleEventView:
-    """What one tick became: ``outcome`` is enqueued, deduplicated, failed or skipped."""
+    """What one tick became: ``outcome`` is enqueued, deduplicated, failed, skipped or
+    parked (the schedule's ticks could not be computed from this one on)."""
 
     schedule: str
     tick_at: datetime
@@ -67,7 +74,13 @@ class ScheduleEventView:
 
 
 def _view(row: ScheduleRow) -> ScheduleView:
-    return ScheduleView(**row.__dict__)
+    """A read never fails on what is stored: a schedule that cannot be planned is shown
+    with why, and without a next run."""
+    why = row.unplannable
+    fields = row.__dict__ | {"plan_error": why}
+    if why is not None:
+        fields["next_run_at"] = None
+    return ScheduleView(**fields)
 
 
 def workflow(factory: str) -> WorkflowTarget:
@@ -153,10 +166,13 @@ def get(name: str, *, using: str = "default") -> ScheduleView:
     return _view(schedule_get(name, using=using))
 
 
-def list_schedules(*, using: str = "default") -> list[ScheduleView]:
+def list_schedules(
+    *, after: str | None = None, limit: int | None = None, using: str = "default"
+) -> list[ScheduleView]:
+    """Schedules by name; with ``limit``, a page of that many after the name ``after``."""
     from headgate_django.store.schedules import schedule_list
 
-    return [_view(row) for row in schedule_list(using=using)]
+    return [_view(row) for row in schedule_list(after=after, limit=limit, using=using)]
 
 
 def pause(name: str, *, using: str = "default") -> ScheduleView:
@@ -166,7 +182,9 @@ def pause(name: str, *, using: str = "default") -> ScheduleView:
 
 
 def resume(name: str, *, using: str = "default") -> ScheduleView:
-    """Resume from the first tick after now (ticks while paused are not caught up)."""
+    """Resume from the first tick after now (ticks while paused are not caught up). A
+    parked schedule is planned again, or :class:`~headgate_django.exceptions.ScheduleError`
+    says why it still cannot be, and it stays parked."""
     from headgate_django.store.schedules import schedule_set_paused
 
     return _view(schedule_set_paused(name, False, using=using))
@@ -232,10 +250,13 @@ def events(name: str, limit: int = 100, *, using: str = "default") -> list[Sched
 
 
 def next_runs(name: str, n: int = 5, *, using: str = "default") -> list[datetime]:
-    """The next ``n`` ticks of ``name`` from its ``next_run_at`` on (aware UTC)."""
+    """The next ``n`` ticks of ``name`` from its ``next_run_at`` on (aware UTC); none for a
+    schedule that cannot be planned (:attr:`ScheduleView.plan_error` says why)."""
     from headgate_django.store.schedules import schedule_get
 
     row = schedule_get(name, using=using)
+    if row.unplannable is not None:
+        return []
     return upcoming(row.parsed, row.next_run_at, n)
 
 

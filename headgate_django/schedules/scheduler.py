@@ -29,6 +29,7 @@ from headgate_django.exceptions import HeadgateError
 from headgate_django.kernel.schedule_spec import TickPlan, plan_pass
 from headgate_django.schedules import targets
 from headgate_django.store.schedules import (
+    LOST_MOVED,
     Advance,
     DueSchedule,
     EventRow,
@@ -50,8 +51,8 @@ ROUNDS = 20
 #: least), which nothing renews while the pass runs, so a long backlog does not make the
 #: lease lapse under a live holder. What is left is the next pass's.
 BUDGET = 5.0
-#: The count of due schedules a pass could not plan (their rows stay as they are).
-UNPLANNABLE = "unplannable"
+#: A schedule whose ticks cannot be computed moves nowhere: it is parked.
+_PARK = TickPlan(fire=(), skipped=None, next_run_at=None)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ class _Planned:
     row: DueSchedule | ScheduleRow
     plan: TickPlan
     firings: list[targets.Firing]
+    parked: str = ""  # why its ticks cannot be planned
+
+
+_LOST_OUTCOME = {LOST_MOVED: "deduplicated"}
 
 
 def run_pass(*, using: str = "default") -> dict[str, int]:
@@ -79,12 +84,11 @@ def wake_in(result: dict[str, Any], *, using: str = "default") -> float | None:
     """Seconds until the scheduler should pass again: when the earliest schedule is due,
     so a tick is enqueued within the worker's heartbeat (50 ms) of its instant instead of
     up to a duty interval later. None (the duty's own interval) when nothing will fire, or
-    when what is due now did not fire in the pass just made: a schedule that cannot be
-    planned stays due, and its ``unplannable`` count is no progress, so it must not make
-    the duty spin (and log its error) on every heartbeat."""
+    when something is due now and the pass just made moved nothing: passing again at once
+    would find the same, so it must not make the duty spin on every heartbeat. (A
+    schedule that cannot be planned does not stay due: the pass parks it.)"""
     due_in = schedule_next_due_in(lookahead=headgate_settings.SCHEDULE_LOOKAHEAD, using=using)
-    moved = any(n for outcome, n in result.items() if outcome != UNPLANNABLE)
-    if due_in is None or (due_in <= 0 and not moved):
+    if due_in is None or (due_in <= 0 and not any(result.values())):
         return None
     return max(due_in, 0.0)
 
@@ -101,7 +105,12 @@ def fire_batch(
 
     A task schedule's ticks up to ``SCHEDULE_LOOKAHEAD`` ahead fire too: their jobs are
     scheduled for the tick, so what a pass costs is spent before the tick and the job is
-    claimable at its instant. Workflow and durable ticks start at their instant."""
+    claimable at its instant. Workflow and durable ticks start at their instant.
+
+    A schedule whose ticks cannot be computed (a zone gone from the tz database, a spec
+    written by hand) is parked in the same transaction, with an event that says why: left
+    due, it would come first in every batch read after it, and enough of them would keep
+    every due schedule behind them from firing."""
     counts: Counter[str] = Counter()
     plans: dict[tuple[Any, ...], TickPlan] = {}
     planned: list[_Planned] = []
@@ -125,8 +134,8 @@ def fire_batch(
                     horizon=horizon,
                 )
             except HeadgateError as exc:  # a row written by hand, or by a newer version
-                log.error("schedule %s cannot be planned: %s", row.name, exc)
-                counts[UNPLANNABLE] += 1
+                log.error("schedule %s cannot be planned, parking it: %s", row.name, exc)
+                planned.append(_Planned(row, _PARK, [], parked=str(exc)))
                 continue
             plans[key] = plan
         if not plan.fire and plan.skipped is None and plan.next_run_at == row.next_run_at:
@@ -142,6 +151,10 @@ def fire_batch(
         mine = [by_name[name] for name in won]
         results = iter(targets.write_many([f for p in mine for f in p.firings], using))
         for p in mine:
+            if p.parked:
+                assert p.row.next_run_at is not None  # due rows have one
+                reason = f"cannot be planned: {p.parked}"
+                events.append(EventRow(p.row.name, p.row.next_run_at, "parked", reason))
             if p.plan.skipped is not None:
                 reason = f"missed ({p.row.on_missed})"
                 events.append(EventRow(p.row.name, p.plan.skipped, "skipped", reason))
@@ -157,14 +170,17 @@ def fire_batch(
             next_run_at=p.plan.next_run_at,
             starts=any(f.write is not None for f in p.firings),
             definition=(p.row.spec, p.row.timezone, p.row.target),
+            parked=p.parked,
         )
         for p in planned
     ]
-    won = schedule_advance_many(advances, fire=fire, decided_at=now, using=using)
+    why_lost = schedule_advance_many(advances, fire=fire, decided_at=now, using=using)
+    # Another pass fired a lost tick, or the schedule went another way (deleted, paused,
+    # changed) and nobody did: the event says which.
     lost = [
-        EventRow(p.row.name, f.tick_at, "deduplicated", "fired by another pass", f.target_id)
+        EventRow(p.row.name, f.tick_at, _LOST_OUTCOME.get(why, "skipped"), why, f.target_id)
         for p in planned
-        if p.row.name not in won
+        if (why := why_lost.get(p.row.name))
         for f in p.firings
     ]
     schedule_events_record(lost, using=using)

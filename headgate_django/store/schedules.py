@@ -50,6 +50,8 @@ TRIM_SLACK = 20
 #: Up to this many schedules' events written at once, every one's count is checked.
 TRIM_ALWAYS = 20
 MAX_REASON = 64
+#: ``Schedule.plan_error``'s column.
+MAX_PLAN_ERROR = 255
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,27 @@ class ScheduleRow:
     declared: bool
     next_run_at: datetime | None
     last_enqueued_at: datetime | None
+    plan_error: str
     created_at: datetime
     updated_at: datetime
 
     @property
     def parsed(self) -> ScheduleSpec:
         return _parsed(self.spec, self.timezone)
+
+    @property
+    def unplannable(self) -> str | None:
+        """Why this schedule's ticks cannot be computed, None when they can: the reason
+        the scheduler parked it for or, before a pass gets to it, why its stored spec
+        does not parse here (a zone gone from the tz database, a row written by hand).
+        A read shows this instead of failing on it."""
+        if self.plan_error:
+            return self.plan_error
+        try:
+            _parsed(self.spec, self.timezone)
+        except HeadgateError as exc:
+            return str(exc)
+        return None
 
 
 #: Parsing a cron spec builds cronsim iterators (about 0.1 ms each); a pass reads the
@@ -120,7 +137,7 @@ def _named(name: str, using: str, *, lock: bool = False) -> Schedule | None:
     pausing or deleting it) would be acting on what the caller did not name.
 
     The lock is taken by primary key, after a plain read of it, as the scheduler's pass
-    takes its own (:func:`_lock_unpaused`): a ``FOR UPDATE`` by name would hold the name
+    takes its own (:func:`_lock_batch`): a ``FOR UPDATE`` by name would hold the name
     index's entry while it waited for the row, which a pass holding the row and about to
     write it through that index waits for in turn (InnoDB's deadlock 1213)."""
     rows = Schedule.objects.using(using)
@@ -146,7 +163,8 @@ def schedule_upsert(
     """Create or replace the schedule ``name``. The same spec (text and zone) keeps its
     phase (``next_run_at`` stays); a new or changed spec, or a paused schedule unpaused
     (as :func:`schedule_set_paused` resumes it: the ticks while paused were not missed),
-    is anchored at the first tick after now.
+    or a parked one (its spec just passed the checks again), is anchored at the first tick
+    after now.
 
     Two upserts creating one new name at once (workers starting together with a newly
     declared schedule) both find no row, and the second insert fails on the unique name
@@ -179,13 +197,14 @@ def _upsert(
         withdrawn: list[datetime] = []
         if obj.pk is not None and (respec or paused or obj.target != target):
             withdrawn = _withdraw_ahead(obj, now, "schedule changed", using)
-        if respec or (obj.paused and not paused):
+        if respec or (obj.paused and not paused) or obj.plan_error:
             obj.next_run_at = next_tick(spec, now)
         elif withdrawn:  # the same phase: those ticks fire again, as the new target
             obj.next_run_at = withdrawn[0]
         obj.spec, obj.timezone, obj.target = spec.text, spec.tz, target
         obj.on_missed, obj.backfill_limit = on_missed, backfill_limit
         obj.paused, obj.declared, obj.updated_at = paused, declared, now
+        obj.plan_error = ""
         obj.save(using=using)
         return _row(obj)
 
@@ -239,14 +258,17 @@ def schedule_fingerprint(*, using: str = "default") -> tuple[Any, ...]:
 
 def schedule_set_paused(name: str, paused: bool, *, using: str = "default") -> ScheduleRow:
     """Pause or resume. Resuming anchors at the first tick after now: ticks that passed
-    while paused were not missed, nobody wanted them."""
+    while paused were not missed, nobody wanted them. Resuming a parked schedule plans it
+    again (its zone may be back in the tz database): it raises the spec's
+    :class:`ScheduleError` and stays parked when it still cannot be planned."""
     with transaction.atomic(using=using):
         now = db_now(using)
         obj = _named(name, using, lock=True)
         if obj is None:
             raise NotFoundError(f"no schedule named {name!r}", name=name)
-        if obj.paused and not paused:
+        if not paused and (obj.paused or obj.plan_error):
             obj.next_run_at = next_tick(parse_spec(obj.spec, tz=obj.timezone), now)
+            obj.plan_error = ""
         elif paused and not obj.paused:
             _withdraw_ahead(obj, now, "schedule paused", using)
         obj.paused, obj.updated_at = paused, now
@@ -368,13 +390,23 @@ def schedule_next_due_in(
 class Advance:
     """One schedule's move in a batch: from ``expected`` to ``next_run_at``; ``starts``
     when the move fires ticks (so ``last_enqueued_at`` is stamped). ``definition`` is
-    the ``(spec, timezone, target)`` the ticks were planned from."""
+    the ``(spec, timezone, target)`` the ticks were planned from. ``parked``, when not
+    empty, is why its ticks could not be planned: the move parks it (``next_run_at``
+    None, out of the due scan) with that reason as its ``plan_error``."""
 
     name: str
     expected: datetime
     next_run_at: datetime | None
     starts: bool
     definition: tuple[str, str, dict[str, Any]]
+    parked: str = ""
+
+
+#: Why a schedule of a batch did not move (the event of each of its ticks says so).
+LOST_DELETED = "schedule deleted before it fired"
+LOST_PAUSED = "schedule paused before it fired"
+LOST_CHANGED = "schedule changed before it fired"
+LOST_MOVED = "fired by another pass"
 
 
 def schedule_advance_many(
@@ -383,7 +415,7 @@ def schedule_advance_many(
     fire: Callable[[list[str]], list[EventRow]],
     decided_at: datetime,
     using: str = "default",
-) -> set[str]:
+) -> dict[str, str]:
     """Move a batch of schedules and, in the same transaction, ``fire(won)`` (the ticks of
     the schedules in ``won``, returning their events) and record the events.
 
@@ -399,27 +431,46 @@ def schedule_advance_many(
     schedules that share a spec and phase). Every instant written is ``decided_at``, the
     store-clock instant the pass planned at: the events' (so which ticks were on time and
     which missed can be read back from them), ``updated_at`` and, when the move
-    ``starts`` ticks, ``last_enqueued_at``. Returns the names that won.
+    ``starts`` ticks, ``last_enqueued_at``. Returns the schedules that lost, each with
+    why (``LOST_…``): deleted, paused, changed, or moved by another pass.
     """
     if not advances:
-        return set()
+        return {}
     conn = connection_for(using)
     with transaction.atomic(using=using):
-        current = _lock_unpaused(conn, [a.name for a in advances], using)
-        won = [
-            a
-            for a in advances
-            if a.name in current and current[a.name][1:] == (a.expected, a.definition)
-        ]
-        groups: dict[tuple[datetime | None, bool], list[str]] = defaultdict(list)
+        current = _lock_batch(conn, [a.name for a in advances], using)
+        lost = {a.name: why for a in advances if (why := _lost(a, current.get(a.name)))}
+        won = [a for a in advances if a.name not in lost]
+        groups: dict[tuple[datetime | None, bool, str], list[str]] = defaultdict(list)
         for a in won:
-            groups[(a.next_run_at, a.starts)].append(a.name)
-        for (next_run_at, starts), names in groups.items():
-            keys = [current[name][0] for name in names]
-            _move(conn, names, keys, next_run_at, decided_at, starts, using)
-        names = [a.name for a in won]
-        schedule_events_record(fire(names), now=decided_at, using=using)
-        return set(names)
+            groups[(a.next_run_at, a.starts, a.parked[:MAX_PLAN_ERROR])].append(a.name)
+        for (next_run_at, starts, parked), names in groups.items():
+            keys = [current[name].pk for name in names]
+            _move(conn, names, keys, _Move(next_run_at, decided_at, starts, parked), using)
+        schedule_events_record(fire([a.name for a in won]), now=decided_at, using=using)
+        return lost
+
+
+class _Locked(NamedTuple):
+    """A batch's schedule as its lock read it (``pk`` None on PostgreSQL)."""
+
+    pk: Any
+    paused: bool
+    next_run_at: datetime | None
+    definition: tuple[str, str, dict[str, Any]]
+
+
+def _lost(advance: Advance, locked: _Locked | None) -> str:
+    """Why ``advance`` cannot be applied to the schedule as ``locked``; empty if it can."""
+    if locked is None:
+        return LOST_DELETED
+    if locked.paused:
+        return LOST_PAUSED
+    if locked.definition != advance.definition:
+        return LOST_CHANGED
+    if locked.next_run_at != advance.expected:
+        return LOST_MOVED
+    return ""
 
 
 # A pass's batch names hundreds of schedules. On PostgreSQL they go as one text parameter
@@ -427,32 +478,32 @@ def schedule_advance_many(
 # one by one in Python, cost more than the statements themselves. Schedule names cannot
 # hold the separator (``kernel.schedule_spec.validate_name``).
 _PG_LOCK = (
-    f"SELECT name, next_run_at, spec, timezone, target FROM {Schedule._meta.db_table} "
-    f"WHERE name = ANY({pg_list('varchar')}) AND NOT paused ORDER BY name FOR UPDATE"
+    f"SELECT name, paused, next_run_at, spec, timezone, target "
+    f"FROM {Schedule._meta.db_table} "
+    f"WHERE name = ANY({pg_list('varchar')}) ORDER BY name FOR UPDATE"
 )
 _PG_MOVE = (
-    f"UPDATE {Schedule._meta.db_table} SET next_run_at = %s, updated_at = %s{{stamp}} "
+    f"UPDATE {Schedule._meta.db_table} "
+    f"SET next_run_at = %s, updated_at = %s, plan_error = %s{{stamp}} "
     f"WHERE name = ANY({pg_list('varchar')})"
 )
 
 
-def _lock_unpaused(
-    conn: BaseDatabaseWrapper, names: list[str], using: str
-) -> dict[str, tuple[Any, datetime | None, tuple[str, str, dict[str, Any]]]]:
-    """Lock the unpaused ones of ``names`` in one order (two overlapping passes never
-    deadlock; SQLite's ``BEGIN IMMEDIATE`` holds the whole database) → each one's
-    primary key (None on PostgreSQL, which moves them by name), ``next_run_at`` and
-    ``(spec, timezone, target)``."""
+def _lock_batch(conn: BaseDatabaseWrapper, names: list[str], using: str) -> dict[str, _Locked]:
+    """Lock the schedules of ``names`` that exist in one order (two overlapping passes
+    never deadlock; SQLite's ``BEGIN IMMEDIATE`` holds the whole database); the paused
+    ones too, so that a lost tick's event can say it was paused."""
     if vendor(conn) == "postgresql":
         with conn.cursor() as cursor:
             cursor.execute(_PG_LOCK, [pg_list_param(names)])
             return {  # Django has psycopg hand jsonb over as text
-                name: (
+                name: _Locked(
                     None,
+                    paused,
                     at,
                     (spec, tz, json.loads(target) if isinstance(target, str) else target),
                 )
-                for name, at, spec, tz, target in cursor.fetchall()
+                for name, paused, at, spec, tz, target in cursor.fetchall()
             }
     # MySQL/MariaDB (and SQLite, where it changes nothing): locked by primary key in its
     # order, after a plain read of the keys. A ``FOR UPDATE`` by name locks through the
@@ -465,37 +516,40 @@ def _lock_unpaused(
     rows = (
         Schedule.objects.using(using)
         .select_for_update()
-        .filter(pk__in=keys, paused=False)
+        .filter(pk__in=keys)
         .order_by("pk")
-        .values_list("pk", "name", "next_run_at", "spec", "timezone", "target")
+        .values_list("pk", "name", "paused", "next_run_at", "spec", "timezone", "target")
     )
     return {
-        name: (pk, at, (spec, tz, target))
-        for pk, name, at, spec, tz, target in rows
+        name: _Locked(pk, paused, at, (spec, tz, target))
+        for pk, name, paused, at, spec, tz, target in rows
         if name in asked
     }
 
 
+class _Move(NamedTuple):
+    next_run_at: datetime | None
+    decided_at: datetime
+    starts: bool
+    plan_error: str
+
+
 def _move(
-    conn: BaseDatabaseWrapper,
-    names: list[str],
-    keys: list[Any],
-    next_run_at: datetime | None,
-    decided_at: datetime,
-    starts: bool,
-    using: str,
+    conn: BaseDatabaseWrapper, names: list[str], keys: list[Any], move: _Move, using: str
 ) -> None:
-    """Write the locked schedules' new ``next_run_at``: by name on PostgreSQL, elsewhere
-    by the primary keys they were locked by (see :func:`_lock_unpaused`)."""
+    """Write the locked schedules' new ``next_run_at`` and ``plan_error`` (empty unless
+    the move parks them): by name on PostgreSQL, elsewhere by the primary keys they were
+    locked by (see :func:`_lock_batch`)."""
+    at = move.decided_at
     if vendor(conn) == "postgresql":
-        stamp = ", last_enqueued_at = %s" if starts else ""
-        params: list[Any] = [next_run_at, decided_at, *([decided_at] if starts else [])]
+        stamp = ", last_enqueued_at = %s" if move.starts else ""
+        params: list[Any] = [move.next_run_at, at, move.plan_error, *([at] if move.starts else [])]
         with conn.cursor() as cursor:
             cursor.execute(_PG_MOVE.format(stamp=stamp), [*params, pg_list_param(names)])
         return
-    stamps = {"last_enqueued_at": decided_at} if starts else {}
+    stamps = {"last_enqueued_at": at} if move.starts else {}
     Schedule.objects.using(using).filter(pk__in=keys).update(
-        next_run_at=next_run_at, updated_at=decided_at, **stamps
+        next_run_at=move.next_run_at, updated_at=at, plan_error=move.plan_error, **stamps
     )
 
 

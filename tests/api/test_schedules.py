@@ -170,3 +170,55 @@ def test_a_run_the_store_refuses_is_answered_with_the_refusal_not_a_500(operator
     assert response.status_code == 423, response.content
     assert response.json()["error"]["code"] == "quarantined"
     assert not Job.objects.exists()
+
+
+def test_the_list_is_paginated_by_name_like_the_other_lists(operator: Api) -> None:
+    for name in ("c", "a", "b"):
+        operator.put(f"/api/v1/schedules/{name}", {"spec": "@hourly", "task": "test.echo"})
+    first = operator.get("/api/v1/schedules?limit=2").json()
+    assert [s["name"] for s in first["schedules"]] == ["a", "b"]
+    assert first["next_cursor"] == "b"
+    rest = operator.get(f"/api/v1/schedules?limit=2&cursor={first['next_cursor']}").json()
+    assert [s["name"] for s in rest["schedules"]] == ["c"] and rest["next_cursor"] is None
+    whole = operator.get("/api/v1/schedules").json()
+    assert len(whole["schedules"]) == 3 and whole["next_cursor"] is None
+    for bad in ("limit=0", "limit=201", "limit=x", "cursor="):
+        response = operator.get(f"/api/v1/schedules?{bad}")
+        assert response.status_code == 400, (bad, response.content)
+        assert response.json()["error"]["code"] == "invalid_query_parameter"
+
+
+def test_the_list_schema_states_its_cursor_limit_and_next_cursor(viewer: Api) -> None:
+    operation = viewer.get("/api/v1/schema/").json()["paths"]["/api/v1/schedules"]["get"]
+    params = {p["name"]: p["schema"] for p in operation["parameters"]}
+    assert params["limit"]["minimum"] == 1 and params["limit"]["maximum"] == 200
+    assert params["limit"]["default"] == 50 and "cursor" in params
+    ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    component = viewer.get("/api/v1/schema/").json()["components"]["schemas"][ref.split("/")[-1]]
+    assert set(component["required"]) >= {"schedules", "next_cursor"}
+    assert component["properties"]["next_cursor"]["nullable"] is True
+
+
+def test_a_schedule_that_cannot_be_planned_is_read_with_the_reason(operator: Api) -> None:
+    """A stored spec this server cannot plan (its zone gone from the tz database, a row
+    written by hand) is still read: 200, next_run_at null, no next runs, and why."""
+    from headgate_django.schedules.scheduler import run_pass
+    from headgate_django.store import db_now
+
+    operator.put(PATH, {"spec": "@hourly", "task": "test.echo"})
+    Schedule.objects.filter(name="nightly").update(spec="0 3 * * *", timezone="Mars/Olympus")
+    why = "unknown time zone 'Mars/Olympus'"
+    response = operator.get(PATH)
+    assert response.status_code == 200, response.content
+    data = response.json()
+    assert (data["next_run_at"], data["next_runs"], data["plan_error"]) == (None, [], why)
+    assert operator.get("/api/v1/schedules").json()["schedules"][0]["plan_error"] == why
+    Schedule.objects.filter(name="nightly").update(next_run_at=db_now())
+    assert run_pass() == {"parked": 1}
+    data = operator.get(PATH).json()
+    assert (data["next_run_at"], data["next_runs"], data["plan_error"]) == (None, [], why)
+    (event,) = operator.get(f"{PATH}/events").json()["events"]
+    assert (event["outcome"], event["reason"]) == ("parked", f"cannot be planned: {why}")
+    edited = operator.put(PATH, {"spec": "@hourly", "task": "test.echo"}).json()
+    assert edited["plan_error"] is None and edited["next_run_at"] is not None
+    assert operator.get("/api/v1/schedules").json()["schedules"][0]["plan_error"] is None

@@ -239,6 +239,35 @@ def test_a_batch_fires_the_schedules_it_won_and_dedups_the_one_another_pass_move
 
 
 @LONG_GRACE
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda: schedules.delete("hourly"), "schedule deleted before it fired"),
+        (lambda: schedules.pause("hourly"), "schedule paused before it fired"),
+        (lambda: None, "fired by another pass"),
+        (
+            lambda: schedules.upsert("hourly", "@every 30m", tasks.periodic.envelope()),
+            "schedule changed before it fired",
+        ),
+    ],
+)
+def test_a_tick_a_pass_lost_says_why(change, reason):
+    """A pass reads without locks; what happened to a schedule between its read and its
+    commit is the reason its tick did not fire, not always "fired by another pass"."""
+    hourly()
+    current = rewind("hourly", 0)
+    now, due = schedule_due(limit=10)
+    change()
+    if reason == "fired by another pass":
+        assert fire_batch(due, now) == {"enqueued": 1}
+    outcome = "deduplicated" if reason == "fired by another pass" else "skipped"
+    assert fire_batch(due, now) == {outcome: 1}
+    (event,) = [e for e in schedules.events("hourly") if e.outcome == outcome]
+    assert (event.tick_at, event.reason) == (current, reason)
+    assert len(tick_jobs("hourly")) == (outcome == "deduplicated")
+
+
+@LONG_GRACE
 def test_a_refused_job_fails_its_tick_alone_in_a_batch():
     """The batch's jobs go in with one insert; when the store refuses it (a quarantined
     payload), each tick is tried alone and only the refused one fails."""
@@ -276,18 +305,54 @@ def test_the_scheduler_wakes_when_the_next_tick_is_due():
     assert duty.last + duty.interval - time.monotonic() <= 0.25  # due again in 0.25 s
 
 
-def test_a_schedule_that_cannot_be_planned_does_not_make_the_scheduler_spin():
+def test_a_schedule_that_cannot_be_planned_is_parked_and_does_not_make_the_scheduler_spin():
     """A stored spec this version refuses (written by hand, or accepted by an older
-    cronsim) stays due and fires nothing: the duty waits its interval, rather than
-    passing again at once, and logging the same error, on every heartbeat."""
+    cronsim) is parked: it leaves the due scan, so the duty waits its interval, rather
+    than passing again at once, and logging the same error, on every heartbeat."""
     from headgate_django.schedules.scheduler import wake_in
 
     hourly()
     rewind("hourly", 0)
     Schedule.objects.filter(name="hourly").update(spec="61 * * * *")
     result = run_pass()
-    assert result == {"unplannable": 1}
+    assert result == {"parked": 1}
     assert wake_in(result) is None
+    assert run_pass() == {}
+
+
+@LONG_GRACE
+def test_unplannable_schedules_are_parked_and_do_not_crowd_out_due_ones():
+    """SCHEDULE_BATCH unplannable schedules, the most overdue, used to fill every batch
+    a pass read, so the due schedules behind them never fired. They are parked (out of
+    the due scan, next_run_at null, the reason on the schedule and in an event) until an
+    edit or a resume plans them again."""
+    for name in ("bad-cron", "bad-zone", "good"):
+        hourly(name)
+    current = rewind("good", 0)
+    Schedule.objects.filter(name="bad-cron").update(spec="61 * * * *")
+    Schedule.objects.filter(name="bad-zone").update(spec="0 * * * *", timezone="Mars/Olympus")
+    Schedule.objects.filter(name__startswith="bad").update(next_run_at=current - 2 * HOUR)
+    with override_settings(HEADGATE={"SCHEDULE_GRACE": timedelta(days=1), "SCHEDULE_BATCH": 2}):
+        assert run_pass() == {"parked": 2, "enqueued": 1}
+    assert tick_jobs("good") == [tick_id("good", current)]
+    whys = {"bad-cron": "malformed cron spec '61 * * * *'", "bad-zone": "unknown time zone"}
+    for name, why in whys.items():
+        view = schedules.get(name)
+        assert view.next_run_at is None and view.plan_error is not None
+        assert view.plan_error.startswith(why) and schedules.next_runs(name) == []
+        (event,) = schedules.events(name)
+        assert (event.outcome, event.tick_at) == ("parked", current - 2 * HOUR)
+        assert event.reason.startswith(f"cannot be planned: {why}")
+    assert run_pass() == {}  # parked: nothing is due
+    with pytest.raises(ScheduleError, match="unknown time zone"):
+        schedules.resume("bad-zone")  # still unplannable: stays parked
+    assert schedules.get("bad-zone").plan_error is not None
+    Schedule.objects.filter(name="bad-zone").update(timezone="Europe/Berlin")  # tz data back
+    resumed = schedules.resume("bad-zone")
+    assert resumed.plan_error is None and resumed.next_run_at is not None
+    edited = hourly("bad-cron")  # the same text as before the breakage: an edit all the same
+    assert edited.plan_error is None and edited.next_run_at is not None
+    assert Schedule.objects.filter(plan_error="").count() == 3
 
 
 def test_other_jobs_have_no_origin():
@@ -368,7 +433,7 @@ def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkey
             connections.close_all()
 
     thread = threading.Thread(target=operator)
-    real_lock = store_schedules._lock_unpaused
+    real_lock = store_schedules._lock_batch
 
     def lock_then_let_the_operator_in(*args, **kwargs):
         locked = real_lock(*args, **kwargs)
@@ -379,7 +444,7 @@ def test_an_operator_waiting_on_a_schedule_a_pass_holds_does_not_deadlock(monkey
             wait_for_lock_wait()  # the operator's statement waits on the pass's locks
         return locked
 
-    monkeypatch.setattr(store_schedules, "_lock_unpaused", lock_then_let_the_operator_in)
+    monkeypatch.setattr(store_schedules, "_lock_batch", lock_then_let_the_operator_in)
     with LONG_GRACE:
         counts = run_pass()
     thread.join(timeout=60)
@@ -572,7 +637,7 @@ def test_next_runs_across_dst_in_berlin_and_new_york():
     schedules.upsert("b", "CRON_TZ=Europe/Berlin 30 2 * * *", tasks.periodic.envelope())
     first = datetime(2027, 3, 27, 2, 30, tzinfo=berlin).astimezone(UTC)
     Schedule.objects.filter(name="b").update(next_run_at=first)
-    assert [t.astimezone(berlin).day for t in schedules.next_runs("b", 3)] == [27, 29, 30]
+    assert [t.astimezone(berlin).day for t in schedules.next_runs("b", 3)] == [27, 28, 29]
     autumn = datetime(2027, 10, 30, 2, 30, tzinfo=berlin).astimezone(UTC)
     Schedule.objects.filter(name="b").update(next_run_at=autumn)
     runs = schedules.next_runs("b", 3)
@@ -583,7 +648,7 @@ def test_next_runs_across_dst_in_berlin_and_new_york():
     Schedule.objects.filter(name="ny").update(
         next_run_at=datetime(2027, 3, 13, 2, 30, tzinfo=ny).astimezone(UTC)
     )
-    assert [t.astimezone(ny).day for t in schedules.next_runs("ny", 3)] == [13, 15, 16]
+    assert [t.astimezone(ny).day for t in schedules.next_runs("ny", 3)] == [13, 14, 15]
     # 2027-11-07: 01:30 comes in EDT and again in EST; it fires once, at the first.
     schedules.upsert("ny-fall", "30 1 * * *", tasks.periodic.envelope(), tz="America/New_York")
     Schedule.objects.filter(name="ny-fall").update(
@@ -759,7 +824,7 @@ def test_a_pass_that_read_the_old_target_writes_nothing_ahead_after_the_change()
     at = soon("hourly", 3)
     now, due = schedule_due(limit=10, lookahead=timedelta(seconds=5))
     schedules.upsert("hourly", "@every 1h", tasks.periodic.envelope(label="new"))
-    assert fire_batch(due, now) == {"deduplicated": 1}
+    assert fire_batch(due, now) == {"skipped": 1}
     assert tick_jobs("hourly") == []
     run_pass()
     (job_id,) = tick_jobs("hourly")

@@ -305,6 +305,8 @@ def test_schedule_list_in_chromium(
 
     schedules.upsert("b-nightly", "CRON_TZ=Europe/Berlin 30 2 * * *", tasks.noop.envelope())
     schedules.upsert("b-every", "@every 90m", tasks.noop.envelope())
+    schedules.upsert("b-parked", "@hourly", tasks.noop.envelope())
+    Schedule.objects.filter(name="b-parked").update(spec="0 * * * *", timezone="Mars/Olympus")
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -323,6 +325,9 @@ def test_schedule_list_in_chromium(
     assert "UTC" in nightly.locator(".hg-next li").first.inner_text()
     every = page.locator('[data-schedule="b-every"]')
     assert "Every 1 hour 30 minutes" in every.inner_text() and "none yet" in every.inner_text()
+    parked = page.locator('[data-schedule="b-parked"]')
+    assert parked.locator('[data-flag="parked"]').inner_text() == "parked"
+    assert "cannot be planned: unknown time zone 'Mars/Olympus'" in parked.inner_text()
 
     schedules.pause("b-nightly")
     page.wait_for_selector('[data-schedule="b-nightly"][data-paused="1"]', timeout=5_000)

@@ -301,13 +301,14 @@ def test_schedule_list_in_words_zones_events_and_paused(viewer: Any, settings: A
     assert list(rows) == ["berlin", "every", "paused"]
     berlin = rows["berlin"]
     assert berlin["described"] == "At 02:30 (Europe/Berlin)"
-    # 2027-03-28 has no 02:30 in Berlin: skipped. New York is already on summer time.
+    # 2027-03-28 has no 02:30 in Berlin: 03:00 CEST, the gap's end, instead. New York is
+    # already on summer time.
     assert [t["utc"] for t in berlin["next_runs"]] == [
         "2027-03-27 01:30:00 UTC",
+        "2027-03-28 01:00:00 UTC",
         "2027-03-29 00:30:00 UTC",
         "2027-03-30 00:30:00 UTC",
         "2027-03-31 00:30:00 UTC",
-        "2027-04-01 00:30:00 UTC",
     ]
     assert berlin["next_runs"][0]["local"] == "2027-03-26 21:30:00 EDT"
     assert rows["every"]["described"] == "Every 1 hour 30 minutes, aligned to the UTC epoch"
@@ -408,3 +409,31 @@ def test_a_nul_character_is_not_found_in_a_path_and_refused_in_a_query(
         (reverse("admin:headgate_django_workflowcheckpoint_changelist"), {"workflow_id": "\x00"}),
     ):
         assert client.get(url, query).status_code == 400, (url, query)
+
+
+@pytest.mark.django_db
+def test_a_parked_schedule_shows_why_and_no_fire_times(viewer: Any) -> None:
+    """A schedule whose zone the server no longer knows: the list shows it, flagged with
+    the reason it cannot be planned, instead of failing or showing times it will not fire."""
+    from headgate_django import schedules
+    from headgate_django.models import Schedule
+    from headgate_django.schedules.scheduler import run_pass
+    from headgate_django.store import db_now
+    from tests.app import tasks
+
+    schedules.upsert("gone-zone", "@hourly", tasks.periodic.envelope())
+    Schedule.objects.filter(name="gone-zone").update(
+        spec="0 * * * *", timezone="Mars/Olympus", next_run_at=db_now()
+    )
+    assert run_pass() == {"parked": 1}
+    client = Client()
+    client.force_login(viewer)
+    snap = snapshot_of(client.get(reverse("admin:headgate_django_schedules")).content.decode())
+    (row,) = snap["schedules"]
+    assert row["plan_error"] == "unknown time zone 'Mars/Olympus'"
+    assert row["next_runs"] == []
+    assert [(e["outcome"], e["reason"]) for e in row["events"]] == [
+        ("parked", "cannot be planned: unknown time zone 'Mars/Olympus'")
+    ]
+    admin_list = client.get(reverse("admin:headgate_django_schedule_changelist"))
+    assert "unknown time zone" in admin_list.content.decode()

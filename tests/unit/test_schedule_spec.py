@@ -191,15 +191,47 @@ def test_six_field_cron_has_seconds() -> None:
     ]
 
 
-def test_berlin_spring_forward_skips_the_nonexistent_time() -> None:
+def test_berlin_spring_forward_fires_a_nonexistent_time_when_the_gap_ends() -> None:
     spec = parse_spec("CRON_TZ=Europe/Berlin 30 2 * * *")
     ticks = next_ticks(spec, local(BERLIN, 2027, 3, 26, 12), 3)
-    # 2027-03-28 has no 02:30 in Berlin (02:00 → 03:00): that day does not fire at all.
+    # 2027-03-28 has no 02:30 in Berlin (02:00 → 03:00): that day fires at 03:00 CEST.
     assert ticks == [
         local(BERLIN, 2027, 3, 27, 2, 30),
+        utc(2027, 3, 28, 1, 0),
         local(BERLIN, 2027, 3, 29, 2, 30),
-        local(BERLIN, 2027, 3, 30, 2, 30),
     ]
+
+
+@pytest.mark.parametrize(
+    ("zone", "day", "gap_end"),
+    [
+        # Clocks jump from 00:00 to 01:00: midnight does not exist that day.
+        ("America/Santiago", datetime(2026, 9, 6), utc(2026, 9, 6, 4, 0)),
+        ("America/Havana", datetime(2027, 3, 14), utc(2027, 3, 14, 5, 0)),
+    ],
+)
+def test_a_daily_midnight_job_still_runs_on_a_day_that_starts_at_one(
+    zone: str, day: datetime, gap_end: datetime
+) -> None:
+    tz = ZoneInfo(zone)
+    spec = parse_spec("0 0 * * *", tz=zone)
+    before = local(tz, day.year, day.month, day.day - 1, 12)
+    ticks = next_ticks(spec, before, 2)
+    assert ticks == [gap_end, local(tz, day.year, day.month, day.day + 1, 0, 0)]
+    assert gap_end.astimezone(tz).strftime("%H:%M") == "01:00"  # the gap's first instant
+    assert previous_ticks(spec, ticks[-1], 2) == ticks[::-1]
+
+
+def test_every_wall_time_in_a_gap_fires_once_when_it_ends() -> None:
+    spec = parse_spec("*/30 * * * *", tz="Europe/Berlin")
+    ticks = next_ticks(spec, local(BERLIN, 2027, 3, 28, 1, 10), 3)
+    assert ticks == [
+        utc(2027, 3, 28, 0, 30),  # 01:30 CET
+        utc(2027, 3, 28, 1, 0),  # 02:00, 02:30 and 03:00 CEST: one tick, at 03:00
+        utc(2027, 3, 28, 1, 30),  # 03:30 CEST
+    ]
+    assert previous_ticks(spec, ticks[-1], 3) == ticks[::-1]
+    assert next_tick(spec, utc(2027, 3, 28, 1, 0)) == utc(2027, 3, 28, 1, 30)
 
 
 def test_berlin_fall_back_fires_the_repeated_time_once() -> None:
@@ -228,10 +260,10 @@ def test_repeated_hour_fires_each_wall_time_once_for_wildcard_hours() -> None:
 
 def test_new_york_both_changes() -> None:
     spec = parse_spec("30 2 * * *", tz="America/New_York")
-    # 2027-03-14: 02:00 EST → 03:00 EDT, no 02:30.
+    # 2027-03-14: 02:00 EST → 03:00 EDT, no 02:30: it fires at 03:00 EDT.
     assert next_ticks(spec, local(NEW_YORK, 2027, 3, 13, 12), 2) == [
+        utc(2027, 3, 14, 7, 0),
         local(NEW_YORK, 2027, 3, 15, 2, 30),
-        local(NEW_YORK, 2027, 3, 16, 2, 30),
     ]
     # 2027-11-07: 01:00–02:00 repeats; "30 1" fires once, at the first (EDT) 01:30.
     spec = parse_spec("30 1 * * *", tz="America/New_York")
@@ -359,7 +391,8 @@ def test_dst_gap_in_a_pass() -> None:
         backfill_limit=5,
         cap=10,
     )
-    assert result.fire == ()  # nothing was due: the 28th has no 02:30
+    # The 28th has no 02:30: its tick was 03:00 CEST, missed by 04:00 and backfilled.
+    assert result.fire == (utc(2027, 3, 28, 1, 0),)
     assert result.next_run_at == local(BERLIN, 2027, 3, 29, 2, 30)
 
 

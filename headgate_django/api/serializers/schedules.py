@@ -20,6 +20,13 @@ class ScheduleSerializer(serializers.Serializer):
     declared = serializers.BooleanField(help_text="Declared in HEADGATE['SCHEDULES'].")
     next_run_at = serializers.DateTimeField(allow_null=True)
     last_enqueued_at = serializers.DateTimeField(allow_null=True)
+    plan_error = serializers.CharField(
+        allow_null=True,
+        help_text=(
+            "Why its ticks cannot be computed (then next_run_at is null: the schedule is "
+            "parked until it is edited or resumed); null when they can."
+        ),
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -30,6 +37,9 @@ class ScheduleDetailSerializer(ScheduleSerializer):
 
 class ScheduleListSerializer(serializers.Serializer):
     schedules = ScheduleSerializer(many=True)
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="Pass as `cursor` for the next page; null on the last page."
+    )
 
 
 class DurableTargetSerializer(RequestSerializer):

@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from headgate_django import schedules
+from headgate_django.api import query
 from headgate_django.api.base import ID_REGEX, HeadgateViewSet
 from headgate_django.api.pagination import limit_param
 from headgate_django.api.schema import document
@@ -39,6 +40,8 @@ def _body(view: schedules.ScheduleView, *, detail: bool = False) -> dict[str, An
 
 
 EVENTS_LIMIT = limit_param(100, EVENTS_KEPT)
+CURSOR = query.text("cursor", "`next_cursor` of the previous page (a schedule name).")
+LIMIT = limit_param(50)
 
 
 class ScheduleViewSet(HeadgateViewSet):
@@ -48,9 +51,17 @@ class ScheduleViewSet(HeadgateViewSet):
     lookup_field = "name"
     lookup_value_regex = ID_REGEX
 
-    @document(summary="Schedules by name", responses=s.ScheduleListSerializer)
+    @document(
+        summary="Schedules by name",
+        parameters=[CURSOR.openapi(), LIMIT.openapi()],
+        responses=s.ScheduleListSerializer,
+    )
     def list(self, request: Request) -> Response:
-        return Response({"schedules": [_body(v) for v in schedules.list_schedules()]})
+        limit = int(LIMIT.read(request, 50))
+        rows = schedules.list_schedules(after=CURSOR.read(request), limit=limit + 1)
+        page = rows[:limit]
+        next_cursor = page[-1].name if len(rows) > limit else None
+        return Response({"schedules": [_body(v) for v in page], "next_cursor": next_cursor})
 
     @document(summary="One schedule and its next five ticks", responses=s.ScheduleDetailSerializer)
     def retrieve(self, request: Request, name: str) -> Response:

@@ -1,11 +1,12 @@
 /* Headgate console: the schedule list — spec in words, next five fire times in the viewer's
-   zone and in UTC, newest events with their outcomes, paused state — kept live. */
+   zone and in UTC, newest events with their outcomes, paused or parked state — kept live. */
 (function () {
   "use strict";
 
   var h = window.HGLive.h;  // an element with attributes and children (live.js)
 
-  var OUTCOME = { enqueued: "completed", deduplicated: "scheduled", failed: "archived", skipped: "cancelled" };
+  var OUTCOME = { enqueued: "completed", deduplicated: "scheduled", failed: "archived", skipped: "cancelled",
+    parked: "quarantined" };
 
   function times(when) {
     if (!when) {
@@ -22,7 +23,12 @@
     if (s.declared) {
       flags.push(h("span", { "class": "hg-flag", "data-flag": "declared" }, ["declared"]));
     }
-    var runs = s.paused ? [h("em", {}, ["paused: resuming starts from the first tick after then"])]
+    if (s.plan_error) {
+      flags.push(h("span", { "class": "hg-flag hg-paused", "data-flag": "parked" }, ["parked"]));
+    }
+    var runs = s.plan_error ? [h("em", { "class": "hg-plan-error" }, ["cannot be planned: " + s.plan_error +
+        " (edit or resume it to plan it again)"])]
+      : s.paused ? [h("em", {}, ["paused: resuming starts from the first tick after then"])]
       : s.next_runs.length ? [h("ol", { "class": "hg-runs" }, s.next_runs.map(function (t) {
         return h("li", {}, times(t));
       }))] : ["never fires again"];
