@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +69,11 @@ GONE = 4404  # close code: the workflow or execution no longer exists
 #: Close code: the user may now see more or less user data than the page was built with;
 #: the page reconnects and gets a snapshot built for what it may see now.
 RECONNECT = 4000
+#: Close code: a frame the console cannot read (binary, longer than
+#: :data:`MAX_FRAME_CHARS`, or not JSON). Pages send nothing but small JSON text frames.
+UNREADABLE = 4400
+#: The longest frame a page sends: an ``expand`` naming :data:`MAX_EXPANDED` group ids.
+MAX_FRAME_CHARS = 256 * 1024
 
 
 def query_site(scope: dict[str, Any]) -> str:
@@ -134,11 +140,33 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "snapshot", "snapshot": self.shown})
         self.watcher = asyncio.ensure_future(self._watch())
 
-    async def disconnect(self, code: int) -> None:
-        if self.watcher is not None:
-            self.watcher.cancel()
-        if self.group is not None and self.channel_layer is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Whatever ends the consumer — the socket's disconnect, or an error in a handler —
+        ends its watcher and group membership too: a watcher left behind goes on polling
+        the database, for a socket nobody reads, until its user's session ends."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.watcher is not None:
+                self.watcher.cancel()
+            if self.group is not None and self.channel_layer is not None:
+                await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """A frame that is not a JSON text of at most :data:`MAX_FRAME_CHARS` closes the
+        socket with :data:`UNREADABLE`, instead of failing the consumer on the decode (and
+        before a page-sized budget of decoding work is spent on it)."""
+        if text_data is None or len(text_data) > MAX_FRAME_CHARS:
+            await self.close(code=UNREADABLE)
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            await self.close(code=UNREADABLE)
+            return
+        await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The console is read-only: nothing a page sends changes anything."""

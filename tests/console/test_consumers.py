@@ -6,6 +6,7 @@ in-memory layer, and publishing through Redis (when a Redis server is reachable)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import uuid
@@ -413,5 +414,70 @@ def test_a_session_socket_closes_when_its_user_logs_out(
         assert await comm.receive_nothing(timeout=0.6)  # rechecked meanwhile: still allowed
         await database_sync_to_async(client.logout)()
         assert await closed_with(comm) == 4403
+
+    async_to_sync(scenario)()
+
+
+def live_watchers() -> list[asyncio.Task[Any]]:
+    """The consumers' watcher tasks still running on this event loop."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and getattr(t.get_coro(), "__qualname__", "") == "LiveConsumer._watch"
+    ]
+
+
+async def open_graph(user: Any, workflow_id: str) -> WebsocketCommunicator:
+    comm = communicator(f"/ws/headgate/workflows/{workflow_id}/", user)
+    assert (await comm.connect(timeout=5))[0]
+    assert (await comm.receive_json_from(timeout=10))["type"] == "snapshot"
+    assert len(live_watchers()) == 1
+    return comm
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"text": "not json"},
+        {"text": ""},
+        {"bytes": b"\x00\x01"},
+        {"text": "[" * 100_000},
+        {"text": json.dumps({"type": "expand", "groups": ["group:x" * 50_000]})},
+    ],
+    ids=["not-json", "empty", "binary", "nested", "oversized"],
+)
+def test_an_unreadable_frame_closes_the_socket_and_its_watcher(
+    viewer: Any, frame: dict[str, Any]
+) -> None:
+    """A frame a page never sends ended the consumer with an error, and its watcher went
+    on polling the database for a socket nobody read, for as long as the session lasted:
+    one such frame per socket piled up pollers. It closes the socket with 4400 now."""
+    signal_workflow("unreadable-wf")
+
+    async def scenario() -> None:
+        comm = await open_graph(viewer, "unreadable-wf")
+        await comm.send_input({"type": "websocket.receive", **frame})
+        assert await closed_with(comm) == 4400
+        await comm.disconnect()
+        await asyncio.sleep(0.05)
+        assert live_watchers() == []
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_consumer_that_fails_takes_its_watcher_with_it(viewer: Any) -> None:
+    """Whatever ends a consumer, its watcher ends too. A receive event with neither text
+    nor bytes makes Channels itself raise, before any consumer code runs."""
+    signal_workflow("failing-wf")
+
+    async def scenario() -> None:
+        comm = await open_graph(viewer, "failing-wf")
+        await comm.send_input({"type": "websocket.receive"})
+        with pytest.raises(KeyError):
+            await comm.receive_output(timeout=5)
+        await asyncio.sleep(0.05)
+        assert live_watchers() == []
 
     async_to_sync(scenario)()
