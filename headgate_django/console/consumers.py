@@ -109,6 +109,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         raise NotImplementedError
 
+    def view_of(self, user: Any) -> dict[str, bool]:
+        """What the page shows ``user`` besides what its permission opens: whether it
+        reveals user data. A change of it makes an open page reconnect for a snapshot
+        built anew (see :meth:`_access_changed`)."""
+        return {"reveal": may_see_payloads(user)}
+
     # -- lifecycle -------------------------------------------------------------------
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -121,7 +127,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         self.object_id = object_id
         self.site_name = query_site(self.scope)
-        self.reveal = await database_sync_to_async(may_see_payloads)(user)
+        self.view = await database_sync_to_async(self.view_of)(user)
+        self.reveal = self.view["reveal"]
         self.query = {key: values[0] for key, values in query.items()}
         self.job_url = links.job_url_builder(self.site_name)
         self.wake = asyncio.Event()
@@ -218,10 +225,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         return True
 
     async def _access_changed(self) -> int | None:
-        """The close code if the user may no longer see this page, or may now see more or
-        less user data than it shows; None if nothing changed. The connect's check holds
-        only while the socket is open: a session can end and a permission can be revoked
-        while a page stays open for days."""
+        """The close code if the user may no longer see this page, or the page would now
+        show them more or less (:meth:`view_of`); None if nothing changed. The connect's
+        check holds only while the socket is open: a session can end and a permission can
+        be revoked while a page stays open for days."""
         session = await database_sync_to_async(access.session_now)(self.scope.get("session"))
         if session is not None:
             user = await get_user({**self.scope, "session": session})
@@ -229,7 +236,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             user = await database_sync_to_async(access.reloaded)(self.scope.get("user"))
         if not await database_sync_to_async(access.is_console_user)(user, self.permission):
             return REFUSED
-        if await database_sync_to_async(may_see_payloads)(user) != self.reveal:
+        if await database_sync_to_async(self.view_of)(user) != self.view:
             return RECONNECT
         return None
 
@@ -351,15 +358,14 @@ class OverviewConsumer(FragmentConsumer):
 
     group_name = "headgate.overview"
 
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        self.show_workers = await database_sync_to_async(access.is_console_user)(
-            user, access.VIEW_WORKERS
-        )
-        await super().connect()
+    def view_of(self, user: Any) -> dict[str, bool]:
+        return {
+            **super().view_of(user),
+            "workers": access.is_console_user(user, access.VIEW_WORKERS),
+        }
 
     def read_data(self) -> dict[str, Any]:
-        return overview_data(site_name=self.site_name, show_workers=self.show_workers)
+        return overview_data(site_name=self.site_name, show_workers=self.view["workers"])
 
     def render(self, data: dict[str, Any]) -> str:
         return overview_html(data)

@@ -19,6 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 from headgate_django.console.chart import minute_chart
+from headgate_django.console.consumers import LiveConsumer
 from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
 from tests.conformance.helpers import enqueue_job
 from tests.console.conftest import make_user
@@ -205,5 +206,41 @@ def test_the_sockets_refuse_who_may_not_see_the_page(outsider: Any) -> None:
             comm = communicator(path, user)
             connected, code = await comm.connect(timeout=5)
             assert (connected, code) == (False, 4403), (user, path)
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_open_overview_redraws_without_workers_once_view_worker_is_revoked(
+    viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker column was decided at connect only: a page left open kept showing the
+    workers and what each held after its user lost ``view_worker``."""
+    monkeypatch.setattr(LiveConsumer, "recheck_interval", 0.2)
+    register("w-held", in_flight=1, in_flight_by_queue={"default": 1})
+    enqueue_job(queue="default")
+
+    def revoke() -> None:
+        viewer.user_permissions.remove(viewer.user_permissions.get(codename="view_worker"))
+
+    async def scenario() -> None:
+        comm = communicator("/ws/headgate/overview/", viewer)
+        assert (await comm.connect(timeout=5))[0]
+        first = await comm.receive_json_from(timeout=10)
+        assert 'data-worker="w-held"' in first["snapshot"]["html"]
+        await database_sync_to_async(revoke)()
+        # The page is redrawn every second (the oldest job ages): read until the close.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        output = await comm.receive_output(timeout=5)
+        while output["type"] != "websocket.close":
+            output = await comm.receive_output(timeout=max(0.01, deadline - loop.time()))
+        assert output["code"] == 4000
+        fresh = await database_sync_to_async(type(viewer).objects.get)(pk=viewer.pk)
+        again = communicator("/ws/headgate/overview/", fresh)
+        assert (await again.connect(timeout=5))[0]
+        html = (await again.receive_json_from(timeout=10))["snapshot"]["html"]
+        assert "In flight per worker" not in html and "w-held" not in html
+        await again.disconnect()
 
     async_to_sync(scenario)()
