@@ -113,6 +113,29 @@ def test_changelists_search_and_filter(superuser: Any, console_data: Any) -> Non
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("model_name", "lookup"),
+    [
+        ("job", "id__regex"),
+        ("job", "kind__iregex"),
+        ("job", "workflow_id__regex"),
+        ("workflowcheckpoint", "workflow_id__regex"),
+        ("execution", "name__iregex"),
+        ("idempotencyrecord", "path__regex"),
+    ],
+)
+def test_changelists_refuse_regular_expressions(viewer: Any, model_name: str, lookup: str) -> None:
+    """The admin takes any lookup on a column as a filter, ``__regex`` included: a viewer's
+    pattern then ran against every row the capped pager counts, on SQLite in this process
+    through Python's backtracking ``re`` (``^(\\w+)+!`` takes seconds per 26-character id)."""
+    client = Client()
+    client.force_login(viewer)
+    url = reverse(f"admin:headgate_django_{model_name}_changelist")
+    assert client.get(url).status_code == 200
+    assert client.get(url, {lookup: r"^(\w+)+!"}).status_code == 400
+
+
+@pytest.mark.django_db
 def test_payload_needs_the_reveal_permission(
     viewer: Any, superuser: Any, console_data: Any
 ) -> None:
