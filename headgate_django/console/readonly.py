@@ -22,6 +22,7 @@ from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
+from django.db import models
 from django.db.models.constants import LOOKUP_SEP
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.html import format_html
@@ -155,9 +156,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def lookup_allowed(self, lookup: str, value: str, request: Any = None) -> bool:
         """No changelist filter on user data, for anyone: counting the rows that match a
         guessed value would read it without showing it (and scan every payload). No
-        regular expression either (:data:`REFUSED_LOOKUPS`)."""
+        regular expression either (:data:`REFUSED_LOOKUPS`), and nothing inside a JSON
+        column (error logs, results, progress): no page links to such a filter, each one
+        reads every document, and SQLite cannot run some of them at all."""
         parts = lookup.split(LOOKUP_SEP)
-        if parts[0] in private_fields(self.model) or parts[-1] in REFUSED_LOOKUPS:
+        if (
+            parts[0] in private_fields(self.model)
+            or parts[-1] in REFUSED_LOOKUPS
+            or parts[0] in _json_fields(self.model)
+        ):
             raise DisallowedModelAdminLookup(f"filtering on {lookup!r} is not allowed")
         return super().lookup_allowed(lookup, value, request)
 
@@ -168,6 +175,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     @property
     def site_name(self) -> str:
         return self.admin_site.name
+
+
+def _json_fields(model: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in model._meta.get_fields() if isinstance(f, models.JSONField))
 
 
 def pretty_json(value: Any) -> SafeString | str:
