@@ -452,6 +452,31 @@ def test_case_14_resolve_fail_without_an_error() -> None:
     assert view(wf).result == {"error": "uncertain: fail"}
 
 
+def test_hazard_7_a_resolve_cut_short_before_its_wake_up_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """azync appended the outcome after the decision's commit and woke the workflow after
+    that: a crash in between left the Operation decided with nothing in history. Here a
+    failure at the last write (the wake-up) takes the decision and the history with it."""
+    from headgate_django.store import durable_jobs
+
+    wf = uncertain_execution()
+    job_id = op_job(wf).id
+    before = (counts(), types(wf), op_job(wf).checkpoint, view(wf).state)
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the worker died before the wake-up")
+
+    monkeypatch.setattr(durable_jobs, "task_wake", crash)
+    with pytest.raises(RuntimeError, match="before the wake-up"):
+        durable.Manager().resolve_uncertain(job_id, "complete", "ok")
+    monkeypatch.undo()
+    assert (counts(), types(wf), op_job(wf).checkpoint, view(wf).state) == before
+    durable.Manager().resolve_uncertain(job_id, "complete", "ok")  # still undecided
+    drive()
+    assert view(wf).result == "done:ok"
+
+
 @pytest.mark.parametrize(
     ("decision", "result", "error", "refusal"),
     [
