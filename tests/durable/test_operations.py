@@ -274,6 +274,19 @@ def test_operations_started_together_run_concurrently() -> None:
     assert types(wf).count("OperationScheduled") == 3
 
 
+def test_a_pass_may_start_more_operations_than_one_enqueue_takes(settings: Any) -> None:
+    # Every pass failed with BatchError ("a batch holds at most 3 jobs, got 7") and was
+    # retried until the execution was suspended: MAX_BATCH caps an enqueue call, and a
+    # pass's Operations were written as one.
+    settings.HEADGATE = {"MAX_BATCH": 3}
+    refs = [str(n) for n in range(7)]
+    wf = start("ops-parallel", refs)
+    testing.run_one()
+    assert [j.state for j in op_jobs(wf)] == ["available"] * 7
+    drive()
+    assert view(wf).result == refs
+
+
 def test_case_07_a_failed_attempt_is_retried_without_history(fast_retries: None) -> None:
     wf = start("ops-call", "ops-flaky")
     testing.run_one()
