@@ -83,7 +83,7 @@ def _wait(
 
     if not isinstance(envelope, Envelope):
         raise TypeError(f"enqueue_and_wait takes an Envelope, not {type(envelope).__name__}")
-    _check_timeout(timeout)
+    check_timeout(timeout)
     if connections[using].in_atomic_block:
         raise WaitInTransactionError()
     listener = _listener(using)
@@ -113,9 +113,10 @@ def _wait(
             listener.close()
 
 
-def _check_timeout(timeout: object) -> None:
+def check_timeout(timeout: object) -> None:
     """Refuse a ``timeout`` that is not seconds from 0 (or ``None``). NaN compares false
-    with everything, so a deadline made of it would never come: a wait without end."""
+    with everything, so a deadline made of it would never come: a wait without end. Also
+    what ``durable.Manager().update`` checks before it records anything."""
     if timeout is None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):

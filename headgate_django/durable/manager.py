@@ -28,6 +28,7 @@ from headgate_django.kernel.storable import holds_unstorable
 from headgate_django.models import Execution
 from headgate_django.store import durable as store
 from headgate_django.store import durable_children, durable_jobs, durable_runs
+from headgate_django.waiting import check_timeout
 
 DECISIONS = ("complete", "fail", "retry")
 #: The longest reason a cancel or a suspend keeps (in its event and on the header).
@@ -272,11 +273,14 @@ class Manager:
         and records nothing. Then the update is recorded and the workflow's handler runs
         in the next replay pass. ``wait=True`` returns the handler's result (raising
         :class:`UpdateFailedError` if it raised, :class:`UpdateTimeoutError` after
-        ``timeout`` seconds — the update still runs); ``wait=False`` returns an
+        ``timeout`` seconds (from 0, or None: no limit; anything else is refused before
+        the update is recorded) — the update still runs); ``wait=False`` returns an
         :class:`UpdateView` at once, to poll with :meth:`get_update`. ``update_id``
         (default: a new id) makes it exactly-once: a known id returns that update's
         outcome without running anything again.
         """
+        if wait:
+            check_timeout(timeout)  # before the update is recorded, not after
         if wait and connections[self.using].in_atomic_block:
             raise WaitInTransactionError(
                 "cannot wait for an update inside a transaction: workers see it only after "

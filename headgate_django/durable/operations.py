@@ -134,7 +134,7 @@ def operation_job(
     except (Snooze, Skip, LeaseLostError):
         watchdog.settle()
         raise
-    except (Exception, SystemExit) as exc:  # SystemExit: the worker records it as a failure too
+    except BaseException as exc:  # the worker fails the attempt for any of them too
         watchdog.settle()
         failures = ctx.attempt - ctx.crash_attempt  # failed attempts, this one included
         if failures >= definition.max_attempts:

@@ -309,6 +309,8 @@ def find_workflow(name: str, version: str) -> WorkflowDef | None:
 def require_workflow(name: str, version: str) -> WorkflowDef:
     """The workflow registered as (``name``, ``version``), or a ``DefinitionError`` naming
     the versions of ``name`` this process has: what a start refuses before it writes."""
+    check_name("workflow name", name, _MAX_NAME)
+    check_name("workflow version", version, _MAX_VERSION)
     definition = find_workflow(name, version)
     if definition is None:
         known = sorted(d.version for d in registered_workflows() if d.name == name)

@@ -161,7 +161,7 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
             continue  # a fact landed while we replayed: replay again with it
         except (NondeterminismError, Snooze, LeaseLostError):
             raise  # a replay error's own budget (see _replay_failed); a lost task
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # not only Exception: see _pass_crashed
             _pass_crashed(ctx, header, exc)
             raise
         while isinstance(step, _Park) and step.eager is not None:

@@ -737,8 +737,9 @@ def replay(
     refuses unknown workflows and oversized inputs there, where the code can see it).
     ``updates`` maps update names to their handlers (see
     :mod:`headgate_django.kernel.replay_updates`). Never raises because of workflow code:
-    its exceptions become ``Failed``; only KeyboardInterrupt/SystemExit (process control)
-    propagate.
+    its exceptions become ``Failed``; only those that are not an ``Exception``
+    (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``, …) propagate, and the
+    runtime retries such a pass as crashed.
     """
     p = open_pass(
         history,

@@ -58,7 +58,7 @@ from headgate_django.store.fenced import (
     job_complete_many,
     lock_held,
 )
-from headgate_django.store.insert import _insert, _plan, job_insert_many
+from headgate_django.store.insert import insert_new, job_insert_many
 from headgate_django.store.rows import RowReader, prep
 from headgate_django.store.tracing import job_trace_stamp
 
@@ -214,10 +214,9 @@ def operation_insert(conn: Any, envelopes: Sequence[Envelope]) -> None:
     """Enqueue a pass's Operation jobs. They cannot exist yet (a job is inserted in the
     transaction that records its OperationScheduled, and replay never schedules a recorded
     command again), so the enqueue's duplicate and quarantine checks are skipped: this is
-    the hot path of every Operation. With tracing on they carry the pass's span."""
-    rows = _plan(envelopes)
-    _insert(conn, rows)
-    job_trace_stamp([row.id for row in rows], using=conn.alias)
+    the hot path of every Operation. With tracing on they carry the pass's span. A pass may
+    start more Operations than one enqueue call takes (``MAX_BATCH``): all are written."""
+    job_trace_stamp(insert_new(conn, envelopes), using=conn.alias)
 
 
 @dataclass(frozen=True)

@@ -492,6 +492,24 @@ def statement_rows(vendor: str) -> int:
     return min(CHUNK_ROWS, PIPELINED_ROWS) if vendor == "postgresql" else CHUNK_ROWS
 
 
+def insert_new(conn: BaseDatabaseWrapper, envelopes: Sequence[Envelope]) -> list[str]:
+    """Insert jobs that cannot exist yet (no duplicate or quarantine checks), in statements
+    that fit; return their ids. For the runtime's own batches, whose size the caller's code
+    decides (a durable pass's Operations): ``MAX_BATCH`` caps what one enqueue call takes,
+    not these, so they are planned a ``MAX_BATCH`` at a time. The caller's transaction
+    makes the statements one write."""
+    limit = headgate_settings.MAX_BATCH
+    rows = [
+        row for at in range(0, len(envelopes), limit) for row in _plan(envelopes[at : at + limit])
+    ]
+    chunks = _chunks(rows)
+    if conn.vendor == "mysql":
+        chunks = _packet_chunks(conn, chunks, sum(map(len, map(_PAYLOAD, rows))))
+    for chunk in chunks:
+        _insert(conn, chunk)
+    return [row.id for row in rows]
+
+
 def _insert_rows(conn: BaseDatabaseWrapper, planner: _Planner, using: str) -> list[str]:
     """Insert the planner's rows all or none: in one statement (on PostgreSQL one pipeline
     of them) when nothing opposes them, else by the classifying path."""

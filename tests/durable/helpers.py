@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
+from django.db import connections
 from django.db.models.functions import Now
 
 from headgate_django import durable, testing
@@ -78,3 +81,23 @@ def counts() -> tuple[int, int, int, int]:
         SignalInbox.objects.count(),
         Job.objects.count(),
     )
+
+
+def in_parallel(*calls: Callable[[], Any]) -> list[Any]:
+    """Run ``calls`` on threads at once; return what each returned or raised."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            results[index] = calls[index]()
+        except BaseException as exc:  # the outcome is what the test checks
+            results[index] = exc
+        finally:
+            connections.close_all()  # this thread's own
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results

@@ -315,28 +315,51 @@ def test_a_nul_character_in_what_the_code_hands_over_fails_the_workflow(
     assert op_jobs(wf) == []
 
 
+class _Halt(BaseException):
+    """Neither an ``Exception`` nor process control: a library's own "stop" signal."""
+
+
+# Not Exceptions, so they escape replay: the pass itself fails.
+_BASE_EXCEPTIONS = {
+    "SystemExit": SystemExit(3),
+    "KeyboardInterrupt": KeyboardInterrupt("ctrl-c"),
+    "GeneratorExit": GeneratorExit("closed"),
+    "_Halt": _Halt("stop"),
+}
+
+
 @durable.workflow("fail-exits", version="1")
-def exits(ctx: durable.Context, _: Any) -> Any:
-    raise SystemExit(3)  # escapes replay (not an Exception): the pass itself fails
+def exits(ctx: durable.Context, raised: str) -> Any:
+    raise _BASE_EXCEPTIONS[raised]
 
 
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        ("SystemExit", "SystemExit: 3"),
+        # These left the task archived and the execution running, with no reason shown.
+        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
+        ("GeneratorExit", "GeneratorExit: closed"),
+        ("_Halt", "_Halt: stop"),
+    ],
+)
 def test_a_pass_failing_on_every_attempt_suspends_the_execution_with_the_error(
-    settings: Any, swap_code: Any
+    settings: Any, swap_code: Any, raised: str, error: str
 ) -> None:
     settings.HEADGATE = {
         "MAX_ATTEMPTS": 3,
         "BACKOFF_BASE": timedelta(milliseconds=1),
         "BACKOFF_CAP": timedelta(milliseconds=5),
     }
-    wf = start("fail-exits")
+    wf = start("fail-exits", raised)
     for _ in range(5):
         testing.run_jobs()
         Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
     row = view(wf)
     assert row.state == "suspended"  # not left running with its task archived
-    assert row.suspended_reason == "the workflow task failed 3 times: SystemExit: 3"
+    assert row.suspended_reason == f"the workflow task failed 3 times: {error}"
     assert task_job(wf).state == "scheduled"  # waits for resume, as after a replay error
-    assert [e["error"] for e in task_job(wf).errors] == ["SystemExit: 3"] * 2
+    assert [e["error"] for e in task_job(wf).errors] == [error] * 2
     swap_code(
         "workflow", "fail-exits", "1", durable.workflow("fail-exits-fixed")(lambda c, i: "ok")
     )
@@ -387,20 +410,32 @@ def test_an_operation_raising_an_unprintable_exception_keeps_its_own_attempts(
 
 
 @durable.operation("fail-exiting-op", version="1", max_attempts=2)
-def exiting_op(ctx: Any, _: Any) -> Any:
-    raise SystemExit(3)
+def exiting_op(ctx: Any, raised: str) -> Any:
+    raise _BASE_EXCEPTIONS[raised]
 
 
 @durable.workflow("fail-exiting-op", version="1")
-def calls_exiting_op(ctx: durable.Context, _: Any) -> Any:
-    return ctx.execute_operation("fail-exiting-op", "1", None).result()
+def calls_exiting_op(ctx: durable.Context, raised: str) -> Any:
+    return ctx.execute_operation("fail-exiting-op", "1", raised).result()
 
 
-def test_an_operation_raising_system_exit_keeps_its_own_attempts(fast_retries: None) -> None:
-    wf = start("fail-exiting-op")
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        ("SystemExit", "SystemExit: 3"),
+        # These were retried by the job table's MAX_ATTEMPTS (25) and backoff instead.
+        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
+        ("GeneratorExit", "GeneratorExit: closed"),
+        ("_Halt", "_Halt: stop"),
+    ],
+)
+def test_an_operation_raising_a_base_exception_keeps_its_own_attempts(
+    fast_retries: None, raised: str, error: str
+) -> None:
+    wf = start("fail-exiting-op", raised)
     drive()
     assert len(op_jobs(wf)[0].errors) == 2  # its max_attempts, not the job table's 25
-    assert view(wf).failure_reason == "OperationFailedError: SystemExit: 3 (after 2 attempt(s))"
+    assert view(wf).failure_reason == f"OperationFailedError: {error} (after 2 attempt(s))"
 
 
 def test_a_replay_error_suspends_even_when_max_attempts_is_below_the_replay_budget(

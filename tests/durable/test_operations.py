@@ -274,6 +274,19 @@ def test_operations_started_together_run_concurrently() -> None:
     assert types(wf).count("OperationScheduled") == 3
 
 
+def test_a_pass_may_start_more_operations_than_one_enqueue_takes(settings: Any) -> None:
+    # Every pass failed with BatchError ("a batch holds at most 3 jobs, got 7") and was
+    # retried until the execution was suspended: MAX_BATCH caps an enqueue call, and a
+    # pass's Operations were written as one.
+    settings.HEADGATE = {"MAX_BATCH": 3}
+    refs = [str(n) for n in range(7)]
+    wf = start("ops-parallel", refs)
+    testing.run_one()
+    assert [j.state for j in op_jobs(wf)] == ["available"] * 7
+    drive()
+    assert view(wf).result == refs
+
+
 def test_case_07_a_failed_attempt_is_retried_without_history(fast_retries: None) -> None:
     wf = start("ops-call", "ops-flaky")
     testing.run_one()
@@ -450,6 +463,31 @@ def test_case_14_resolve_fail_without_an_error() -> None:
     durable.Manager().resolve_uncertain(op_job(wf).id, "fail")
     drive()
     assert view(wf).result == {"error": "uncertain: fail"}
+
+
+def test_hazard_7_a_resolve_cut_short_before_its_wake_up_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """azync appended the outcome after the decision's commit and woke the workflow after
+    that: a crash in between left the Operation decided with nothing in history. Here a
+    failure at the last write (the wake-up) takes the decision and the history with it."""
+    from headgate_django.store import durable_jobs
+
+    wf = uncertain_execution()
+    job_id = op_job(wf).id
+    before = (counts(), types(wf), op_job(wf).checkpoint, view(wf).state)
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the worker died before the wake-up")
+
+    monkeypatch.setattr(durable_jobs, "task_wake", crash)
+    with pytest.raises(RuntimeError, match="before the wake-up"):
+        durable.Manager().resolve_uncertain(job_id, "complete", "ok")
+    monkeypatch.undo()
+    assert (counts(), types(wf), op_job(wf).checkpoint, view(wf).state) == before
+    durable.Manager().resolve_uncertain(job_id, "complete", "ok")  # still undecided
+    drive()
+    assert view(wf).result == "done:ok"
 
 
 @pytest.mark.parametrize(

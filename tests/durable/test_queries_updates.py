@@ -405,3 +405,18 @@ class TestWaiting:
         manager.cancel(workflow_id)
         with pytest.raises(UpdateFailedError, match="ended before handling"):
             manager.update(workflow_id, "add", "tea", update_id="u-c", timeout=5)
+
+    @pytest.mark.parametrize(
+        ("timeout", "error"),
+        [("5", TypeError), (True, TypeError), (-1, ValueError), (float("nan"), ValueError)],
+    )
+    def test_a_bad_timeout_is_refused_before_the_update_is_recorded(
+        self, timeout: Any, error: type[Exception]
+    ) -> None:
+        # The update was recorded first; then the wait failed with "unsupported operand",
+        # timed out at once (-1) or never (NaN).
+        workflow_id = parked_cart()
+        before = counts()
+        with pytest.raises(error, match="timeout must be a number of seconds"):
+            durable.Manager().update(workflow_id, "add", "tea", timeout=timeout)
+        assert counts() == before

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +18,7 @@ from headgate_django.durable import workflow_task
 from headgate_django.exceptions import LeaseLostError, RevisionConflictError
 from headgate_django.store.durable_history import NewEvent, history_append
 from headgate_django.store.maintenance import job_make_due
-from tests.durable.helpers import drive, op_jobs, start, task_job, types, view
+from tests.durable.helpers import drive, in_parallel, op_jobs, start, task_job, types, view
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,28 +34,6 @@ def race_wf(ctx: durable.Context, _: Any) -> Any:
     signals = [ctx.wait_signal("s") for _ in range(2)]
     ctx.select(signals[0])
     return [first, signals[0].result()]
-
-
-def in_parallel(*calls: Callable[[], Any]) -> list[Any]:
-    """Run ``calls`` on threads at once; return what each returned or raised."""
-    results: list[Any] = [None] * len(calls)
-
-    def run(index: int) -> None:
-        try:
-            results[index] = calls[index]()
-        except BaseException as exc:  # the outcome is what the test checks
-            results[index] = exc
-        finally:
-            from django.db import connections
-
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return results
 
 
 def test_concurrent_appends_at_one_seq_land_once() -> None:

@@ -3,13 +3,15 @@ then signal it, in one transaction; bad input is a clear error and writes nothin
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
 from headgate_django import DefinitionError, durable
 from headgate_django.exceptions import PayloadError, PayloadTooLargeError
-from tests.durable.helpers import counts, drive, history, view
+from headgate_django.models import Execution
+from tests.durable.helpers import counts, drive, history, in_parallel, view
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +64,27 @@ def test_the_signal_joins_the_start_in_one_transaction() -> None:
         sws("apple")
         raise RuntimeError("the caller rolls back")
     assert counts() == before
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(5))  # a few tries at an overlap
+def test_two_callers_at_once_start_one_execution_and_both_signals_reach_it(
+    attempt: int,
+) -> None:
+    barrier = threading.Barrier(2)
+
+    def call(item: str) -> durable.SignalWithStartResult:
+        barrier.wait(10)
+        return sws(item, key="cart:race")
+
+    first, second = in_parallel(lambda: call("apple"), lambda: call("pear"))
+    assert isinstance(first, durable.SignalWithStartResult), first
+    assert isinstance(second, durable.SignalWithStartResult), second
+    assert first.workflow_id == second.workflow_id
+    assert sorted([first.started, second.started]) == [False, True]
+    assert Execution.objects.filter(business_idempotency_key="cart:race").count() == 1
+    signals = [p["payload"] for t, p in history(first.workflow_id) if t == "SignalReceived"]
+    assert sorted(signals) == ["apple", "pear"]
 
 
 @pytest.mark.parametrize(

@@ -184,6 +184,12 @@ def test_start_of_an_unknown_workflow_or_version_writes_nothing() -> None:
         durable.Client().start("sig-nope", "1", None)
     with pytest.raises(DefinitionError, match=r"version '2' is registered here \(versions: 1\)"):
         durable.Client().start("sig-one-op", "2", None)
+    # A name that is not a string failed with "unhashable type"; a version 1 (not "1") was
+    # "not registered here (versions: 1)".
+    with pytest.raises(DefinitionError, match="a workflow name must be a non-empty string"):
+        durable.Client().start({"name": "sig-one-op"}, "1", None)  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match="a workflow version must be a non-empty string"):
+        durable.Client().start("sig-one-op", 1, None)  # type: ignore[arg-type]
     assert counts() == before
 
 
