@@ -5,7 +5,9 @@ job on them. An ``atomic()`` block the handler entered and never left (or autoco
 turned off) would hold all of that in a transaction nothing ever commits: outcomes never
 land, the rows they touch stay locked against the acker and other workers, and once
 Django closes such a connection it refuses every later query. So the worker rolls back,
-after each handler, whatever the handler left open (:func:`roll_back_left_open`).
+after each handler, whatever the handler left open (:func:`roll_back_left_open`). The
+same holds for the one thread on which ``sync_to_async`` runs the ORM code of every
+``async def`` handler: the worker checks it after each async attempt (``worker.execute``).
 """
 
 from __future__ import annotations

@@ -110,3 +110,52 @@ def test_a_thread_that_ran_an_event_loop_is_checked_all_the_same():
     thread.start()
     thread.join()
     assert seen == [[]]
+
+
+def _enter_atomic() -> None:
+    transaction.atomic().__enter__()
+
+
+def _autocommit_off() -> None:
+    transaction.set_autocommit(False)
+
+
+@task(kind="test.open-tx.async-atomic", max_attempts=2)
+async def leave_atomic_open_in_sync_to_async(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_enter_atomic)()  # on asgiref's one thread-sensitive thread
+    await sync_to_async(record)(ctx, label)
+
+
+@task(kind="test.open-tx.async-autocommit", max_attempts=2)
+async def leave_autocommit_off_in_sync_to_async(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_autocommit_off)()
+    await sync_to_async(record)(ctx, label)
+
+
+@task(kind="test.open-tx.async-record")
+async def record_in_sync_to_async(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(record)(ctx, label)
+
+
+@pytest.mark.parametrize(
+    "leaky", [leave_atomic_open_in_sync_to_async, leave_autocommit_off_in_sync_to_async]
+)
+def test_an_async_handler_that_leaves_a_transaction_open_in_sync_to_async_fails(leaky):
+    """``sync_to_async`` runs the ORM code of every async handler on one shared thread:
+    a transaction one of them leaves open there is rolled back after its attempt, which
+    fails, and the next async handler's writes on that thread commit."""
+    leaked = leaky.enqueue(label="leaked")
+    after = record_in_sync_to_async.enqueue(label="after")
+    run_burst()
+    row = job(leaked)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    assert "TransactionLeftOpenError" in row.errors[0]["error"]
+    assert job(after).state == "completed"
+    assert list(Execution.objects.values_list("label", flat=True)) == ["after"]
