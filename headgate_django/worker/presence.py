@@ -15,9 +15,16 @@ import socket
 import threading
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from headgate_django.conf import headgate_settings
-from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
+from headgate_django.store.workers import (
+    Beat,
+    WorkerView,
+    queue_minutes_add,
+    worker_heartbeat,
+    worker_register,
+)
 
 #: Seconds between flushes of the per-minute tallies while a worker records outcomes.
 FLUSH_EVERY = 1.0
@@ -83,13 +90,7 @@ class Presence:
         """Upsert the registry row: counters since start, jobs held now by queue."""
         by_queue = Counter(held_queues)
         worker_heartbeat(
-            Beat(
-                worker_id=self.worker_id,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                queues=self.queues,
-                concurrency=self.concurrency,
-                heartbeat=headgate_settings.WORKER_HEARTBEAT,
+            self._beat(
                 in_flight=sum(by_queue.values()),
                 in_flight_by_queue=dict(by_queue),
                 claimed=claimed,
@@ -99,4 +100,20 @@ class Presence:
             ),
             stopped=stopped,
             using=self.using,
+        )
+
+    def register(self) -> WorkerView | None:
+        """Take the worker id in the registry before the worker starts; the live worker
+        that has it instead (``store.workers.worker_register``)."""
+        return worker_register(self._beat(), using=self.using)
+
+    def _beat(self, **counters: Any) -> Beat:
+        return Beat(
+            worker_id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.concurrency,
+            heartbeat=headgate_settings.WORKER_HEARTBEAT,
+            **counters,
         )

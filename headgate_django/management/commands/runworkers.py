@@ -15,7 +15,7 @@ from django.db import DatabaseError
 
 from headgate_django.conf import headgate_settings
 from headgate_django.durable import handlers as durable_modes
-from headgate_django.exceptions import ConfigurationError, DefinitionError
+from headgate_django.exceptions import ConfigurationError, DefinitionError, WorkerIdInUseError
 from headgate_django.kernel.names import validate_queue
 from headgate_django.store.schema import schema_problem
 from headgate_django.worker import logs
@@ -289,7 +289,10 @@ class Command(BaseCommand):
             # A --processes child starts with them blocked (see the supervisor); one that
             # came in meanwhile is handled now, by the handler above.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-            worker.run()
+            try:
+                worker.run()
+            except WorkerIdInUseError as exc:
+                raise CommandError(str(exc)) from exc
         if worker.gave_up:
             raise CommandError("the database stayed unreachable; nothing was run")
         if worker.failed_to_start:
