@@ -114,16 +114,19 @@ def worker_heartbeat(beat: Beat, *, stopped: bool = False, using: str = "default
         cursor.execute(sql, values)
 
 
-def worker_register(beat: Beat, *, using: str = "default") -> WorkerView | None:
+def worker_register(
+    beat: Beat, *, dead_pid: int | None = None, using: str = "default"
+) -> WorkerView | None:
     """Take ``beat.worker_id`` for a worker about to start, unless a live worker has it:
     then that worker's row, and nothing is written.
 
     The id is free when no row has it, or its row is stopped, gone (the registry's rule,
-    ``kernel.workers``: :data:`GONE_AFTER_BEATS` heartbeats missed), or this very process's
-    (same host and pid: a worker run again in one process, or a container restarted as pid
-    1 under its old host name). One ``INSERT``, else one ``UPDATE`` whose ``WHERE`` is that
+    ``kernel.workers``: :data:`GONE_AFTER_BEATS` heartbeats missed), or was written from
+    this host by this very process (a worker run again in one process, a container
+    restarted as pid 1 under its old host name) or by ``dead_pid``, a process the caller
+    found gone from this host. One ``INSERT``, else one ``UPDATE`` whose ``WHERE`` is that
     rule: of two workers starting at once with one id, the second finds the first's row,
-    or waits for its lock and then sees its fresh heartbeat, and is refused.
+    or waits for its lock and then sees its fresh heartbeat and pid, and is refused.
     """
     conn = v.connection_for(using)
     now = v.now(conn)
@@ -138,8 +141,9 @@ def worker_register(beat: Beat, *, using: str = "default") -> WorkerView | None:
         f"UPDATE headgate_worker SET {', '.join(f'{c} = %s' for c in _BEAT_COLUMNS[1:])}, "
         f"started_at = {now}, last_heartbeat_at = {now}, stopped_at = NULL WHERE id = %s "
         f"AND (stopped_at IS NOT NULL OR last_heartbeat_at < {gone} "
-        "OR (host = %s AND pid = %s))"
+        "OR (host = %s AND pid IN (%s, %s)))"
     )
+    ours: list[Any] = [beat.worker_id, beat.host, beat.pid, dead_pid or beat.pid]
     holder = None
     for _ in range(3):  # the row can go (retention) or go stale between two statements
         try:
@@ -149,7 +153,7 @@ def worker_register(beat: Beat, *, using: str = "default") -> WorkerView | None:
         except IntegrityError:
             pass  # the id has a row
         with conn.cursor() as cursor:
-            cursor.execute(take_over, [*values[1:], beat.worker_id, beat.host, beat.pid])
+            cursor.execute(take_over, [*values[1:], *ours])
             if cursor.rowcount:
                 return None
         holder = worker_get(beat.worker_id, using=using)

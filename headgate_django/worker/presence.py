@@ -104,8 +104,16 @@ class Presence:
 
     def register(self) -> WorkerView | None:
         """Take the worker id in the registry before the worker starts; the live worker
-        that has it instead (``store.workers.worker_register``)."""
-        return worker_register(self._beat(), using=self.using)
+        that has it instead (``store.workers.worker_register``).
+
+        A row this host wrote from a process that no longer exists is taken over at once:
+        a worker restarted under its own id right after a crash (a supervisor restarts it
+        within seconds) would otherwise be refused until the old row counts as gone."""
+        beat = self._beat()
+        holder = worker_register(beat, using=self.using)
+        if holder is not None and holder.host == beat.host and not _alive(holder.pid):
+            holder = worker_register(beat, dead_pid=holder.pid, using=self.using)
+        return holder
 
     def _beat(self, **counters: Any) -> Beat:
         return Beat(
@@ -117,3 +125,15 @@ class Presence:
             heartbeat=headgate_settings.WORKER_HEARTBEAT,
             **counters,
         )
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (another user's counts: it may be
+    anything, a reused pid included, so it is never taken for dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

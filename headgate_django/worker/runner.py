@@ -786,8 +786,9 @@ class Worker:
 
         Their job leases and duties would stay apart, but their registry rows (the workers
         page, the metrics) would overwrite each other, and the logs and ``claimed_by``
-        could not tell them apart. An id whose worker stopped or is gone (it missed its
-        heartbeats: a crash) is taken over, so a worker restarted under its own id starts.
+        could not tell them apart. An id whose worker stopped, is gone (it missed its
+        heartbeats: a crash), or ran on this host in a process that has exited, is taken
+        over, so a worker restarted under its own id starts.
         A database that cannot be reached now is the claim loop's to wait for: the worker
         starts unchecked, and says so.
         """
@@ -808,8 +809,8 @@ class Worker:
             f"a live worker runs under the id {self.worker_id!r} (pid {holder.pid} on "
             f"{holder.host}, last heartbeat {holder.heartbeat_age_s:.1f} s ago): give each "
             "worker process its own id (--worker-id); a worker that died without stopping "
-            f"frees its id once it has missed {beats} heartbeats "
-            f"({beats * holder.heartbeat_s:g} s)",
+            "frees its id at once for a worker on its own host, and for others once it has "
+            f"missed {beats} heartbeats ({beats * holder.heartbeat_s:g} s)",
             worker_id=self.worker_id,
             host=holder.host,
             pid=holder.pid,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -57,6 +59,22 @@ def test_a_worker_given_a_free_id_starts_and_takes_it_over():
         Worker(worker_id=worker_id, queues=["twin-q"], burst=True, run_duties=False).run()
         row = worker_get(worker_id)
         assert (row.host, row.pid, row.status) == (socket.gethostname(), os.getpid(), "stopped")
+
+
+def test_a_row_this_host_wrote_from_a_process_now_gone_is_taken_over_at_once():
+    """A worker restarted under its own id right after a crash (its old row still live)."""
+    dead = _pid_of_finished()
+    worker_heartbeat(Beat("restarted", socket.gethostname(), dead, None, 10, timedelta(hours=1)))
+    assert worker_get("restarted").status == "live"
+    Worker(worker_id="restarted", queues=["twin-q"], burst=True, run_duties=False).run()
+    assert worker_get("restarted").pid == os.getpid()
+
+
+def _pid_of_finished() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def test_of_two_workers_registering_one_id_at_once_one_gets_it():
