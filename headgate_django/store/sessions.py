@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -27,7 +28,7 @@ def roll_back_left_open() -> list[str]:
     one. Called where the thread holds none of its own (between two attempts)."""
     left = []
     for conn in _thread_connections():
-        if not (conn.in_atomic_block or _autocommit_off(conn)):
+        if not _in_transaction(conn):
             continue  # nearly always: one attribute read per connection
         left.append(conn.alias)
         try:
@@ -36,6 +37,29 @@ def roll_back_left_open() -> list[str]:
             with contextlib.suppress(DatabaseError):
                 conn.close()
     return left
+
+
+def thread_storage() -> dict[str, Any] | None:
+    """This thread's connection storage (wrappers by alias, and whatever else Django keeps
+    there), live: connections the thread makes later appear in it. For another thread to
+    look at with :func:`may_hold_transaction`; None where it is not a ``threading.local``.
+    """
+    storage = getattr(connections._connections, "_storage", None)  # type: ignore[attr-defined]
+    return vars(storage) if type(storage) is threading.local else None
+
+
+def may_hold_transaction(storage: dict[str, Any]) -> bool:
+    """Whether a connection in another thread's ``storage`` (:func:`thread_storage`) may
+    hold a transaction. Read without that thread, so True is a suspicion only (it may be
+    inside a block it will leave); False is certain for what that thread left behind once
+    its call returned, which is all a caller that awaited that call asks."""
+    return any(
+        _in_transaction(c) for c in list(storage.values()) if isinstance(c, BaseDatabaseWrapper)
+    )
+
+
+def _in_transaction(conn: BaseDatabaseWrapper) -> bool:
+    return conn.in_atomic_block or _autocommit_off(conn)
 
 
 def _roll_back(conn: BaseDatabaseWrapper) -> None:
@@ -61,9 +85,9 @@ def _autocommit_off(conn: BaseDatabaseWrapper) -> bool:
 def _thread_connections() -> Iterable[BaseDatabaseWrapper]:
     """The connection wrappers this thread has made (``connections.all(initialized_only=
     True)``, read from the thread's storage directly: see ``vendor.connection_for``)."""
-    storage = getattr(connections._connections, "_storage", None)  # type: ignore[attr-defined]
-    if type(storage) is threading.local:
+    storage = thread_storage()
+    if storage is not None:
         # Beside the wrappers, by alias, it holds asgiref's ``cvar`` once an event loop
         # ran in this thread (the storage of its async code).
-        return [c for c in vars(storage).values() if isinstance(c, BaseDatabaseWrapper)]
+        return [c for c in storage.values() if isinstance(c, BaseDatabaseWrapper)]
     return connections.all(initialized_only=True)

@@ -29,7 +29,11 @@ from headgate_django.exceptions import LeaseLostError, TransactionLeftOpenError
 from headgate_django.kernel import sealed
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.store.packet import check_result_sent
-from headgate_django.store.sessions import roll_back_left_open
+from headgate_django.store.sessions import (
+    may_hold_transaction,
+    roll_back_left_open,
+    thread_storage,
+)
 from headgate_django.store.vendor import connection_for
 
 log = logging.getLogger("headgate_django.worker")
@@ -104,10 +108,12 @@ class AsyncRunner:
             target=self.loop.run_forever, name="headgate-async", daemon=True
         )
         self._thread.start()
+        self._shared = _SharedThread()
 
     def run(self, coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
         """``coro``'s result (see :func:`_contained` for ``left``)."""
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(_contained(coro, left), self.loop)
+        contained = _contained(coro, left, self._shared)
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(contained, self.loop)
         return future.result()
 
     def close(self) -> None:
@@ -142,7 +148,31 @@ class _Escaped(Exception):
         self.exc = exc
 
 
-async def _contained(coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
+class _SharedThread:
+    """The connections of asgiref's thread-sensitive thread, as one event loop sees them.
+
+    A check on that thread queues behind the sync code other async handlers run there, so
+    an attempt that never went near it would wait for theirs. The storage of that thread's
+    connections, taken at the first check, is read from the loop instead, and the check
+    goes to the thread only when a connection there may hold a transaction. Only for a
+    loop whose handlers' ``sync_to_async`` always lands on that one thread: the worker's
+    own, which no ``async_to_sync`` call encloses.
+    """
+
+    def __init__(self) -> None:
+        self.storage: dict[str, Any] | None = None
+
+    def suspect(self) -> bool:
+        return self.storage is None or may_hold_transaction(self.storage)
+
+
+def _check_here() -> tuple[list[str], dict[str, Any] | None]:
+    return roll_back_left_open(), thread_storage()
+
+
+async def _contained(
+    coro: Coroutine[Any, Any, Any], left: list[str], shared: _SharedThread | None = None
+) -> Any:
     """Await an ``async def`` handler's coroutine, then roll back the transactions left open
     on the thread its ``sync_to_async`` code ran on, adding their aliases to ``left``.
 
@@ -151,7 +181,7 @@ async def _contained(coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
     An ``atomic()`` a handler entered there and never left (or autocommit it turned off)
     would hold every later async handler's writes in a transaction nothing commits, as on a
     sync handler's own thread (``store.sessions``). The check runs on that thread, queued
-    behind the calls already sent to it.
+    behind the calls already sent to it, unless ``shared`` shows nothing to check.
     """
     try:
         return await coro
@@ -160,7 +190,11 @@ async def _contained(coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
     except BaseException as exc:
         raise _Escaped(exc) from exc
     finally:
-        left.extend(await sync_to_async(roll_back_left_open, thread_sensitive=True)())
+        if shared is None or shared.suspect():
+            found, storage = await sync_to_async(_check_here, thread_sensitive=True)()
+            left.extend(found)
+            if shared is not None:
+                shared.storage = storage
 
 
 def decode(
