@@ -313,6 +313,13 @@ class TransactionLeftOpenError(HeadgateError, RuntimeError):
     default_code = "transaction_left_open"
 
 
+class WorkerIdInUseError(HeadgateError):
+    """A live worker already runs under this worker id."""
+
+    status_code = 409
+    default_code = "worker_id_in_use"
+
+
 # -- replay --------------------------------------------------------------------------
 
 

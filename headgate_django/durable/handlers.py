@@ -53,7 +53,32 @@ def _record_operation_outcomes(
             settle_finished_operations(cursor, conn, group.removeprefix(DURABLE_GROUP_PREFIX))
 
 
+#: Why a workflow task will not run again (``hooks.Death.reason``), for its execution.
+_TASK_DEATHS = {
+    "undecodable": "its workflow task is undecodable",
+    "skipped": "its workflow task was skipped",
+    "attempts_exhausted": "its workflow task ran out of attempts",
+    "deadline_exceeded": "its workflow task passed its deadline",
+}
+
+
+def _fail_executions_of_dead_tasks(cursor: Any, conn: Any, deaths: list[hooks.Death]) -> None:
+    """``ON_ARCHIVE``: a workflow task archived for good or marked undecodable fails its
+    execution with the reason, in the same commit (``store.durable.execution_fail_dead_task``);
+    left ``running``, it would wait for a pass that never comes."""
+    dead = [d for d in deaths if d.kind == DURABLE_TASK_KIND]
+    if dead:
+        from headgate_django.store.durable import execution_fail_dead_task
+        from headgate_django.store.durable_jobs import execution_of_task
+
+        for death in dead:
+            why = _TASK_DEATHS.get(death.reason, f"its workflow task ended ({death.reason})")
+            reason = f"{why}: {death.error}" if death.error else why
+            execution_fail_dead_task(cursor, conn, execution_of_task(death.job_id), reason)
+
+
 hooks.ON_FINISH.append(_record_operation_outcomes)
+hooks.ON_ARCHIVE.append(_fail_executions_of_dead_tasks)
 if duties.vacuum_duty not in EXTRA_DUTIES:
     EXTRA_DUTIES.extend([duties.vacuum_duty, duties.reconcile_duty])
 if missing_code.status not in STATUS_FIELDS:

@@ -30,6 +30,7 @@ from headgate_django.exceptions import (
 from headgate_django.kernel.replay_events import (
     SIGNAL_RECEIVED,
     WORKFLOW_CANCELLED,
+    WORKFLOW_FAILED,
     WORKFLOW_RESUMED,
     WORKFLOW_STARTED,
     WORKFLOW_SUSPENDED,
@@ -462,6 +463,32 @@ def _transition(execution_id: str, target: str, *, reason: str = "", using: str)
             jobs.task_wake(cursor, conn, execution_id, task_queue, reset_attempts=True)
         elif target == "cancelled":
             child_ended(cursor, conn, execution_id, state=target, reason=reason)
+
+
+def execution_fail_dead_task(cursor: Any, conn: Any, execution_id: str, reason: str) -> bool:
+    """Fail a live execution whose workflow task will never run again, with ``reason``, in
+    the caller's transaction (the one that archived the task or marked it undecodable, see
+    ``store.hooks.ON_ARCHIVE``); whether it did. Nothing else would ever replay it: the
+    generic job verbs refuse the runtime's own jobs, and the reconcile duty would only wake
+    the same dead task. Failed, the execution shows its reason, and its waiters and its
+    parent (told here, as for a failure the workflow code raised) see it end.
+
+    A crash quarantine does not come here: it leaves the execution running until an
+    operator releases the task, which then replays it (see ``docs/durable.md``)."""
+    locked = lock_execution(cursor, conn, execution_id)
+    if locked is None or locked.state not in DURABLE_LIVE:
+        return False  # ended (or vacuumed) already: the task's end is no news
+    header = {
+        "state": "failed",
+        "failure_reason": reason,
+        "finished_at": None,
+        "next_timer_at": None,
+        "waiting_on": None,
+    }
+    event = NewEvent(WORKFLOW_FAILED, {"reason": reason})
+    append(cursor, conn, execution_id, locked.last_seq, [event], header)
+    child_ended(cursor, conn, execution_id, state="failed", reason=reason)
+    return True
 
 
 # -- maintenance ---------------------------------------------------------------------

@@ -82,6 +82,11 @@ def task_job_id(execution_id: str) -> str:
     return f"{execution_id}:task"
 
 
+def execution_of_task(job_id: str) -> str:
+    """The execution whose workflow task has the id ``job_id`` (:func:`task_job_id`)."""
+    return job_id.removesuffix(":task")
+
+
 def group_of(execution_id: str) -> str:
     return f"{GROUP_PREFIX}{execution_id}"
 

@@ -77,13 +77,13 @@ def now(conn: BaseDatabaseWrapper) -> str:
     return _SQLITE_NOW
 
 
-def plus_ms(conn: BaseDatabaseWrapper) -> str:
-    """``now + %s milliseconds`` (one placeholder)."""
+def plus_ms(conn: BaseDatabaseWrapper, ms: str = "%s") -> str:
+    """``now + ms milliseconds``: one placeholder, or the SQL expression ``ms``."""
     if conn.vendor == "postgresql":
-        return "(clock_timestamp() + (%s * interval '1 millisecond'))"
+        return f"(clock_timestamp() + ({ms} * interval '1 millisecond'))"
     if conn.vendor == "mysql":
-        return "(UTC_TIMESTAMP(6) + INTERVAL (%s * 1000) MICROSECOND)"
-    return sqlite_instant("'now'", "printf('%%+.3f seconds', %s / 1000.0)")
+        return f"(UTC_TIMESTAMP(6) + INTERVAL ({ms} * 1000) MICROSECOND)"
+    return sqlite_instant("'now'", f"printf('%%+.3f seconds', {ms} / 1000.0)")
 
 
 def cutoff(conn: BaseDatabaseWrapper, *, offset: bool = False) -> str:

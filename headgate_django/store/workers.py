@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from headgate_django.kernel.workers import minute_series, worker_status
+from django.db import IntegrityError, transaction
+
+from headgate_django.kernel.workers import GONE_AFTER_BEATS, LIVE, minute_series, worker_status
 from headgate_django.models import Worker
 from headgate_django.store import vendor as v
 
@@ -100,7 +102,69 @@ def worker_heartbeat(beat: Beat, *, stopped: bool = False, using: str = "default
     and an id reused by a new process starts over."""
     conn = v.connection_for(using)
     now = v.now(conn)
-    values: list[Any] = [
+    values = _beat_values(beat)
+    columns = (*_BEAT_COLUMNS, "started_at", "last_heartbeat_at", "stopped_at")
+    sets = ", ".join([_started(conn), *(f"{c} = {_new(conn, c)}" for c in _BEAT_REFRESHED)])
+    sql = (
+        f"INSERT INTO headgate_worker ({', '.join(columns)}) "
+        f"VALUES ({v.placeholders(len(values))}, {now}, {now}, {now if stopped else 'NULL'})"
+        + _on_conflict(conn, "id", sets)
+    )
+    with conn.cursor() as cursor:
+        cursor.execute(sql, values)
+
+
+def worker_register(
+    beat: Beat, *, dead_pid: int | None = None, using: str = "default"
+) -> WorkerView | None:
+    """Take ``beat.worker_id`` for a worker about to start, unless a live worker has it:
+    then that worker's row, and nothing is written.
+
+    The id is free when no row has it, or its row is stopped, gone (the registry's rule,
+    ``kernel.workers``: :data:`GONE_AFTER_BEATS` heartbeats missed), or was written from
+    this host by this very process (a worker run again in one process, a container
+    restarted as pid 1 under its old host name) or by ``dead_pid``, a process the caller
+    found gone from this host. One ``INSERT``, else one ``UPDATE`` whose ``WHERE`` is that
+    rule: of two workers starting at once with one id, the second finds the first's row,
+    or waits for its lock and then sees its fresh heartbeat and pid, and is refused.
+    """
+    conn = v.connection_for(using)
+    now = v.now(conn)
+    values = _beat_values(beat)
+    columns = (*_BEAT_COLUMNS, "started_at", "last_heartbeat_at", "stopped_at")
+    insert = (
+        f"INSERT INTO headgate_worker ({', '.join(columns)}) "
+        f"VALUES ({v.placeholders(len(values))}, {now}, {now}, NULL)"
+    )
+    gone = v.plus_ms(conn, f"-heartbeat_ms * {GONE_AFTER_BEATS}")
+    take_over = (
+        f"UPDATE headgate_worker SET {', '.join(f'{c} = %s' for c in _BEAT_COLUMNS[1:])}, "
+        f"started_at = {now}, last_heartbeat_at = {now}, stopped_at = NULL WHERE id = %s "
+        f"AND (stopped_at IS NOT NULL OR last_heartbeat_at < {gone} "
+        "OR (host = %s AND pid IN (%s, %s)))"
+    )
+    ours: list[Any] = [beat.worker_id, beat.host, beat.pid, dead_pid or beat.pid]
+    holder = None
+    for _ in range(3):  # the row can go (retention) or go stale between two statements
+        try:
+            with transaction.atomic(using=using), conn.cursor() as cursor:
+                cursor.execute(insert, values)
+            return None
+        except IntegrityError:
+            pass  # the id has a row
+        with conn.cursor() as cursor:
+            cursor.execute(take_over, [*values[1:], *ours])
+            if cursor.rowcount:
+                return None
+        holder = worker_get(beat.worker_id, using=using)
+        if holder is not None and holder.status == LIVE:
+            return holder
+    return holder
+
+
+def _beat_values(beat: Beat) -> list[Any]:
+    """The values of :data:`_BEAT_COLUMNS` for ``beat``, in their order."""
+    return [
         beat.worker_id,
         beat.host,
         beat.pid,
@@ -114,15 +178,6 @@ def worker_heartbeat(beat: Beat, *, stopped: bool = False, using: str = "default
         beat.failed,
         int(beat.heartbeat.total_seconds() * 1000),
     ]
-    columns = (*_BEAT_COLUMNS, "started_at", "last_heartbeat_at", "stopped_at")
-    sets = ", ".join([_started(conn), *(f"{c} = {_new(conn, c)}" for c in _BEAT_REFRESHED)])
-    sql = (
-        f"INSERT INTO headgate_worker ({', '.join(columns)}) "
-        f"VALUES ({v.placeholders(len(values))}, {now}, {now}, {now if stopped else 'NULL'})"
-        + _on_conflict(conn, "id", sets)
-    )
-    with conn.cursor() as cursor:
-        cursor.execute(sql, values)
 
 
 def queue_minutes_add(

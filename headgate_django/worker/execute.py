@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import traceback
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import InterfaceError, OperationalError
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django import tracing
@@ -27,7 +29,14 @@ from headgate_django.exceptions import LeaseLostError, TransactionLeftOpenError
 from headgate_django.kernel import sealed
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.store.packet import check_result_sent
+from headgate_django.store.sessions import (
+    may_hold_transaction,
+    roll_back_left_open,
+    thread_connection_storage,
+)
 from headgate_django.store.vendor import connection_for
+
+log = logging.getLogger("headgate_django.worker")
 
 
 @dataclass(frozen=True)
@@ -99,12 +108,26 @@ class AsyncRunner:
             target=self.loop.run_forever, name="headgate-async", daemon=True
         )
         self._thread.start()
+        self._shared = _SharedThread()
 
-    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(_contained(coro), self.loop)
+    def run(self, coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
+        """``coro``'s result (see :func:`_contained` for ``left``)."""
+        contained = _contained(coro, left, self._shared)
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(contained, self.loop)
         return future.result()
 
     def close(self) -> None:
+        # The sessions the handlers' ``sync_to_async`` code opened on asgiref's shared
+        # thread end with the worker, as its handler threads' do (see _contained); unless
+        # that thread is still busy with a handler that outlived the drain.
+        closing = sync_to_async(connections.close_all, thread_sensitive=True)()
+        future = asyncio.run_coroutine_threadsafe(closing, self.loop)
+        try:
+            future.result(timeout=1)
+        except TimeoutError:
+            future.cancel()
+        except DatabaseError:
+            pass  # a session that failed to close is gone all the same
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():  # an unclosed loop leaks its self-pipe socket
@@ -125,13 +148,53 @@ class _Escaped(Exception):
         self.exc = exc
 
 
-async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
+class _SharedThread:
+    """The connections of asgiref's thread-sensitive thread, as one event loop sees them.
+
+    A check on that thread queues behind the sync code other async handlers run there, so
+    an attempt that never went near it would wait for theirs. The storage of that thread's
+    connections, taken at the first check, is read from the loop instead, and the check
+    goes to the thread only when a connection there may hold a transaction. Only for a
+    loop whose handlers' ``sync_to_async`` always lands on that one thread: the worker's
+    own, which no ``async_to_sync`` call encloses.
+    """
+
+    def __init__(self) -> None:
+        self.storage: dict[str, Any] | None = None
+
+    def suspect(self) -> bool:
+        return self.storage is None or may_hold_transaction(self.storage)
+
+
+def _check_here() -> tuple[list[str], dict[str, Any] | None]:
+    return roll_back_left_open(), thread_connection_storage()
+
+
+async def _contained(
+    coro: Coroutine[Any, Any, Any], left: list[str], shared: _SharedThread | None = None
+) -> Any:
+    """Await an ``async def`` handler's coroutine, then roll back the transactions left open
+    on the thread its ``sync_to_async`` code ran on, adding their aliases to ``left``.
+
+    Django's ORM is sync: an async handler reaches it through ``sync_to_async``, which runs
+    it, for every async handler of the process, on asgiref's one thread-sensitive thread.
+    An ``atomic()`` a handler entered there and never left (or autocommit it turned off)
+    would hold every later async handler's writes in a transaction nothing commits, as on a
+    sync handler's own thread (``store.sessions``). The check runs on that thread, queued
+    behind the calls already sent to it, unless ``shared`` shows nothing to check.
+    """
     try:
         return await coro
     except Exception:
         raise
     except BaseException as exc:
         raise _Escaped(exc) from exc
+    finally:
+        if shared is None or shared.suspect():
+            found, storage = await sync_to_async(_check_here, thread_sensitive=True)()
+            left.extend(found)
+            if shared is not None:
+                shared.storage = storage
 
 
 def decode(
@@ -203,6 +266,25 @@ def outcome_of(exc: BaseException) -> Outcome:
 def _run(
     ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None
 ) -> Outcome:
+    left: list[str] = []  # aliases an async handler left a transaction open on
+    outcome = _run_handler(ctx, payload, schema_version, async_runner, left)
+    if left:
+        log.warning(
+            "the async handler of job %s left a transaction open on %s in sync_to_async "
+            "code; rolled back",
+            ctx.job_id,
+            ", ".join(left),
+        )
+    return left_open(outcome, left)
+
+
+def _run_handler(
+    ctx: JobContext,
+    payload: bytes,
+    schema_version: int,
+    async_runner: AsyncRunner | None,
+    left: list[str],
+) -> Outcome:
     definition = find_task(ctx.kind)
     if definition is None:
         # The claim only takes known kinds; this means the registry changed under us.
@@ -221,10 +303,11 @@ def _run(
     watch = _SessionWatch()
     try:
         if definition.is_async:
+            coro = definition.fn(ctx, *args, **kwargs)
             if async_runner is None:
-                result = asyncio.run(_contained(definition.fn(ctx, *args, **kwargs)))
+                result = asyncio.run(_contained(coro, left))
             else:
-                result = async_runner.run(definition.fn(ctx, *args, **kwargs))
+                result = async_runner.run(coro, left)
         else:
             # What ``conn.execute_wrapper(watch)`` does, without building a generator-based
             # context manager for every attempt.
@@ -287,7 +370,7 @@ def result_outcome(result: Any, conn: BaseDatabaseWrapper) -> Outcome:
 
 
 def left_open(outcome: Outcome, aliases: list[str]) -> Outcome:
-    """``outcome`` of an attempt whose sync handler returned with a transaction open on the
+    """``outcome`` of an attempt whose handler returned with a transaction open on the
     databases ``aliases``, since rolled back (``store.sessions``). A success is a failure:
     the writes it stood for are gone. Any other outcome stands, as it would had the
     handler's ``atomic()`` block rolled back as it raised."""

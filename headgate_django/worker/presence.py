@@ -15,9 +15,16 @@ import socket
 import threading
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from headgate_django.conf import headgate_settings
-from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
+from headgate_django.store.workers import (
+    Beat,
+    WorkerView,
+    queue_minutes_add,
+    worker_heartbeat,
+    worker_register,
+)
 
 #: Seconds between flushes of the per-minute tallies while a worker records outcomes.
 FLUSH_EVERY = 1.0
@@ -83,13 +90,7 @@ class Presence:
         """Upsert the registry row: counters since start, jobs held now by queue."""
         by_queue = Counter(held_queues)
         worker_heartbeat(
-            Beat(
-                worker_id=self.worker_id,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                queues=self.queues,
-                concurrency=self.concurrency,
-                heartbeat=headgate_settings.WORKER_HEARTBEAT,
+            self._beat(
                 in_flight=sum(by_queue.values()),
                 in_flight_by_queue=dict(by_queue),
                 claimed=claimed,
@@ -100,3 +101,39 @@ class Presence:
             stopped=stopped,
             using=self.using,
         )
+
+    def register(self) -> WorkerView | None:
+        """Take the worker id in the registry before the worker starts; the live worker
+        that has it instead (``store.workers.worker_register``).
+
+        A row this host wrote from a process that no longer exists is taken over at once:
+        a worker restarted under its own id right after a crash (a supervisor restarts it
+        within seconds) would otherwise be refused until the old row counts as gone."""
+        beat = self._beat()
+        holder = worker_register(beat, using=self.using)
+        if holder is not None and holder.host == beat.host and not _alive(holder.pid):
+            holder = worker_register(beat, dead_pid=holder.pid, using=self.using)
+        return holder
+
+    def _beat(self, **counters: Any) -> Beat:
+        return Beat(
+            worker_id=self.worker_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.concurrency,
+            heartbeat=headgate_settings.WORKER_HEARTBEAT,
+            **counters,
+        )
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (another user's counts: it may be
+    anything, a reused pid included, so it is never taken for dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

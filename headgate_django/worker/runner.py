@@ -39,14 +39,14 @@ from django.db import (
 from headgate_django import metrics, store, tracing
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
-from headgate_django.exceptions import LeaseLostError
+from headgate_django.exceptions import LeaseLostError, WorkerIdInUseError
+from headgate_django.kernel import workers as kernel_workers
 from headgate_django.kernel.states import State
 from headgate_django.registry import batch_task, registered_kinds
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.store.sessions import roll_back_left_open
 from headgate_django.store.tracing import job_trace_contexts
-from headgate_django.store.workers import worker_get
 from headgate_django.worker import batches, events, execute, logs
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
@@ -232,6 +232,8 @@ class Worker:
         self._wake.set()
 
     def run(self) -> None:
+        if self._named:
+            self._take_id()
         log.info(
             "worker %s serving %s with concurrency %d; %s",
             self.worker_id,
@@ -239,8 +241,6 @@ class Worker:
             self.concurrency,
             logs.start_details(using=self.using, duties=self._duties is not None),
         )
-        if self._named:
-            self._safe(self._warn_if_named_twice)
         acker = threading.Thread(target=self._ack_loop, name="headgate-ack", daemon=True)
         heart = threading.Thread(target=self._heartbeat_loop, name="headgate-heart", daemon=True)
         # Starting a thread waits until it runs: about half a millisecond each here, which
@@ -781,18 +781,40 @@ class Worker:
             presence.next_flush = now + FLUSH_EVERY
             self._safe(presence.flush)
 
-    def _warn_if_named_twice(self) -> None:
-        """A given worker id that a live worker's heartbeat already reports: its leases
-        and duties stay apart, but the two processes' registry rows (the workers page,
-        the metrics) overwrite each other."""
-        other = worker_get(self.worker_id, using=self.using)
-        if other is not None and other.status == "live":
+    def _take_id(self) -> None:
+        """Refuse to start under a given worker id that a live worker runs under.
+
+        Their job leases and duties would stay apart, but their registry rows (the workers
+        page, the metrics) would overwrite each other, and the logs and ``claimed_by``
+        could not tell them apart. An id whose worker stopped, is gone (it missed its
+        heartbeats: a crash), or ran on this host in a process that has exited, is taken
+        over, so a worker restarted under its own id starts.
+        A database that cannot be reached now is the claim loop's to wait for: the worker
+        starts unchecked, and says so.
+        """
+        try:
+            holder = self._presence.register()
+        except DatabaseError as exc:
             log.warning(
-                "another worker reports the id %s (its last heartbeat %.0f s ago); give each "
-                "worker process its own --worker-id, or the workers page shows the two as one",
+                "could not check that no live worker runs under the id %s (%s); starting",
                 self.worker_id,
-                other.heartbeat_age_s,
+                exc,
             )
+            return
+        if holder is None:
+            return
+        self._async.close()  # nothing else was started
+        beats = kernel_workers.GONE_AFTER_BEATS
+        raise WorkerIdInUseError(
+            f"a live worker runs under the id {self.worker_id!r} (pid {holder.pid} on "
+            f"{holder.host}, last heartbeat {holder.heartbeat_age_s:.1f} s ago): give each "
+            "worker process its own id (--worker-id); a worker that died without stopping "
+            "frees its id at once for a worker on its own host, and for others once it has "
+            f"missed {beats} heartbeats ({beats * holder.heartbeat_s:g} s)",
+            worker_id=self.worker_id,
+            host=holder.host,
+            pid=holder.pid,
+        )
 
     def _beat(self, stopped: bool = False) -> None:
         with self._lock:

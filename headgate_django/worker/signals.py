@@ -1,4 +1,5 @@
-"""Handle a worker's SIGTERM/SIGINT on a thread of its own, not inside the signal handler.
+"""Handle a worker's SIGTERM/SIGINT/SIGHUP on a thread of its own, not inside the signal
+handler.
 
 Python runs a signal handler on the main thread between two of its bytecodes, whatever
 that thread holds at the moment. A worker's main thread runs the claim loop, which waits
@@ -21,6 +22,19 @@ from collections.abc import Callable, Iterable, Iterator
 log = logging.getLogger("headgate_django.worker")
 
 
+def stop_signals() -> frozenset[signal.Signals]:
+    """The signals that stop a worker with a drain: SIGTERM, SIGINT and SIGHUP.
+
+    SIGHUP is what a closing terminal (or ``kill -HUP``) sends. Its default action ends the
+    process at once, leaving its jobs to lapse as crashes; a worker has no configuration
+    to reload, so it drains as on SIGTERM instead. A process started with SIGHUP ignored
+    (``nohup``) was asked to outlive its terminal: SIGHUP stays ignored there.
+    """
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        return frozenset({signal.SIGTERM, signal.SIGINT})
+    return frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
 @contextlib.contextmanager
 def relayed_signals(
     handle: Callable[[int], None], signums: Iterable[signal.Signals]
@@ -30,14 +44,14 @@ def relayed_signals(
     signal handlers only there).
 
     On the way out the previous handlers come back and the relay ends: a worker run through
-    ``call_command`` inside a longer-lived process must not leave that process's SIGTERM and
-    SIGINT pointing at a worker that has stopped.
+    ``call_command`` inside a longer-lived process must not leave that process's signals
+    pointing at a worker that has stopped.
     """
     read_end, write_end = os.pipe()
 
     def relay() -> None:
         # The relay must outlive a failing ``handle``: a dead relay leaves every later
-        # SIGTERM/SIGINT written to a pipe nobody reads, and the worker unstoppable.
+        # signal written to a pipe nobody reads, and the worker unstoppable.
         try:
             while data := os.read(read_end, 1):
                 try:

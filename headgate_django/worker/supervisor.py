@@ -6,7 +6,8 @@ does); each child then runs exactly what ``--processes 1`` runs, in its own proc
 fork copies only the forking thread, so the parent refuses to fork while other threads
 exist (a lock one of them held would stay locked in every child), and it closes its
 database connections first so that no child shares a socket with another. The parent
-only forwards SIGTERM and SIGINT and exits with the worst child exit code.
+only forwards the signals that stop a worker (SIGTERM, SIGINT, SIGHUP: see
+``signals.stop_signals``) and exits with the worst child exit code.
 """
 
 from __future__ import annotations
@@ -26,11 +27,9 @@ from django.db import connections
 
 from headgate_django.exceptions import ConfigurationError
 from headgate_django.worker.exit import exit_code, exit_now
+from headgate_django.worker.signals import stop_signals
 
 log = logging.getLogger("headgate_django.worker")
-
-#: The signals forwarded to the children; see :func:`supervise`.
-FORWARDED = frozenset({signal.SIGTERM, signal.SIGINT})
 
 #: ``serve(worker_id)`` runs one worker to its end in the calling process.
 Serve = Callable[[str | None], None]
@@ -62,8 +61,9 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    forwarded = stop_signals()
+    for signum in forwarded:
+        signal.signal(signum, forward)
     children: list[int] = []
     for n in range(processes):
         if received:
@@ -74,7 +74,7 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
         # Blocked across the fork: a signal that arrives meanwhile waits until the parent
         # knows the new pid, and in the child until the worker's own handlers are in place
         # (the worker unblocks them, see runworkers).
-        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -86,7 +86,7 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
             os.setpgid(pid, pid)
         children.append(pid)
         live.append(pid)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
     log.info("started %d worker processes: %s", len(children), ", ".join(map(str, children)))
     codes = []
     for pid in children:

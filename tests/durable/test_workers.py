@@ -130,3 +130,22 @@ def test_runworkers_refuses_an_unknown_durable_mode(start_worker: Any) -> None:
     assert worker.proc.wait(timeout=60) == 2
     assert "invalid choice: 'sometimes'" in worker.output()
     assert durable.Manager().list().items == []
+
+
+def test_an_undecodable_workflow_task_fails_its_execution_with_the_reason(
+    start_worker: Any,
+) -> None:
+    """Nothing would ever replay an execution whose workflow task is undecodable: the
+    generic job verbs refuse the runtime's jobs. It fails, with the reason, in the commit
+    that parks the task; left running, its waiters and the console would wait for ever."""
+    wf = start("it-two-steps", "never-decoded")
+    Job.objects.filter(pk=f"{wf}:task").update(payload=b"\xff not a payload")
+    worker = start_worker("--lease-ttl", "1", env=env())
+    wait_for(lambda: view(wf).state != "running", timeout=60)
+
+    execution = view(wf)
+    assert execution.state == "failed", execution
+    assert execution.failure_reason.startswith("its workflow task is undecodable: ")
+    assert history(wf)[-1] == ("WorkflowFailed", {"reason": execution.failure_reason})
+    assert Job.objects.get(pk=f"{wf}:task").state == "undecodable"
+    assert worker.terminate() == 0

@@ -110,3 +110,89 @@ def test_a_thread_that_ran_an_event_loop_is_checked_all_the_same():
     thread.start()
     thread.join()
     assert seen == [[]]
+
+
+def _enter_atomic() -> None:
+    transaction.atomic().__enter__()
+
+
+def _autocommit_off() -> None:
+    transaction.set_autocommit(False)
+
+
+@task(kind="test.open-tx.async-atomic", max_attempts=2)
+async def leave_atomic_open_in_sync_to_async(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_enter_atomic)()  # on asgiref's one thread-sensitive thread
+    await sync_to_async(record)(ctx, label)
+
+
+@task(kind="test.open-tx.async-autocommit", max_attempts=2)
+async def leave_autocommit_off_in_sync_to_async(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_autocommit_off)()
+    await sync_to_async(record)(ctx, label)
+
+
+@task(kind="test.open-tx.async-record")
+async def record_in_sync_to_async(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(record)(ctx, label)
+
+
+@pytest.mark.parametrize(
+    "leaky", [leave_atomic_open_in_sync_to_async, leave_autocommit_off_in_sync_to_async]
+)
+def test_an_async_handler_that_leaves_a_transaction_open_in_sync_to_async_fails(leaky):
+    """``sync_to_async`` runs the ORM code of every async handler on one shared thread:
+    a transaction one of them leaves open there is rolled back after its attempt, which
+    fails, and the next async handler's writes on that thread commit."""
+    # A clean attempt first: the worker checks the shared thread's connections from its
+    # event loop once it has seen that thread, and must still see the leak.
+    before = record_in_sync_to_async.enqueue(label="before")
+    leaked = leaky.enqueue(label="leaked")
+    after = record_in_sync_to_async.enqueue(label="after")
+    run_burst()
+    row = job(leaked)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    assert "TransactionLeftOpenError" in row.errors[0]["error"]
+    assert job(before).state == job(after).state == "completed"
+    labels = Execution.objects.order_by("id").values_list("label", flat=True)
+    assert list(labels) == ["before", "after"]
+
+
+def test_an_async_attempt_does_not_wait_for_the_shared_thread_it_never_used():
+    """The check reads the shared thread's connections from the event loop, and goes to
+    that thread only when one may hold a transaction: an attempt that never used it does
+    not queue behind another handler's long ``sync_to_async`` call."""
+    import time
+
+    from asgiref.sync import sync_to_async
+
+    from headgate_django.worker.execute import AsyncRunner
+
+    async def quick() -> None:
+        return None
+
+    async def slow() -> None:
+        await sync_to_async(time.sleep)(2)
+
+    runner = AsyncRunner()
+    try:
+        runner.run(quick(), [])
+        busy = threading.Thread(target=runner.run, args=(slow(), []))
+        busy.start()
+        time.sleep(0.2)  # the shared thread is in time.sleep now
+        started = time.monotonic()
+        left: list[str] = []
+        runner.run(quick(), left)
+        took = time.monotonic() - started
+        busy.join()
+    finally:
+        runner.close()
+    assert left == []
+    assert took < 1.0, f"the attempt waited {took:.1f} s for the shared thread"

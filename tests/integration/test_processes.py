@@ -1,7 +1,7 @@
 """``runworkers --processes P``: children forked from the set-up parent.
 
-Each child runs what ``--processes 1`` runs; the parent forwards SIGTERM/SIGINT and exits
-with the worst child exit code. The signal and exit-code rules are checked with the real
+Each child runs what ``--processes 1`` runs; the parent forwards SIGTERM/SIGINT/SIGHUP and
+exits with the worst child exit code. The signal and exit-code rules are checked with the real
 command; what a raising child does is checked with ``supervise`` itself in a fresh process,
 because a handler cannot make a worker's own code raise.
 """
@@ -58,6 +58,21 @@ def test_sigterm_to_the_parent_drains_every_child_then_exits_zero(start_worker):
     # Both jobs were running when the signal came; the drain let them finish.
     assert all(state_is(job_id, "completed") for job_id in ids)
     assert parent.output().count(": draining (") == 2
+    assert parent.output().count(" stopped: ") == 2
+
+
+def test_sighup_to_the_parent_drains_every_child_then_exits_zero(start_worker):
+    """What a closing terminal sends reaches only the parent (each child has a process
+    group of its own): it passes it on, and every child drains as on SIGTERM."""
+    parent = start_worker("--processes", "2", "--concurrency", "1")
+    wait_serving(parent, count=2)
+    ids = [tasks.sleeper.enqueue(seconds=1.0, label=str(i)) for i in range(2)]
+    wait_for(lambda: len({e.pid for job_id in ids for e in runs(job_id)}) == 2)
+
+    parent.proc.send_signal(signal.SIGHUP)
+    assert parent.proc.wait(timeout=60) == 0, parent.output()
+    assert all(state_is(job_id, "completed") for job_id in ids)
+    assert parent.output().count("received SIGHUP: draining (") == 2
     assert parent.output().count(" stopped: ") == 2
 
 

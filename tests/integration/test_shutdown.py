@@ -100,3 +100,50 @@ def test_a_burst_that_ran_out_of_jobs_finishes_its_pass_over_the_duties():
     )
     worker.run()
     assert ran == ["first", "second"]
+
+
+def test_sighup_drains_like_sigterm_and_a_second_one_does_not_cut_it_short(start_worker):
+    """A closing terminal sends SIGHUP, often twice (its shell passes one on, and the kernel
+    sends another as the shell exits): the worker drains as on SIGTERM, to the end."""
+    job_id = tasks.sleeper.enqueue(seconds=1.5, label="hup")
+    worker = start_worker("--concurrency", "1")
+    wait_for(lambda: runs(job_id))
+
+    worker.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "received SIGHUP: draining" in worker.output())
+    worker.proc.send_signal(signal.SIGHUP)
+    assert worker.proc.wait(timeout=60) == 0, worker.output()
+
+    row = job(job_id)
+    assert (row.state, row.attempt, row.crash_attempt) == ("completed", 0, 0)
+    assert [e.label.split(":")[0] for e in runs(job_id)] == ["start", "end"]
+    assert "send SIGTERM to exit at once" in worker.output()
+    assert "received SIGHUP again: still draining" in worker.output()
+
+
+def test_a_worker_started_with_sighup_ignored_keeps_ignoring_it(worker_env, tmp_path):
+    """``nohup manage.py runworkers``: the worker was asked to outlive its terminal."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    log = tmp_path / "worker.log"
+    with log.open("wb") as handle:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runworkers", "--concurrency", "1"],
+            env=worker_env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+        )
+    try:
+        wait_for(lambda: " serving " in log.read_text())
+        proc.send_signal(signal.SIGHUP)
+        job_id = tasks.record_run.enqueue(label="after-hup")
+        wait_for(lambda: job(job_id).state == "completed")
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()

@@ -61,3 +61,27 @@ def test_a_killed_worker_is_shown_gone(start_worker):
     gone = wait_for(lambda: worker_get(row.id).status == "gone", timeout=10)
     assert gone
     assert worker_get(row.id).stopped_at is None
+
+
+def test_a_second_worker_given_a_live_workers_id_exits_one_and_a_restart_after_a_crash_starts(
+    start_worker,
+):
+    # Heartbeats far apart: the killed worker's row still counts as live at the restart.
+    env = headgate_env(WORKER_HEARTBEAT=30)
+    first = start_worker("--worker-id", "dup", env=env)
+    wait_serving(first)
+    wait_for(lambda: worker_get("dup"))
+
+    second = start_worker("--worker-id", "dup", env=env)
+    assert second.proc.wait(timeout=60) == 1, second.output()
+    assert "a live worker runs under the id 'dup'" in second.output()
+    assert " serving " not in second.output()
+    assert first.proc.poll() is None
+    assert worker_get("dup").pid == first.pid  # its row is still the first worker's
+
+    first.kill()  # a crash: no clean stop, and its row is not shown gone for 90 s
+    assert worker_get("dup").status == "live"
+    restarted = start_worker("--worker-id", "dup", env=env)  # as a supervisor would
+    wait_serving(restarted)
+    wait_for(lambda: worker_get("dup").pid == restarted.pid)
+    assert restarted.terminate() == 0

@@ -1,4 +1,5 @@
-"""``manage.py runworkers``: run job workers until SIGTERM/SIGINT (or, with --burst, idle)."""
+"""``manage.py runworkers``: run job workers until SIGTERM/SIGINT/SIGHUP (or, with --burst,
+idle)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from django.db import DatabaseError
 
 from headgate_django.conf import headgate_settings
 from headgate_django.durable import handlers as durable_modes
-from headgate_django.exceptions import ConfigurationError, DefinitionError
+from headgate_django.exceptions import ConfigurationError, DefinitionError, WorkerIdInUseError
 from headgate_django.kernel.names import validate_queue
 from headgate_django.store.schema import schema_problem
 from headgate_django.worker import logs
 from headgate_django.worker.exit import exit_code, exit_now
 from headgate_django.worker.runner import Worker
-from headgate_django.worker.signals import relayed_signals
+from headgate_django.worker.signals import relayed_signals, stop_signals
 
 #: The longest ``--lease-ttl`` accepted, in seconds.
 LEASE_TTL_MAX = 365 * 24 * 3600
@@ -36,8 +37,8 @@ class Command(BaseCommand):
     # neither the worker's code nor its schema check depends on; ``manage.py check`` and
     # ``migrate`` run them, and here they took about 7 ms of each process's start.
     requires_system_checks = [Tags.compatibility, Tags.signals]
-    #: Set once the checks and start-up steps are done: SIGTERM/SIGINT are then the
-    #: worker's (a drain), not an interruption of the start.
+    #: Set once the checks and start-up steps are done: SIGTERM/SIGINT/SIGHUP are then
+    #: the worker's (a drain), not an interruption of the start.
     _serving = False
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -263,6 +264,11 @@ class Command(BaseCommand):
 
         def on_signal(signum: int) -> None:
             name = signal.Signals(signum).name
+            if worker._stopping.is_set() and signum == signal.SIGHUP:
+                # Not a request to hurry: a closing terminal can send more than one (its
+                # shell passes one on, and the kernel another as the shell exits).
+                self.stderr.write(f"received {name} again: still draining")
+                return
             if worker._stopping.is_set():
                 # A second signal means now: no drain, and no waiting for handler threads
                 # (a KeyboardInterrupt would still wait for them at interpreter exit).
@@ -272,16 +278,21 @@ class Command(BaseCommand):
             worker.stop()
             if options["verbosity"] > 0:
                 window = headgate_settings.SHUTDOWN_TIMEOUT.total_seconds()
+                again = "SIGTERM" if signum == signal.SIGHUP else "it again"
                 self.stderr.write(
                     f"received {name}: draining (running jobs get up to {window:g} s, "
-                    "HEADGATE['SHUTDOWN_TIMEOUT']); send it again to exit at once"
+                    f"HEADGATE['SHUTDOWN_TIMEOUT']); send {again} to exit at once"
                 )
 
-        with relayed_signals(on_signal, (signal.SIGTERM, signal.SIGINT)):
-            # A --processes child starts with both blocked (see the supervisor); one that
+        stops = stop_signals()
+        with relayed_signals(on_signal, stops):
+            # A --processes child starts with them blocked (see the supervisor); one that
             # came in meanwhile is handled now, by the handler above.
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-            worker.run()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+            try:
+                worker.run()
+            except WorkerIdInUseError as exc:
+                raise CommandError(str(exc)) from exc
         if worker.gave_up:
             raise CommandError("the database stayed unreachable; nothing was run")
         if worker.failed_to_start:
