@@ -533,7 +533,11 @@ class SignalEmission(models.Model):
                 fields=["workflow_id", "idempotency_key"], name="headgate_signal_key"
             )
         ]
-        indexes = [models.Index(fields=["workflow_id", "-id"], name="headgate_signal_wf")]
+        indexes = [
+            models.Index(fields=["workflow_id", "-id"], name="headgate_signal_wf"),
+            # The workflows-prune duty reads the lapsed emissions oldest first.
+            models.Index(fields=["emitted_at"], name="headgate_signal_emitted"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.workflow_id} {self.signal} ({self.idempotency_key})"
@@ -553,6 +557,8 @@ class Graft(models.Model):
     class Meta:
         db_table = "headgate_graft"
         ordering = ["workflow_id", "revision"]
+        # The workflows-prune duty reads the lapsed records oldest first.
+        indexes = [models.Index(fields=["decided_at"], name="headgate_graft_decided")]
 
     def __str__(self) -> str:
         return self.receipt_job_id
