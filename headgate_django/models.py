@@ -330,6 +330,8 @@ class Effect(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job_id", "name"], name="headgate_effect_key")
         ]
+        # The effects-prune duty reads records oldest first: those of evicted jobs.
+        indexes = [models.Index(fields=["created_at"], name="headgate_effect_created")]
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.name}"
