@@ -23,7 +23,8 @@ from headgate_django.models import Effect
 from headgate_django.store.effects import effect_prune
 
 pytestmark = [
-    pytest.mark.django_db,
+    # MariaDB commits the transaction at ANALYZE TABLE: the rows are flushed afterwards.
+    pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor == "sqlite", reason="plans of PostgreSQL and MariaDB"),
 ]
 
