@@ -15,8 +15,8 @@ link began to watch (:mod:`headgate_django.workflows.internal`). Two rules bound
   workflow whose coordinator job is gone and whose checkpoint was last written more than
   ``HEADGATE["WORKFLOW_RETENTION"]`` ago. Nothing else ever deleted them. A workflow
   cancelled (or otherwise finished) before its coordinator's first tick has no checkpoint
-  to be found by: :func:`workflow_records_prune_unchecked`, the same duty's second half,
-  deletes its signal emissions and graft records once each is that old.
+  to be found by: :func:`workflow_records_prune_without_checkpoint`, the same duty's
+  second half, deletes its signal emissions and graft records once each is that old.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def workflow_records_prune(
     return ids
 
 
-def workflow_records_prune_unchecked(
+def workflow_records_prune_without_checkpoint(
     *, older_than: timedelta, limit: int = 500, using: str = "default"
 ) -> int:
     """Delete at most ``limit`` signal emissions and graft records written more than

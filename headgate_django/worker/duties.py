@@ -134,16 +134,16 @@ def _prune_workflow_records() -> dict[str, Any]:
     that never wrote a checkpoint (:mod:`headgate_django.store.workflow_records`)."""
     from headgate_django.store.workflow_records import (
         workflow_records_prune,
-        workflow_records_prune_unchecked,
+        workflow_records_prune_without_checkpoint,
     )
 
     older_than = headgate_settings.WORKFLOW_RETENTION
     pruned = workflow_records_prune(older_than=older_than, limit=WORKFLOW_PRUNE_BATCH)
-    unchecked = workflow_records_prune_unchecked(older_than=older_than, limit=CLEANUP_BATCH)
+    strays = workflow_records_prune_without_checkpoint(older_than=older_than, limit=CLEANUP_BATCH)
     return {
         "pruned": len(pruned),
-        "unchecked": unchecked,
-        "more": len(pruned) >= WORKFLOW_PRUNE_BATCH or unchecked >= CLEANUP_BATCH,
+        "without_checkpoint": strays,
+        "more": len(pruned) >= WORKFLOW_PRUNE_BATCH or strays >= CLEANUP_BATCH,
     }
 
 

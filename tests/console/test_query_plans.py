@@ -514,7 +514,7 @@ def test_the_workflows_prune_reads_records_without_a_checkpoint_in_index_order(
     """Records of workflows that never wrote a checkpoint (cancelled before their first
     tick) are found through their time index, oldest first, each one's checkpoint and
     coordinator probed by key: neither the records nor the jobs are read whole."""
-    from headgate_django.store.workflow_records import workflow_records_prune_unchecked
+    from headgate_django.store.workflow_records import workflow_records_prune_without_checkpoint
 
     with connection.cursor() as cursor:
         fill(cursor, "postgresql", terminal=DUTY_RETAINED)
@@ -522,7 +522,10 @@ def test_the_workflows_prune_reads_records_without_a_checkpoint_in_index_order(
         analyze(cursor, "postgresql")
         cursor.execute(f"ANALYZE {table}")
     with CaptureQueriesContext(connection) as captured:
-        assert workflow_records_prune_unchecked(older_than=timedelta(days=7), limit=100) == 100
+        assert (
+            workflow_records_prune_without_checkpoint(older_than=timedelta(days=7), limit=100)
+            == 100
+        )
     [select] = [q["sql"] for q in captured.captured_queries if f"FROM {table} r" in q["sql"]]
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {select}")

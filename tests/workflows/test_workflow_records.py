@@ -14,7 +14,7 @@ from headgate_django import enqueue, store
 from headgate_django.models import DutyLease, Graft, Job, SignalEmission, WorkflowCheckpoint
 from headgate_django.store.workflow_records import (
     workflow_records_prune,
-    workflow_records_prune_unchecked,
+    workflow_records_prune_without_checkpoint,
 )
 from headgate_django.worker.duties import DutyRunner, default_duties
 from headgate_django.workflows import (
@@ -129,7 +129,7 @@ def test_the_records_of_an_evicted_workflow_go_after_the_workflow_retention(sett
     assert records("by-duty") == (0, 0, 0)
     assert DutyLease.objects.get(pk="workflows-prune").last_result == {
         "pruned": 1,
-        "unchecked": 0,
+        "without_checkpoint": 0,
         "more": False,
     }
 
@@ -171,7 +171,7 @@ def test_the_records_of_a_workflow_cancelled_before_its_first_tick_are_pruned_to
     assert records("waiting") == (0, 1, 0)  # its coordinator is there
     assert DutyLease.objects.get(pk="workflows-prune").last_result == {
         "pruned": 0,
-        "unchecked": 2,
+        "without_checkpoint": 2,
         "more": False,
     }
 
@@ -188,6 +188,8 @@ def test_a_prune_of_records_without_a_checkpoint_is_bounded():
         emitted_at=store.db_now(),
     )
     time.sleep(0.01)
-    assert workflow_records_prune_unchecked(older_than=timedelta(milliseconds=5), limit=3) == 3
-    assert workflow_records_prune_unchecked(older_than=timedelta(milliseconds=5), limit=3) == 1
-    assert workflow_records_prune_unchecked(older_than=timedelta(milliseconds=5), limit=3) == 0
+    batches = [
+        workflow_records_prune_without_checkpoint(older_than=timedelta(milliseconds=5), limit=3)
+        for _ in range(3)
+    ]
+    assert batches == [3, 1, 0]
