@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("headgate_django", "0033_workflow_records_time_indexes")]
+    dependencies = [("headgate_django", "0034_workflow_records_time_indexes")]
 
     operations = [
         migrations.AddIndex(

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("headgate_django", "0032_workflow_checkpoint_updated_index")]
+    dependencies = [("headgate_django", "0033_schedule_plan_error")]
 
     operations = [
         migrations.AddIndex(

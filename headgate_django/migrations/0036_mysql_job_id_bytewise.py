@@ -42,7 +42,7 @@ def _collate(forwards):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("headgate_django", "0034_effect_created_index")]
+    dependencies = [("headgate_django", "0035_effect_created_index")]
 
     # Not atomic: MySQL cannot roll DDL back (elsewhere it does nothing).
     operations = [migrations.RunPython(_collate(True), _collate(False), atomic=False)]
