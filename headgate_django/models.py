@@ -45,7 +45,9 @@ class BytewiseCharField(models.CharField):
     ``en_US.UTF-8`` alike): a few percent of the server's time in a drain, spent descending
     the primary key and the claim index. These names are compared for equality and ordered
     only to page through them, so byte order is the right order. Other databases compare
-    them as they are (MySQL/MariaDB's collation is the project's choice).
+    them as they are (MySQL/MariaDB's collation is the project's choice), except the job
+    id, binary and ``NO PAD`` there since migration 0035: a migration that alters it must
+    keep that collation.
     """
 
     def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
@@ -316,9 +318,10 @@ class Effect(models.Model):
     transaction as ``fn``'s own writes, under the attempt's lease, so no retry and no stale
     attempt runs it again; ``result`` is what ``fn`` returned, given back to a retry."""
 
+    # Binary and NO PAD on MySQL/MariaDB (migrations 0031, 0035), as the job id is, so ids
+    # and names differing only by case or trailing spaces are two effects there too; a
+    # migration that alters these columns must keep that collation.
     job_id = models.CharField(max_length=255)
-    # utf8mb4_bin on MySQL/MariaDB (migration 0031), so names differing only by case are
-    # two effects there too; a migration that alters this column must keep that collation.
     name = models.CharField(max_length=255)
     result = models.JSONField(null=True, blank=True)
     fence = models.BigIntegerField(help_text="The fence of the attempt that ran it.")
@@ -330,6 +333,8 @@ class Effect(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job_id", "name"], name="headgate_effect_key")
         ]
+        # The effects-prune duty reads records oldest first: those of evicted jobs.
+        indexes = [models.Index(fields=["created_at"], name="headgate_effect_created")]
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.name}"
@@ -533,7 +538,11 @@ class SignalEmission(models.Model):
                 fields=["workflow_id", "idempotency_key"], name="headgate_signal_key"
             )
         ]
-        indexes = [models.Index(fields=["workflow_id", "-id"], name="headgate_signal_wf")]
+        indexes = [
+            models.Index(fields=["workflow_id", "-id"], name="headgate_signal_wf"),
+            # The workflows-prune duty reads the lapsed emissions oldest first.
+            models.Index(fields=["emitted_at"], name="headgate_signal_emitted"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.workflow_id} {self.signal} ({self.idempotency_key})"
@@ -553,6 +562,8 @@ class Graft(models.Model):
     class Meta:
         db_table = "headgate_graft"
         ordering = ["workflow_id", "revision"]
+        # The workflows-prune duty reads the lapsed records oldest first.
+        indexes = [models.Index(fields=["decided_at"], name="headgate_graft_decided")]
 
     def __str__(self) -> str:
         return self.receipt_job_id

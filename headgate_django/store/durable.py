@@ -526,12 +526,6 @@ def execution_vacuum(
     return ids
 
 
-def _task_id_sql(conn: Any) -> str:
-    if conn.vendor == "mysql":
-        return "CONCAT(e.id, ':task')"
-    return "(e.id || ':task')"
-
-
 def execution_reconcile(
     *, stalled_for: timedelta, limit: int = 100, using: str = "default"
 ) -> dict[str, list[str]]:
@@ -545,11 +539,12 @@ def execution_reconcile(
     slice for good."""
     conn = v.connection_for(using)
     live = [*jobs.LIVE_JOB_STATES, State.QUARANTINED.value]
+    task_id = v.concat(conn, "e.id", "':task'")
     with conn.cursor() as cursor:
         cursor.execute(
             f"SELECT e.id FROM {EXEC_TABLE} e WHERE e.state = %s AND e.updated_at <= "
             f"{v.cutoff(conn, offset=True)} AND NOT EXISTS (SELECT 1 FROM headgate_job j WHERE "
-            f"j.id = {_task_id_sql(conn)} AND j.state IN ({v.placeholders(len(live))})) "
+            f"j.id = {task_id} AND j.state IN ({v.placeholders(len(live))})) "
             "ORDER BY e.updated_at LIMIT %s",
             ["running", -(stalled_for // _MS), *live, limit],
         )

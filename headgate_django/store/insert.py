@@ -866,7 +866,6 @@ def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
                 [r.id for r in caller],
             )
             existing = {row[0]: row[1:] for row in cursor.fetchall()}
-            _refuse_collated(caller, existing)
             for r in caller:
                 if r.id not in existing:
                     continue
@@ -882,30 +881,6 @@ def _classify(conn: BaseDatabaseWrapper, rows: list[_Row]) -> list[_Row]:
             existing_id=existing_id,
         )
     return [r for r in rows if r.id not in skip]
-
-
-def _refuse_collated(caller: list[_Row], existing: dict[str, Any]) -> None:
-    """Refuse a caller's id that the database found only as another stored id.
-
-    MySQL/MariaDB's usual collations compare text without case (and accents), so
-    ``id IN ('order-7')`` finds the stored ``Order-7``: to the primary key the two are one
-    id, and inserting the new one would fail as if a concurrent write had taken it."""
-    asked = {r.id for r in caller}
-    others = [stored for stored in existing if stored not in asked]
-    if not others:
-        return
-    # The read does not say which asked id found which stored one: name the one that
-    # differs from it only by case, else (an accent, say) the first the read did not
-    # return. Another new id of the batch found nothing and is not to blame.
-    unmatched = [r for r in caller if r.id not in existing]
-    by_case = ((r, o) for r in unmatched for o in others if o.casefold() == r.id.casefold())
-    clash, other = next(by_case, (unmatched[0], others[0]))
-    raise IdConflictError(
-        f"id conflict: job {clash.id!r} is the stored job {other!r} to this database, "
-        "whose collation compares ids without case; choose ids that differ by "
-        "more than case",
-        id=clash.id,
-    )
 
 
 def _insert(conn: BaseDatabaseWrapper, rows: list[_Row]) -> None:

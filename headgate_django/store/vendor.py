@@ -274,6 +274,14 @@ def states_in(states: Iterable[Any]) -> str:
     return ", ".join(f"'{state.value}'" for state in states)
 
 
+def concat(conn: BaseDatabaseWrapper, *parts: str) -> str:
+    """SQL expressions ``parts`` joined into one string: ``||`` is a logical OR on
+    MySQL/MariaDB (unless ``PIPES_AS_CONCAT``), which have ``CONCAT`` instead."""
+    if conn.vendor == "mysql":
+        return f"CONCAT({', '.join(parts)})"
+    return "(" + " || ".join(parts) + ")"
+
+
 def placeholders(n: int) -> str:
     return ", ".join(["%s"] * n)
 

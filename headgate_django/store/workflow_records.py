@@ -13,7 +13,10 @@ link began to watch (:mod:`headgate_django.workflows.internal`). Two rules bound
   workflow finish at once with its nodes never run, and swallowed its signals as repeats.
 - :func:`workflow_records_prune` (the ``workflows-prune`` duty) deletes the records of a
   workflow whose coordinator job is gone and whose checkpoint was last written more than
-  ``HEADGATE["WORKFLOW_RETENTION"]`` ago. Nothing else ever deleted them.
+  ``HEADGATE["WORKFLOW_RETENTION"]`` ago. Nothing else ever deleted them. A workflow
+  cancelled (or otherwise finished) before its coordinator's first tick has no checkpoint
+  to be found by: :func:`workflow_records_prune_without_checkpoint`, the same duty's
+  second half, deletes its signal emissions and graft records once each is that old.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from headgate_django.models import Graft, Job, SignalEmission, WorkflowCheckpoin
 from headgate_django.store import vendor as v
 from headgate_django.store.workflows import coordinator_job_id
 
-#: Each model of workflow records, with the field holding when its row was written.
+#: Each model of workflow records, with the field holding when its row was written (each
+#: indexed, for the prune below).
 _RECORDS: tuple[tuple[type[Model], str], ...] = (
     (WorkflowCheckpoint, "updated_at"),
     (SignalEmission, "emitted_at"),
@@ -90,3 +94,42 @@ def workflow_records_prune(
                 workflow_id__in=ids, **{f"{written}__lt": read_at}
             ).delete()
     return ids
+
+
+def workflow_records_prune_without_checkpoint(
+    *, older_than: timedelta, limit: int = 500, using: str = "default"
+) -> int:
+    """Delete at most ``limit`` signal emissions and graft records written more than
+    ``older_than`` ago by workflows that have no checkpoint and whose coordinator job is
+    gone; return how many.
+
+    Such a workflow finished before its coordinator's first tick (cancelled, say), so
+    :func:`workflow_records_prune`, which finds workflows through their checkpoints, never
+    sees it. Each table is read through the index on its time column, oldest first, each
+    row's checkpoint and coordinator probed by primary key: a pass reads the lapsed rows,
+    not the table. Row by row rather than workflow by workflow: with its coordinator gone
+    the workflow takes no new signal, and the new workflow of a reused id passes over the
+    rows older than its coordinator and deletes them itself.
+    """
+    conn = v.connection_for(using)
+    cutoff_ms = -int(older_than.total_seconds() * 1000)
+    coordinator = v.concat(conn, "r.workflow_id", "':coordinator'")
+    deleted = 0
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        for model, written in _RECORDS[1:]:  # all but the checkpoint
+            table = model._meta.db_table
+            if deleted >= limit:
+                break
+            cursor.execute(
+                f"SELECT r.id FROM {table} r WHERE r.{written} < {v.cutoff(conn, offset=True)} "
+                "AND NOT EXISTS (SELECT 1 FROM headgate_workflow_checkpoint c "
+                "WHERE c.workflow_id = r.workflow_id) AND NOT EXISTS "
+                f"(SELECT 1 FROM headgate_job j WHERE j.id = {coordinator}) "
+                f"ORDER BY r.{written} LIMIT %s{v.skip_locked(conn)}",
+                [cutoff_ms, limit - deleted],
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+            if ids:
+                cursor.execute(f"DELETE FROM {table} WHERE id IN ({v.placeholders(len(ids))})", ids)
+                deleted += len(ids)
+    return deleted

@@ -122,20 +122,29 @@ def _prune_effects() -> dict[str, Any]:
     return _cleaned("pruned", effect_prune(limit=CLEANUP_BATCH))
 
 
-#: Workflows whose records one ``workflows-prune`` run deletes; a full run is followed by
-#: another on the next tick.
+#: Workflows whose records one ``workflows-prune`` run deletes (and, of workflows without
+#: a checkpoint, ``CLEANUP_BATCH`` records); a full run is followed by another on the
+#: next tick.
 WORKFLOW_PRUNE_BATCH = 500
 
 
 def _prune_workflow_records() -> dict[str, Any]:
     """Checkpoints, signal emissions and graft records of workflows evicted more than
-    ``WORKFLOW_RETENTION`` ago (:mod:`headgate_django.store.workflow_records`)."""
-    from headgate_django.store.workflow_records import workflow_records_prune
-
-    pruned = workflow_records_prune(
-        older_than=headgate_settings.WORKFLOW_RETENTION, limit=WORKFLOW_PRUNE_BATCH
+    ``WORKFLOW_RETENTION`` ago, and the emissions and graft records of evicted workflows
+    that never wrote a checkpoint (:mod:`headgate_django.store.workflow_records`)."""
+    from headgate_django.store.workflow_records import (
+        workflow_records_prune,
+        workflow_records_prune_without_checkpoint,
     )
-    return _cleaned("pruned", len(pruned), WORKFLOW_PRUNE_BATCH)
+
+    older_than = headgate_settings.WORKFLOW_RETENTION
+    pruned = workflow_records_prune(older_than=older_than, limit=WORKFLOW_PRUNE_BATCH)
+    strays = workflow_records_prune_without_checkpoint(older_than=older_than, limit=CLEANUP_BATCH)
+    return {
+        "pruned": len(pruned),
+        "without_checkpoint": strays,
+        "more": len(pruned) >= WORKFLOW_PRUNE_BATCH or strays >= CLEANUP_BATCH,
+    }
 
 
 def _archive_past_deadline() -> dict[str, Any]:

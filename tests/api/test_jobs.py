@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -164,6 +165,20 @@ def test_a_chosen_id_must_be_one_a_route_can_address(operator: Api) -> None:
     )
     assert started.status_code == 400 and "workflow_id" in started.json()["error"]["detail"]
     assert not Job.objects.exists()
+
+
+def test_a_job_is_found_by_its_own_id_and_not_by_one_differing_by_case_or_spaces(
+    viewer: Api,
+) -> None:
+    """On every database: MySQL/MariaDB's usual collations took ``order-9`` for the stored
+    ``Order-9`` (and ``order-9 `` for ``order-9``)."""
+    ids = ("Order-9", "order-9", "order-9 ")
+    for job_id in ids[:2]:
+        enqueue_job(id=job_id)
+    for job_id in ids[:2]:
+        assert viewer.get(f"/api/v1/jobs/{quote(job_id)}").json()["id"] == job_id
+    for missing in ("ORDER-9", ids[2]):
+        assert viewer.get(f"/api/v1/jobs/{quote(missing)}").status_code == 404
 
 
 def test_create_unknown_kind_is_404(operator: Api) -> None:

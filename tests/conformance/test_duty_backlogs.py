@@ -13,7 +13,14 @@ from django.db import models
 
 from headgate_django import store
 from headgate_django.durable.duties import vacuum_duty
-from headgate_django.models import DutyLease, Effect, Execution, IdempotencyRecord, UniqueWindow
+from headgate_django.models import (
+    DutyLease,
+    Effect,
+    Execution,
+    IdempotencyRecord,
+    SignalEmission,
+    UniqueWindow,
+)
 from headgate_django.worker.duties import Duty, DutyRunner, default_duties
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +37,21 @@ def _effects(n: int) -> None:
     now = store.db_now()
     Effect.objects.bulk_create(
         Effect(job_id=f"gone-{i}", name="charge", fence=1, created_at=now) for i in range(n)
+    )
+
+
+def _emissions(n: int) -> None:
+    """Signal emissions of workflows gone before they wrote a checkpoint."""
+    long_ago = store.db_now() - timedelta(days=8)
+    SignalEmission.objects.bulk_create(
+        SignalEmission(
+            workflow_id=f"gone-{i}",
+            signal="go",
+            idempotency_key="k",
+            content_hash="",
+            emitted_at=long_ago,
+        )
+        for i in range(n)
     )
 
 
@@ -77,6 +99,7 @@ def _duty(name: str) -> Duty:
 CASES: dict[str, tuple[Callable[[int], None], type[models.Model], int]] = {
     "unique-windows": (_windows, UniqueWindow, 1000),
     "effects-prune": (_effects, Effect, 1000),
+    "workflows-prune": (_emissions, SignalEmission, 1000),
     "idempotency-purge": (_records, IdempotencyRecord, 1000),
     "durable-vacuum": (_executions, Execution, 100),
 }

@@ -173,3 +173,17 @@ def test_effect_names_that_differ_only_by_case_are_two_effects():
     assert ctx.once("refund:Ab3", lambda: "second") == "second"
     assert ctx.once("refund:aB3", lambda: "again") == "first"
     assert sorted(r.name for r in job_effects(ctx.job_id)) == ["refund:Ab3", "refund:aB3"]
+
+
+def test_jobs_whose_ids_differ_only_by_case_or_trailing_spaces_have_their_own_effects():
+    """Effect records are keyed by job id and name, compared byte by byte on every
+    database: under MySQL/MariaDB's usual collations the second job's ``once`` found the
+    first job's record and returned its result without running, and a name with a
+    trailing space was the name without it."""
+    ctxs = [JobContext(claim(enqueue_job(id=job_id))) for job_id in ("Pay-1", "pay-1", "pay-1 ")]
+    for n, ctx in enumerate(ctxs):
+        assert ctx.once("charge", lambda n=n: n) == n
+    first = ctxs[0]
+    assert first.once("charge ", lambda: "padded") == "padded"
+    assert first.once("charge", lambda: "again") == 0
+    assert [[r.result for r in job_effects(c.job_id)] for c in ctxs] == [[0, "padded"], [1], [2]]

@@ -490,3 +490,50 @@ def test_the_durable_vacuum_reads_expired_executions_in_index_order(unprepared: 
         raw = cursor.fetchone()[0]
     plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     assert [n["Node Type"] for n, _ in _nodes(plan) if "Sort" in n["Node Type"]] == []
+
+
+_WORKFLOW_RECORDS = {
+    "headgate_signal_emission": (
+        "INSERT INTO headgate_signal_emission (workflow_id, signal, idempotency_key, payload, "
+        "source, content_hash, emitted_at) SELECT 'wf-' || g, 'go', 'k', NULL, '{}', '', "
+        "now() - interval '14 days' + g * interval '10 s' FROM generate_series(1, %s) g"
+    ),
+    "headgate_graft": (
+        "INSERT INTO headgate_graft (workflow_id, revision, receipt_job_id, nodes, status, "
+        "reason, decided_at) SELECT 'wf-' || g, 2, 'wf-' || g || ':graft:2', '[]', "
+        "'accepted', '', now() - interval '14 days' + g * interval '10 s' "
+        "FROM generate_series(1, %s) g"
+    ),
+}
+
+
+@pytest.mark.parametrize("table", sorted(_WORKFLOW_RECORDS))
+def test_the_workflows_prune_reads_records_without_a_checkpoint_in_index_order(
+    table: str, unprepared: None
+) -> None:
+    """Records of workflows that never wrote a checkpoint (cancelled before their first
+    tick) are found through their time index, oldest first, each one's checkpoint and
+    coordinator probed by key: neither the records nor the jobs are read whole."""
+    from headgate_django.store.workflow_records import workflow_records_prune_without_checkpoint
+
+    with connection.cursor() as cursor:
+        fill(cursor, "postgresql", terminal=DUTY_RETAINED)
+        cursor.execute(_WORKFLOW_RECORDS[table], [DUTY_RETAINED])  # half of them lapsed
+        analyze(cursor, "postgresql")
+        cursor.execute(f"ANALYZE {table}")
+    with CaptureQueriesContext(connection) as captured:
+        assert (
+            workflow_records_prune_without_checkpoint(older_than=timedelta(days=7), limit=100)
+            == 100
+        )
+    [select] = [q["sql"] for q in captured.captured_queries if f"FROM {table} r" in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {select}")
+        raw = cursor.fetchone()[0]
+    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    steps = [
+        f"{n['Node Type']} {n.get('Relation Name', '')} {n.get('Index Name', '')}".strip()
+        for n, _ in _nodes(plan)
+    ]
+    assert not [s for s in steps if s.startswith(("Seq Scan", "Sort", "Incremental Sort"))], steps
+    assert max(_rows_read(n) for n, _ in _nodes(plan)) <= 1_000, steps

@@ -12,9 +12,18 @@ import pytest
 
 from headgate_django import enqueue, store
 from headgate_django.models import DutyLease, Graft, Job, SignalEmission, WorkflowCheckpoint
-from headgate_django.store.workflow_records import workflow_records_prune
+from headgate_django.store.workflow_records import (
+    workflow_records_prune,
+    workflow_records_prune_without_checkpoint,
+)
 from headgate_django.worker.duties import DutyRunner, default_duties
-from headgate_django.workflows import Workflow, emit_signal, inspect_workflow, list_signals
+from headgate_django.workflows import (
+    Workflow,
+    cancel_workflow,
+    emit_signal,
+    inspect_workflow,
+    list_signals,
+)
 from tests.app import tasks
 from tests.workflows.helpers import node_states, run, run_counts
 
@@ -118,7 +127,11 @@ def test_the_records_of_an_evicted_workflow_go_after_the_workflow_retention(sett
     runner = DutyRunner("pruner", [d for d in default_duties() if d.name == "workflows-prune"])
     runner.tick()
     assert records("by-duty") == (0, 0, 0)
-    assert DutyLease.objects.get(pk="workflows-prune").last_result == {"pruned": 1, "more": False}
+    assert DutyLease.objects.get(pk="workflows-prune").last_result == {
+        "pruned": 1,
+        "without_checkpoint": 0,
+        "more": False,
+    }
 
 
 @pytest.mark.django_db
@@ -128,3 +141,55 @@ def test_a_prune_is_bounded_and_says_when_more_remain():
     time.sleep(0.01)
     assert len(workflow_records_prune(older_than=timedelta(milliseconds=5), limit=2)) == 2
     assert len(workflow_records_prune(older_than=timedelta(milliseconds=5), limit=2)) == 1
+
+
+@pytest.mark.django_db
+def test_the_records_of_a_workflow_cancelled_before_its_first_tick_are_pruned_too(settings):
+    """Cancelled before its coordinator ever ran, a workflow writes no checkpoint, and the
+    prune found workflows only through their checkpoints: its signal emissions (and any
+    graft record) stayed for ever."""
+    enqueue(short_lived("early").prepare())
+    emit_signal("early", "go")  # before the first tick: recorded, the signal job released
+    graft_record("early")
+    cancel_workflow("early")
+    enqueue(short_lived("waiting").prepare())  # nor ticked yet, but its coordinator is there
+    emit_signal("waiting", "go")
+    time.sleep(0.01)
+    store.job_evict_retained()
+    assert not Job.objects.filter(workflow_id="early").exists()
+    assert records("early") == (0, 1, 1) and records("waiting") == (0, 1, 0)
+
+    settings.HEADGATE = {"RETENTION": timedelta(0), "WORKFLOW_RETENTION": timedelta(days=7)}
+    runner = DutyRunner("pruner", [d for d in default_duties() if d.name == "workflows-prune"])
+    runner.tick()
+    assert records("early") == (0, 1, 1)  # kept for the workflow retention
+    settings.HEADGATE = {"RETENTION": timedelta(0), "WORKFLOW_RETENTION": timedelta(milliseconds=5)}
+    time.sleep(0.01)
+    runner.duties[0].last = float("-inf")
+    runner.tick()
+    assert records("early") == (0, 0, 0)
+    assert records("waiting") == (0, 1, 0)  # its coordinator is there
+    assert DutyLease.objects.get(pk="workflows-prune").last_result == {
+        "pruned": 0,
+        "without_checkpoint": 2,
+        "more": False,
+    }
+
+
+@pytest.mark.django_db
+def test_a_prune_of_records_without_a_checkpoint_is_bounded():
+    for n in range(3):
+        graft_record(f"gone-{n}")
+    SignalEmission.objects.create(
+        workflow_id="gone-0",
+        signal="go",
+        idempotency_key="k",
+        content_hash="",
+        emitted_at=store.db_now(),
+    )
+    time.sleep(0.01)
+    batches = [
+        workflow_records_prune_without_checkpoint(older_than=timedelta(milliseconds=5), limit=3)
+        for _ in range(3)
+    ]
+    assert batches == [3, 1, 0]
