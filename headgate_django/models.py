@@ -718,6 +718,8 @@ class ExecutionRun(models.Model):
             models.UniqueConstraint(fields=["execution", "number"], name="headgate_durable_run_n"),
             models.UniqueConstraint(fields=["execution", "run_id"], name="headgate_durable_run_id"),
         ]
+        # durable-vacuum prunes ended runs oldest first (store.durable_runs.runs_prune).
+        indexes = [models.Index(fields=["finished_at"], name="headgate_durable_run_done")]
 
     def __str__(self) -> str:
         return f"{self.execution_id} run {self.number} ({self.run_id})"

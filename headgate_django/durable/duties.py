@@ -1,7 +1,8 @@
 """The durable runtime's maintenance duties, run as singleton duties by the workers.
 
-- ``durable-vacuum`` deletes terminal executions (with history, signals and jobs) after
-  ``HEADGATE['DURABLE_RETENTION']`` (default 30 days; None or 0 keeps them forever).
+- ``durable-vacuum`` deletes terminal executions (with history, signals and jobs), and the
+  runs an execution that continued as new ended, after ``HEADGATE['DURABLE_RETENTION']``
+  (default 30 days; None or 0 keeps them forever).
 - ``durable-reconcile`` is defence in depth: a running execution idle for five leases with
   no live workflow task gets one, an Operation job that finished without recording its
   outcome (crash quarantine, bulk cancel) has it recorded, and an Operation whose job
@@ -37,8 +38,9 @@ _sweep = {"after": ""}
 def vacuum() -> dict[str, Any]:
     retention = headgate_settings.DURABLE_RETENTION
     if not retention or retention <= timedelta(0) or not execution_exists():
-        return {"deleted": 0, "more": False}
+        return {"deleted": 0, "runs": 0, "more": False}
     from headgate_django.store.durable import execution_vacuum
+    from headgate_django.store.durable_runs import runs_prune
 
     deleted = execution_vacuum(older_than=retention, limit=VACUUM_BATCH)
     if deleted:
@@ -48,9 +50,11 @@ def vacuum() -> dict[str, Any]:
             retention,
             extra={"executions": deleted},
         )
+    runs = runs_prune(older_than=retention, limit=VACUUM_BATCH)
     # A full batch runs again on the next tick: a batch a minute could not keep up with
-    # more than 100 executions finishing a minute.
-    return {"deleted": len(deleted), "more": len(deleted) >= VACUUM_BATCH}
+    # more than 100 executions (or runs) finishing a minute.
+    more = len(deleted) >= VACUUM_BATCH or runs >= VACUUM_BATCH
+    return {"deleted": len(deleted), "runs": runs, "more": more}
 
 
 def reconcile() -> dict[str, Any]:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+
+from django.db import transaction
 
 from headgate_django.exceptions import NotFoundError
 from headgate_django.kernel.replay_events import OP_PREFIX, WORKFLOW_STARTED, Event
@@ -36,6 +38,7 @@ from headgate_django.store.durable_history import (
 
 RUN_TABLE = "headgate_durable_run"
 RUN_HISTORY_TABLE = "headgate_durable_run_history"
+_MS = timedelta(milliseconds=1)
 
 __all__ = [
     "NextRun",
@@ -45,6 +48,7 @@ __all__ = [
     "run_history_load",
     "run_of",
     "run_start_next",
+    "runs_prune",
 ]
 
 
@@ -154,7 +158,9 @@ def execution_runs(row: Execution, *, using: str = "default") -> list[RunRecord]
         RunRecord(r.number, r.run_id, r.events, r.started_at, r.finished_at)
         for r in ExecutionRun.objects.using(using).filter(execution_id=row.id).order_by("number")
     ]
-    started = runs[-1].finished_at if runs else row.created_at
+    # The current run began when the run before it ended; with every earlier run pruned
+    # (retention), that instant is no longer known.
+    started = runs[-1].finished_at if runs else row.created_at if row.run_number == 1 else None
     current = RunRecord(row.run_number, row.run_id or row.id, row.last_seq, started, None)
     return [*runs, current]
 
@@ -179,6 +185,29 @@ def run_history_load(
         for seq, kind, payload, at in rows.values_list("seq", "type", "payload", "at")
     ]
     return input, events
+
+
+def runs_prune(*, older_than: timedelta, limit: int, using: str = "default") -> int:
+    """Delete, with their archived histories, up to ``limit`` finished runs that ended more
+    than ``older_than`` ago, whatever their execution's state; return how many.
+
+    Retention counts from each run's own end, as it does for an execution's: a workflow
+    that continues as new for ever (the reason to continue as new) would otherwise keep
+    every run it ever ended, and its execution, never finished, is never vacuumed. Read
+    oldest first off the ``finished_at`` index, so a batch reads about its own rows."""
+    conn = v.connection_for(using)
+    with transaction.atomic(using=using), conn.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {RUN_TABLE} WHERE finished_at <= {v.cutoff(conn, offset=True)} "
+            f"ORDER BY finished_at LIMIT %s{v.skip_locked(conn)}",
+            [-(older_than // _MS), limit],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        if ids:
+            marks = v.placeholders(len(ids))
+            cursor.execute(f"DELETE FROM {RUN_HISTORY_TABLE} WHERE run_id IN ({marks})", ids)
+            cursor.execute(f"DELETE FROM {RUN_TABLE} WHERE id IN ({marks})", ids)
+    return len(ids)
 
 
 def runs_vacuum(cursor: Any, conn: Any, execution_ids: Sequence[str]) -> None:

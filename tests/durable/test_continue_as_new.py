@@ -14,6 +14,7 @@ from headgate_django.durable import eager
 from headgate_django.exceptions import InvalidTransitionError
 from headgate_django.kernel.replay_events import history_from_json
 from headgate_django.models import ExecutionRun, Job, RunHistoryEvent
+from headgate_django.store import db_now
 from headgate_django.store import durable as store
 from headgate_django.store.durable_jobs import OP_KIND
 from tests.durable.helpers import drive, history, start, task_job, types, view
@@ -264,6 +265,39 @@ def test_retention_deletes_the_finished_runs_with_the_execution() -> None:
     assert view(wf).state == "succeeded" and ExecutionRun.objects.count() == 2
     assert store.execution_vacuum(older_than=timedelta(0)) == [wf]
     assert ExecutionRun.objects.count() == 0 and RunHistoryEvent.objects.count() == 0
+
+
+@durable.workflow("can-lives-on", version="1")
+def lives_on(ctx: durable.Context, run: int) -> Any:
+    if run < 4:
+        ctx.continue_as_new(run + 1)
+    ctx.select(ctx.wait_signal("stop"))
+    return run
+
+
+def test_the_runs_a_live_execution_ended_are_pruned_after_retention(settings: Any) -> None:
+    """A workflow that continues as new for ever is never finished, so the vacuum of
+    finished executions never reaches it: each ended run is pruned on its own, once it
+    ended more than the retention ago, and the execution goes on."""
+    from headgate_django.durable import duties
+
+    wf = start("can-lives-on", 1)
+    drive()
+    before = view(wf)
+    assert (before.state, before.run_number, len(before.runs)) == ("running", 4, 4)
+    old = [r.run_id for r in before.runs[:2]]
+    ExecutionRun.objects.filter(run_id__in=old).update(finished_at=db_now() - timedelta(days=31))
+    settings.HEADGATE = {"DURABLE_RETENTION": timedelta(days=30)}
+    assert duties.vacuum() == {"deleted": 0, "runs": 2, "more": False}
+    kept = view(wf)
+    assert [r.number for r in kept.runs] == [3, 4] and kept.state == "running"
+    assert not RunHistoryEvent.objects.filter(run__run_id__in=old).exists()
+    assert RunHistoryEvent.objects.filter(run__run_id=kept.runs[0].run_id).exists()
+    with pytest.raises(NotFoundError):
+        durable.Manager().history(wf, run_id=old[0])
+    durable.Client().signal(wf, "stop", None)
+    drive()
+    assert (view(wf).state, view(wf).result) == ("succeeded", 4)
 
 
 @durable.workflow("can-restless", version="1")

@@ -174,7 +174,7 @@ def test_the_durable_duties_on_a_store_without_executions_ask_once_and_load_noth
         monkeypatch.setattr(f"headgate_django.store.durable.{name}", unexpected)
     duties._sweep["after"] = "some-execution"
     with django_assert_num_queries(2):
-        assert duties.vacuum() == {"deleted": 0, "more": False}
+        assert duties.vacuum() == {"deleted": 0, "runs": 0, "more": False}
         assert duties.reconcile() == {
             "revived": 0,
             "settled": 0,
@@ -191,9 +191,9 @@ def test_case_34_vacuum_deletes_terminal_executions_after_retention(settings: An
     durable.Client().signal(old, "x", 1)
     Execution.objects.filter(pk=old).update(finished_at=store.db_now() - timedelta(days=31))
     settings.HEADGATE = {"DURABLE_RETENTION": None}
-    assert duties.vacuum() == {"deleted": 0, "more": False}  # no retention: kept forever
+    assert duties.vacuum() == {"deleted": 0, "runs": 0, "more": False}  # no retention: kept forever
     settings.HEADGATE = {"DURABLE_RETENTION": timedelta(days=30)}
-    assert duties.vacuum() == {"deleted": 1, "more": False}
+    assert duties.vacuum() == {"deleted": 1, "runs": 0, "more": False}
     with pytest.raises(NotFoundError):
         durable.Manager().get(old)
     assert not HistoryEvent.objects.filter(execution_id=old).exists()
