@@ -319,13 +319,26 @@ class _Halt(BaseException):
     """Neither an ``Exception`` nor process control: a library's own "stop" signal."""
 
 
-# Not Exceptions, so they escape replay: the pass itself fails.
+# Not Exceptions, so they escape replay (the pass itself fails) and an Operation's own
+# failure handling. Raised by workflow code, all but SystemExit left the task archived and
+# the execution running, with no reason shown; raised by an Operation, they were retried by
+# the job table's MAX_ATTEMPTS (25) and backoff instead of the Operation's max_attempts.
 _BASE_EXCEPTIONS = {
     "SystemExit": SystemExit(3),
     "KeyboardInterrupt": KeyboardInterrupt("ctrl-c"),
     "GeneratorExit": GeneratorExit("closed"),
     "_Halt": _Halt("stop"),
 }
+#: Each of them, with the error it is recorded as.
+RAISED_AND_ERROR = pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        ("SystemExit", "SystemExit: 3"),
+        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
+        ("GeneratorExit", "GeneratorExit: closed"),
+        ("_Halt", "_Halt: stop"),
+    ],
+)
 
 
 @durable.workflow("fail-exits", version="1")
@@ -333,16 +346,7 @@ def exits(ctx: durable.Context, raised: str) -> Any:
     raise _BASE_EXCEPTIONS[raised]
 
 
-@pytest.mark.parametrize(
-    ("raised", "error"),
-    [
-        ("SystemExit", "SystemExit: 3"),
-        # These left the task archived and the execution running, with no reason shown.
-        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
-        ("GeneratorExit", "GeneratorExit: closed"),
-        ("_Halt", "_Halt: stop"),
-    ],
-)
+@RAISED_AND_ERROR
 def test_a_pass_failing_on_every_attempt_suspends_the_execution_with_the_error(
     settings: Any, swap_code: Any, raised: str, error: str
 ) -> None:
@@ -419,16 +423,7 @@ def calls_exiting_op(ctx: durable.Context, raised: str) -> Any:
     return ctx.execute_operation("fail-exiting-op", "1", raised).result()
 
 
-@pytest.mark.parametrize(
-    ("raised", "error"),
-    [
-        ("SystemExit", "SystemExit: 3"),
-        # These were retried by the job table's MAX_ATTEMPTS (25) and backoff instead.
-        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
-        ("GeneratorExit", "GeneratorExit: closed"),
-        ("_Halt", "_Halt: stop"),
-    ],
-)
+@RAISED_AND_ERROR
 def test_an_operation_raising_a_base_exception_keeps_its_own_attempts(
     fast_retries: None, raised: str, error: str
 ) -> None:
