@@ -75,6 +75,9 @@ DEFAULTS: dict[str, Any] = {
     "WORKFLOW_RETENTION": timedelta(days=7),
     # Durable executions.
     "DURABLE_RETENTION": timedelta(days=30),
+    # Attempts of a workflow task whose pass fails (a replay error, a crash) before its
+    # execution is suspended for an operator.
+    "DURABLE_TASK_ATTEMPTS": 5,
     # A run whose history passes either threshold logs one warning and shows it on the
     # execution, suggesting ctx.continue_as_new.
     "DURABLE_HISTORY_WARN_EVENTS": 10_000,

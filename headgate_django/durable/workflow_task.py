@@ -8,8 +8,11 @@ ends the task (the execution ended) or snoozes it until its earliest timer; fact
 arrive meanwhile wake it (``store.durable_jobs``). A pass that parks on one Operation it
 just scheduled may run it on this thread and replay again at once (``durable.eager``).
 
-Replay errors (nondeterminism, a corrupt history) are retried with the job backoff, then
-the execution is suspended with the reason. A worker that lacks the execution's
+A pass that fails (a replay error: nondeterminism, a corrupt history; or a crash: workflow
+code raising what replay cannot turn into a failure, the store refusing what the pass
+writes) is retried with the job backoff ``DURABLE_TASK_ATTEMPTS`` times, then the execution
+is suspended with the error (and a crash's traceback) for an operator to fix the code and
+resume it. A worker that lacks the execution's
 (name, version) leaves the task for one that has it, and says so in its log and status.
 
 A pass whose code continued as new ends the run and starts the next one in its own
@@ -20,14 +23,14 @@ transaction; the task then replays the new run at once, within the claim's eager
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -84,6 +87,7 @@ from headgate_django.kernel.replay_events import (
     due_timers,
 )
 from headgate_django.kernel.replay_runs import history_size_warning
+from headgate_django.kernel.storable import storable_text
 from headgate_django.store.claim import ClaimedJob
 from headgate_django.store.durable import (
     Ending,
@@ -109,8 +113,8 @@ log = logging.getLogger("headgate_django.durable")
 
 #: A parked execution that only a fact can wake is re-checked this often anyway.
 PARK_RECHECK = timedelta(hours=1)
-#: Attempts of a pass that fails to replay before the execution is suspended.
-REPLAY_ATTEMPTS = 5
+#: The end of a failed pass's traceback kept with its suspension (as a job's error record).
+TRACEBACK_CHARS = 16_000
 #: Passes in a row that may lose the race against facts landing before the task yields.
 MAX_RACES = 20
 
@@ -457,32 +461,48 @@ def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation
 def _pass_crashed(ctx: JobContext, header: Header, exc: BaseException) -> None:
     """A pass that raised something else than a replay error (a store error, an exception
     the workflow code raised that replay cannot turn into a failure) is retried with the
-    job's backoff. On its last attempt the execution is suspended with the error, as after
-    a replay error, and the task snoozes: archived, it would leave the execution running
-    with no reason shown, and the reconcile duty would revive it into the same failures."""
+    job's backoff. On the last attempt of its budget the execution is suspended with the
+    error and its traceback, as after a replay error, and the task snoozes: archived, it
+    would leave the execution running with no reason shown, and the reconcile duty would
+    revive it into the same failures."""
     histories.forget(header.id)
-    if ctx.attempt < ctx.max_attempts:
-        return
-    reason = f"the workflow task failed {ctx.attempt} times: {exception_reason(exc)}"
+    if ctx.attempt >= _budget(ctx):
+        reason = f"the workflow task failed {ctx.attempt} times: {exception_reason(exc)}"
+        _suspend(header, reason, exc, "".join(traceback.format_exception(exc)))
+
+
+def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> NoReturn:
+    """Retry with the job's backoff; on the last attempt of the budget, suspend for an
+    operator. The error names the mismatch; its traceback would only show the kernel."""
+    histories.forget(header.id)
+    if ctx.attempt >= _budget(ctx):
+        _suspend(header, f"replay failed after {ctx.attempt} attempts: {error}", error, None)
+    raise error
+
+
+def _budget(ctx: JobContext) -> int:
+    """Attempts of a failing pass before its execution is suspended: a bug in workflow code
+    fails every attempt alike, so an operator sees it within seconds (with the default
+    backoff), not after the job table's MAX_ATTEMPTS. The job's own budget when it is
+    smaller: the task would be archived first, leaving the execution running with no
+    reason shown."""
+    return min(headgate_settings.DURABLE_TASK_ATTEMPTS, ctx.max_attempts)
+
+
+def _suspend(header: Header, reason: str, exc: BaseException, trace: str | None) -> None:
+    """Suspend the execution with ``reason`` (and ``trace``), then snooze the task until
+    ``Manager.resume`` wakes it. Returns only when the store could not be reached: the job
+    then records the failure itself."""
     try:
-        execution_suspend(header.id, reason=reason[:4000])
+        execution_suspend(
+            header.id,
+            reason=storable_text(reason[:4000]),
+            traceback=None if trace is None else storable_text(trace[-TRACEBACK_CHARS:]),
+        )
     except InvalidTransitionError:
-        return  # cancelled or suspended meanwhile: nothing to run any more
-    except Exception:  # the store is unreachable: the job records the failure itself
+        raise Snooze(PARK_RECHECK) from exc  # cancelled or suspended meanwhile
+    except Exception:
         log.exception("execution %s: could not suspend it", header.id)
         return
-    log.error("execution %s suspended: %s", header.id, reason)
+    log.error("execution %s suspended: %s", header.id, reason, exc_info=exc if trace else None)
     raise Snooze(PARK_RECHECK) from exc
-
-
-def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> Any:
-    """Retry with the job's backoff; after REPLAY_ATTEMPTS (or the job's own budget, when it
-    is smaller: the job would be archived first), suspend for an operator."""
-    histories.forget(header.id)
-    if ctx.attempt < min(REPLAY_ATTEMPTS, ctx.max_attempts):
-        raise error
-    reason = f"replay failed after {ctx.attempt} attempts: {error}"
-    log.error("execution %s suspended: %s", header.id, reason)
-    with contextlib.suppress(InvalidTransitionError):  # cancelled or suspended meanwhile
-        execution_suspend(header.id, reason=reason)
-    raise Snooze(PARK_RECHECK)

@@ -412,9 +412,12 @@ def execution_signal_with_start(
 # -- operator verbs ------------------------------------------------------------------
 
 
-def execution_suspend(execution_id: str, *, reason: str, using: str = "default") -> None:
-    """running → suspended: no replay until resumed."""
-    _transition(execution_id, "suspended", reason=reason, using=using)
+def execution_suspend(
+    execution_id: str, *, reason: str, traceback: str | None = None, using: str = "default"
+) -> None:
+    """running → suspended: no replay until resumed. ``traceback`` (of the failure that
+    suspended it) is kept in its ``WorkflowSuspended`` event."""
+    _transition(execution_id, "suspended", reason=reason, traceback=traceback, using=using)
 
 
 def execution_resume(execution_id: str, *, using: str = "default") -> None:
@@ -432,10 +435,13 @@ def execution_cancel(execution_id: str, *, reason: str, using: str = "default") 
     return jobs.live_job_ids(execution_id, using=using)
 
 
-def _transition(execution_id: str, target: str, *, reason: str = "", using: str) -> None:
+def _transition(
+    execution_id: str, target: str, *, reason: str = "", traceback: str | None = None, using: str
+) -> None:
     allowed = {"suspended": ("running",), "running": ("suspended",), "cancelled": DURABLE_LIVE}
+    why = {"reason": reason} if traceback is None else {"reason": reason, "traceback": traceback}
     event = {
-        "suspended": NewEvent(WORKFLOW_SUSPENDED, {"reason": reason}),
+        "suspended": NewEvent(WORKFLOW_SUSPENDED, why),
         "running": NewEvent(WORKFLOW_RESUMED, {}),
         "cancelled": NewEvent(WORKFLOW_CANCELLED, {"reason": reason}),
     }[target]

@@ -110,7 +110,9 @@ def test_case_27_an_operation_no_worker_has_yet_waits_for_one(
 
 
 def replay_until_suspended(wf: str) -> None:
-    for _ in range(10):
+    """Run the execution's failing workflow task, its backoffs made due at once, until the
+    execution is suspended (with the job table's 25 attempts at most)."""
+    for _ in range(30):
         testing.run_jobs()
         if view(wf).state == "suspended":
             return
@@ -118,7 +120,12 @@ def replay_until_suspended(wf: str) -> None:
     raise AssertionError("the execution was not suspended")
 
 
-def test_case_28_a_corrupt_history_is_retried_with_backoff_then_suspended() -> None:
+@pytest.mark.parametrize("budget", [None, 2])
+def test_case_28_a_corrupt_history_is_retried_with_backoff_then_suspended(
+    settings: Any, budget: int | None
+) -> None:
+    if budget is not None:
+        settings.HEADGATE = {"DURABLE_TASK_ATTEMPTS": budget}
     wf = start("fail-op-then-wait")
     drive()  # the Operation ran; the workflow waits for a signal
     last = view(wf).history_length
@@ -132,8 +139,9 @@ def test_case_28_a_corrupt_history_is_retried_with_backoff_then_suspended() -> N
     assert view(wf).state == "running"
     replay_until_suspended(wf)
     reason = view(wf).suspended_reason
-    assert reason.startswith("replay failed after 5 attempts: History event")
+    assert reason.startswith(f"replay failed after {budget or 5} attempts: History event")
     assert task_job(wf).state == "scheduled"  # kept for resume, not failed
+    assert history(wf)[-1] == ("WorkflowSuspended", {"reason": reason})
 
 
 def test_case_29_and_30_nondeterminism_suspends_then_fixed_code_resumes(swap_code: Any) -> None:
@@ -319,13 +327,26 @@ class _Halt(BaseException):
     """Neither an ``Exception`` nor process control: a library's own "stop" signal."""
 
 
-# Not Exceptions, so they escape replay: the pass itself fails.
+# Not Exceptions, so they escape replay (the pass itself fails) and an Operation's own
+# failure handling. Raised by workflow code, all but SystemExit left the task archived and
+# the execution running, with no reason shown; raised by an Operation, they were retried by
+# the job table's MAX_ATTEMPTS (25) and backoff instead of the Operation's max_attempts.
 _BASE_EXCEPTIONS = {
     "SystemExit": SystemExit(3),
     "KeyboardInterrupt": KeyboardInterrupt("ctrl-c"),
     "GeneratorExit": GeneratorExit("closed"),
     "_Halt": _Halt("stop"),
 }
+#: Each of them, with the error it is recorded as.
+RAISED_AND_ERROR = pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        ("SystemExit", "SystemExit: 3"),
+        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
+        ("GeneratorExit", "GeneratorExit: closed"),
+        ("_Halt", "_Halt: stop"),
+    ],
+)
 
 
 @durable.workflow("fail-exits", version="1")
@@ -333,39 +354,61 @@ def exits(ctx: durable.Context, raised: str) -> Any:
     raise _BASE_EXCEPTIONS[raised]
 
 
-@pytest.mark.parametrize(
-    ("raised", "error"),
-    [
-        ("SystemExit", "SystemExit: 3"),
-        # These left the task archived and the execution running, with no reason shown.
-        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
-        ("GeneratorExit", "GeneratorExit: closed"),
-        ("_Halt", "_Halt: stop"),
-    ],
-)
+@RAISED_AND_ERROR
 def test_a_pass_failing_on_every_attempt_suspends_the_execution_with_the_error(
     settings: Any, swap_code: Any, raised: str, error: str
 ) -> None:
     settings.HEADGATE = {
-        "MAX_ATTEMPTS": 3,
+        "DURABLE_TASK_ATTEMPTS": 3,
         "BACKOFF_BASE": timedelta(milliseconds=1),
         "BACKOFF_CAP": timedelta(milliseconds=5),
     }
     wf = start("fail-exits", raised)
-    for _ in range(5):
-        testing.run_jobs()
-        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
+    replay_until_suspended(wf)
     row = view(wf)
-    assert row.state == "suspended"  # not left running with its task archived
     assert row.suspended_reason == f"the workflow task failed 3 times: {error}"
     assert task_job(wf).state == "scheduled"  # waits for resume, as after a replay error
     assert [e["error"] for e in task_job(wf).errors] == [error] * 2
+    # The last attempt's traceback is kept with the suspension, down to the line of the
+    # workflow code that raised (the earlier ones are in the task's errors).
+    event, payload = history(wf)[-1]
+    assert (event, payload["reason"]) == ("WorkflowSuspended", row.suspended_reason)
+    assert payload["traceback"].startswith("Traceback (most recent call last):")
+    assert ", in exits\n    raise _BASE_EXCEPTIONS[raised]\n" in payload["traceback"]
+    assert payload["traceback"].endswith(f"{error}\n")
+    assert "Traceback (most recent call last):" in task_job(wf).errors[-1]["traceback"]
     swap_code(
         "workflow", "fail-exits", "1", durable.workflow("fail-exits-fixed")(lambda c, i: "ok")
     )
     durable.Manager().resume(wf)
     drive()
     assert (view(wf).state, view(wf).result) == ("succeeded", "ok")
+
+
+def test_a_pass_failing_on_every_attempt_is_suspended_after_five_not_max_attempts(
+    fast_retries: None,
+) -> None:
+    """A bug in workflow code is an operator's to see at once: it was retried on the job
+    table's MAX_ATTEMPTS (25, over about 13 hours of backoff) before the suspension."""
+    wf = start("fail-exits", "_Halt")
+    replay_until_suspended(wf)
+    assert view(wf).suspended_reason == "the workflow task failed 5 times: _Halt: stop"
+    assert len(task_job(wf).errors) == 4
+
+
+@durable.workflow("fail-exits-nul", version="1")
+def exits_nul(ctx: durable.Context, _: Any) -> Any:
+    raise _Halt("a\x00b")
+
+
+def test_a_pass_failing_with_a_nul_in_its_error_is_still_suspended(settings: Any) -> None:
+    """PostgreSQL refused the NUL in the suspension's reason: the execution was never
+    suspended, and its task was archived at MAX_ATTEMPTS, failing it."""
+    settings.HEADGATE = {"MAX_ATTEMPTS": 2, "BACKOFF_BASE": timedelta(milliseconds=1)}
+    wf = start("fail-exits-nul")
+    replay_until_suspended(wf)
+    assert view(wf).suspended_reason == "the workflow task failed 2 times: _Halt: a\ufffdb"
+    assert history(wf)[-1][1]["traceback"].endswith("_Halt: a\ufffdb\n")
 
 
 class _Unprintable(Exception):
@@ -419,16 +462,7 @@ def calls_exiting_op(ctx: durable.Context, raised: str) -> Any:
     return ctx.execute_operation("fail-exiting-op", "1", raised).result()
 
 
-@pytest.mark.parametrize(
-    ("raised", "error"),
-    [
-        ("SystemExit", "SystemExit: 3"),
-        # These were retried by the job table's MAX_ATTEMPTS (25) and backoff instead.
-        ("KeyboardInterrupt", "KeyboardInterrupt: ctrl-c"),
-        ("GeneratorExit", "GeneratorExit: closed"),
-        ("_Halt", "_Halt: stop"),
-    ],
-)
+@RAISED_AND_ERROR
 def test_an_operation_raising_a_base_exception_keeps_its_own_attempts(
     fast_retries: None, raised: str, error: str
 ) -> None:

@@ -323,7 +323,14 @@ def test_the_documented_edge_values_of_durations_are_accepted(key, value):
 
 
 @pytest.mark.parametrize(
-    "key", ["EVICT_BATCH", "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES", "API_MAX_BODY_BYTES"]
+    "key",
+    [
+        "EVICT_BATCH",
+        "MAX_PAYLOAD_BYTES",
+        "MAX_RESULT_BYTES",
+        "API_MAX_BODY_BYTES",
+        "DURABLE_TASK_ATTEMPTS",
+    ],
 )
 @pytest.mark.parametrize("value", [0, -5, None, "1000", 1.5, True])
 def test_sizes_and_the_eviction_batch_are_counts(key, value):
