@@ -5,6 +5,8 @@ modules can use ``@task`` at import time); anything that touches the database is
 lazily inside the function that needs it.
 """
 
+import importlib
+
 from headgate_django.control import Revoke, Skip, Snooze
 from headgate_django.enqueue import enqueue
 from headgate_django.envelope import Envelope
@@ -27,12 +29,20 @@ from headgate_django.registry import TaskDef, task
 __version__ = "0.1.0"
 
 
+#: Subpackages the design's examples reach as attributes (``headgate_django.schedules``)
+#: after a plain ``import headgate_django``: imported on first use, as they need the app
+#: registry.
+_SUBMODULES = frozenset({"admission", "durable", "schedules", "signals", "testing", "workflows"})
+
+
 def __getattr__(name: str) -> object:
     # JobContext imports the store, which needs the app registry: load it on first use.
     if name == "JobContext":
         from headgate_django.context import JobContext
 
         return JobContext
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'headgate_django' has no attribute {name!r}")
 
 

@@ -1,5 +1,7 @@
 """The public surface is pinned: removing or renaming a public name must be deliberate."""
 
+import os
+
 import headgate_django
 import headgate_django.workflows
 
@@ -67,3 +69,26 @@ def test_signals_all():
         "job_retried",
         "workflow_finished",
     ]
+
+
+def test_public_submodules_are_attributes_of_the_package_without_their_own_import():
+    """``import headgate_django`` then ``headgate_django.schedules.upsert(...)``, as the
+    design's examples read, in a fresh interpreter where nothing imported them yet."""
+    import subprocess
+    import sys
+
+    code = (
+        "import django, headgate_django as h; django.setup(); "
+        "print(h.admission.explain, h.schedules.upsert, h.durable.Client, "
+        "h.workflows.Workflow, h.signals.job_finished, h.testing)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    try:
+        headgate_django.no_such_name  # noqa: B018
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("an unknown name must raise AttributeError")
