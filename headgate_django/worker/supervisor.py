@@ -7,7 +7,8 @@ fork copies only the forking thread, so the parent refuses to fork while other t
 exist (a lock one of them held would stay locked in every child), and it closes its
 database connections first so that no child shares a socket with another. The parent
 only forwards the signals that stop a worker (SIGTERM, SIGINT, SIGHUP: see
-``signals.stop_signals``) and exits with the worst child exit code.
+``signals.stop_signals``), says which child ended on its own and how, and exits with the
+worst child exit code.
 """
 
 from __future__ import annotations
@@ -89,12 +90,42 @@ def supervise(processes: int, serve: Serve, worker_id: str | None = None) -> int
         signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
     log.info("started %d worker processes: %s", len(children), ", ".join(map(str, children)))
     codes = []
-    for pid in children:
-        _, status = os.waitpid(pid, 0)
-        live.remove(pid)  # never signal a pid the system may give to another process
-        codes.append(os.waitstatus_to_exitcode(status))
+    # Each child is waited for by its pid, as it ends, whatever the order: a child that
+    # dies while the others serve (the OOM killer) is said at once, not only in the exit
+    # code once all have stopped; and no other child of this process is ever reaped.
+    while live:
+        time.sleep(CHILD_POLL)
+        for pid in list(live):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if not done:
+                continue
+            live.remove(pid)  # never signal a pid the system may give to another process
+            codes.append(os.waitstatus_to_exitcode(status))
+            if codes[-1] and not received:
+                log.warning(
+                    "worker process %d %s; %d of %d still running",
+                    pid,
+                    _ended(codes[-1]),
+                    len(live),
+                    len(children),
+                )
     # A child killed by a signal reports -N; exit like a shell would (128 + N).
     return max((c if c >= 0 else 128 - c for c in codes), default=0)
+
+
+#: Seconds between the parent's looks at its children.
+CHILD_POLL = 0.2
+
+
+def _ended(code: int) -> str:
+    """How a child ended, from its exit code (-N: killed by signal N)."""
+    if code > 0:
+        return f"exited with status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:  # a real-time signal has no name of its own
+        name = f"signal {-code}"
+    return f"was killed by {name}"
 
 
 def _child(serve: Serve, worker_id: str | None, parent: int) -> NoReturn:

@@ -60,3 +60,28 @@ def test_attempt_logs_filter_by_level(server: Server, browser: Any, viewer: Any)
     page.select_option("select.hg-log-level", "info")
     assert page.locator(f"{rows}:visible").count() == 2
     assert page.errors == []
+
+
+def test_a_page_whose_websocket_never_opens_says_it_is_not_live(
+    server: Server, browser: Any, viewer: Any
+) -> None:
+    """Served without the console's WebSocket (Django's own runserver, a WSGI server, an
+    ASGI application without the console's routes), a live page says why it is not live
+    instead of "Reconnecting…" for ever; it keeps trying, and is live once a socket opens."""
+    job_id = enqueue_job()
+    page = log_in(browser, server)
+    refuse = {"on": True}
+
+    def route(ws: Any) -> None:
+        if refuse["on"]:
+            ws.close()  # what the browser sees when nothing answers the upgrade
+        else:
+            ws.connect_to_server()
+
+    page.route_web_socket("**/ws/**", route)
+    page.goto(f"{server.url}/admin/headgate_django/job/{job_id}/change/")
+    page.wait_for_selector("#hg-live[data-status='unreachable']", timeout=10_000)
+    assert "ASGI" in page.inner_text("#hg-live")
+    refuse["on"] = False
+    page.wait_for_selector("#hg-live[data-status='live']", timeout=15_000)
+    assert page.errors == []

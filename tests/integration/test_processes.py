@@ -84,6 +84,11 @@ def test_a_child_killed_by_a_signal_makes_the_parent_exit_128_plus_n(start_worke
     victim = runs(job_id)[0].pid
     os.kill(victim, signal.SIGKILL)
 
+    # Said when it happens, not only in the exit code once the survivor stops too.
+    wait_for(
+        lambda: f"worker process {victim} was killed by SIGKILL; 1 of 2 " in parent.output(),
+        timeout=30,
+    )
     assert parent.terminate() == 128 + signal.SIGKILL
     assert parent.output().count(" stopped: ") == 1  # the survivor drained and stopped
 

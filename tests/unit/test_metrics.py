@@ -175,3 +175,21 @@ def test_metrics_port_without_prometheus_client_names_the_option_once(monkeypatc
     assert str(refused.value) == (
         "--metrics-port: needs prometheus_client (pip install prometheus-client)"
     )
+
+
+@pytest.mark.django_db
+def test_metrics_port_in_use_names_the_address_and_the_way_out():
+    import socket
+
+    from django.core.management import CommandError, call_command
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(CommandError) as refused:
+            call_command("runworkers", "--burst", "--metrics-port", str(port))
+    assert str(refused.value) == (
+        f"--metrics-port {port}: 127.0.0.1:{port} is in use: stop what listens there, or "
+        "choose another port"
+    )

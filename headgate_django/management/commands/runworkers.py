@@ -3,6 +3,7 @@ idle)."""
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 from datetime import timedelta
@@ -178,10 +179,18 @@ class Command(BaseCommand):
                 )
             from headgate_django import metrics
 
+            port = options["metrics_port"]
             try:
-                metrics.serve(options["metrics_port"])
-            except (ConfigurationError, OSError) as exc:
+                metrics.serve(port)
+            except ConfigurationError as exc:
                 raise CommandError(f"--metrics-port: {exc}") from exc
+            except OSError as exc:
+                why = (
+                    "is in use: stop what listens there, or choose another port"
+                    if exc.errno == errno.EADDRINUSE
+                    else f"cannot be used ({exc.strerror})"  # a port below 1024, say
+                )
+                raise CommandError(f"--metrics-port {port}: 127.0.0.1:{port} {why}") from exc
 
     def _warn_on_lease(self, lease_ttl: timedelta) -> None:
         """The system check's lease rule (headgate.W003) for the lease ``--lease-ttl``

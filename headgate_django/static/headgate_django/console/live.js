@@ -10,6 +10,9 @@
     var delay = 250;
     var socket = null;
     var stopped = false;
+    // A socket that never opened is not a restart: nothing here serves the console's
+    // WebSocket (a WSGI server, or an ASGI application without its routes).
+    var opened = false;
 
     function url() {
       // A function when the path changes with the page's view (the graph's open groups).
@@ -22,6 +25,7 @@
       socket = new WebSocket(url());
       socket.onopen = function () {
         delay = 250;
+        opened = true;
         handlers.onStatus("live");
       };
       socket.onmessage = function (event) {
@@ -41,7 +45,7 @@
           handlers.onStatus("closed");
           return;
         }
-        handlers.onStatus("reconnecting");
+        handlers.onStatus(opened ? "reconnecting" : "unreachable");
         window.setTimeout(open, delay + Math.random() * 100);
         delay = Math.min(delay * 2, 4000);
       };
@@ -70,6 +74,7 @@
     connecting: "Connecting…",
     live: "Live",
     reconnecting: "Reconnecting…",
+    unreachable: "Not live: no WebSocket (serve the project with ASGI, see the console's Set up)",
     closed: "Not live (the object is gone)"
   };
 

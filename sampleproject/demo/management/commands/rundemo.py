@@ -78,8 +78,13 @@ class Command(BaseCommand):
                 )
             env["DEMO_OPERATOR_PORT"] = port
         servers = [options["addr"], *([operator_addr] if operator_addr else [])]
-        for addr in servers:
-            _check_free(addr)
+        if operator_addr and _split(options["addr"]) == _split(operator_addr):
+            raise CommandError(
+                f"--addr {options['addr']} and --operator-addr {operator_addr} are one "
+                "address: give each server its own port"
+            )
+        for option, addr in zip(("--addr", "--operator-addr"), servers, strict=False):
+            _check_free(option, addr, {_split(other)[1] for other in servers if other != addr})
         if options["seed"]:
             call_command("demo", stdout=self.stdout, stderr=self.stderr)
         signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM as on Ctrl-C
@@ -142,24 +147,53 @@ def _split(addr: str) -> tuple[str, int]:
 def _url(addr: str) -> str:
     """Where a browser finds ``addr`` (``8001`` alone is ``127.0.0.1:8001``, as runserver
     reads it)."""
-    host, port = _split(addr)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://{_join(*_split(addr))}"
 
 
-def _check_free(addr: str) -> None:
-    """Refuse an address something already listens on, before anything starts."""
+def _join(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_free(option: str, addr: str, others: set[int]) -> None:
+    """Refuse an address something already listens on, before anything starts.
+
+    The way out names a port that is free now and is not the other server's (``others``),
+    so that following it starts the demo rather than failing again on a port also taken.
+    """
     host, port = _split(addr)
+    try:
+        _bind(host, port)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            why, ports = "is in use: stop what listens there, or choose a free port", port + 1
+        else:  # not an address of this host: a loopback one is
+            why, host, ports = f"cannot be used ({exc}): choose another address", "127.0.0.1", port
+        free = next(
+            (p for p in range(ports, 65536) if p not in others and _bindable(host, p)), None
+        )
+        if free is None:
+            raise CommandError(f"{addr} {why}") from None
+        other = _join(host, free)
+        variable = {"--addr": "DEMO_ADDR", "--operator-addr": "DEMO_OPERATOR_ADDR"}[option]
+        raise CommandError(
+            f"{addr} {why}: make demo {variable}={other} (rundemo {option} {other})"
+        ) from None
+
+
+def _bind(host: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc})"
-            raise CommandError(
-                f"{addr} {why}: stop what listens there, or choose other ports "
-                "(make demo DEMO_ADDR=127.0.0.1:8001 DEMO_OPERATOR_ADDR=127.0.0.1:8081)"
-            ) from None
+        probe.bind((host, port))
+
+
+def _bindable(host: str, port: int) -> bool:
+    try:
+        _bind(host, port)
+    except OSError:
+        return False
+    return True
 
 
 def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
