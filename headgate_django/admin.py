@@ -99,6 +99,11 @@ class JobAdmin(ReadOnlyAdmin):
     # newest first by primary key (ULIDs sort by creation), the only order an index serves
     # for every filter; no date hierarchy, which sorts every row.
     list_filter = ["state", ("queue", QueueFilter), ("kind", KindFilter)]
+    # The queues page and the overview link one queue's jobs, of one state, held by one
+    # worker (read through the claim, lease or (state, queue) indexes); ``kind__exact`` is
+    # the live list's name for the kind filter (the kind index); the tutorial lists a
+    # workflow's jobs by ``workflow_id`` (the workflow index).
+    linked_filters = ("queue__exact", "kind__exact", "claimed_by__exact", "workflow_id")
     # Shows the search box; the search itself is get_search_results (prefixes of id and
     # kind, case-sensitive as they are, through an index on every database).
     search_fields = ["id__startswith", "kind__startswith"]

@@ -330,11 +330,10 @@ class Effect(models.Model):
     class Meta:
         db_table = "headgate_effect"
         ordering = ["job_id", "created_at"]
+        # Also how a job's records are deleted with it (store.effect_records).
         constraints = [
             models.UniqueConstraint(fields=["job_id", "name"], name="headgate_effect_key")
         ]
-        # The effects-prune duty reads records oldest first: those of evicted jobs.
-        indexes = [models.Index(fields=["created_at"], name="headgate_effect_created")]
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.name}"

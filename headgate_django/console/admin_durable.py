@@ -98,6 +98,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
 class HistoryEventAdmin(ReadOnlyAdmin):
     list_display = ["execution_page", "seq", "type", "at"]
     search_fields = ["=execution__id"]
+    linked_filters = ("execution__id__exact",)  # an execution's "N events", by its key
     readonly_fields = ["execution_page", "payload_view"]
     private = ("payload_view",)
 
@@ -143,6 +144,7 @@ class RunHistoryEventAdmin(ReadOnlyAdmin):
     list_display = ["run", "seq", "type", "at"]
     list_select_related = ["run"]
     search_fields = ["=run__execution__id", "=run__run_id"]
+    linked_filters = ("run__id__exact",)  # a finished run's "N events", by its key
     readonly_fields = ["payload_view"]
     private = ("payload_view",)
 

@@ -10,6 +10,7 @@ queues an operator switched); any other value still filters through the URL
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import cached_property
 from typing import Any
 
 from django.contrib.admin.filters import AllValuesFieldListFilter, FieldListFilter
@@ -18,7 +19,8 @@ from headgate_django.registry import registered_kinds, registered_queues
 
 
 class KnownValuesFilter(AllValuesFieldListFilter):
-    """:class:`AllValuesFieldListFilter` with its choices from :attr:`known` instead."""
+    """:class:`AllValuesFieldListFilter` with its choices from :attr:`known` instead, read
+    when the filter is drawn (the admin also makes one to learn its parameters' names)."""
 
     known: Callable[[], Iterable[str]] = staticmethod(lambda: ())
 
@@ -30,9 +32,11 @@ class KnownValuesFilter(AllValuesFieldListFilter):
         self.lookup_val = params.get(self.lookup_kwarg)
         self.lookup_val_isnull = None
         self.empty_value_display = model_admin.get_empty_value_display()
-        chosen = self.lookup_val or []
-        self.lookup_choices = sorted({*self.known(), *chosen})  # type: ignore[assignment]
         FieldListFilter.__init__(self, field, request, params, model, model_admin, field_path)
+
+    @cached_property
+    def lookup_choices(self) -> list[str]:  # type: ignore[override]
+        return sorted({*self.known(), *(self.lookup_val or [])})
 
 
 def _known_queues() -> list[str]:

@@ -20,9 +20,10 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.contrib.admin.filters import FieldListFilter
+from django.contrib.admin.utils import get_fields_from_path
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
-from django.db import models
 from django.db.models.constants import LOOKUP_SEP
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.html import format_html
@@ -42,10 +43,8 @@ MAX_SHOWN_DEPTH = 100
 #: The most rows an admin list counts (see :class:`CappedPaginator`).
 COUNT_CAP = 10_000
 HIDDEN = "hidden — needs the “Can view job payloads” permission"
-#: Lookups no changelist offers, refused for everyone: a pattern is the caller's program,
-#: run against every row the pager counts (on SQLite by Python's backtracking ``re``, in
-#: the web process), and a nested quantifier takes seconds on one 26-character id.
-REFUSED_LOOKUPS = frozenset({"regex", "iregex"})
+#: The parameters of a ``date_hierarchy`` drill-down.
+DATE_PARTS = ("year", "month", "day")
 READ_METHODS = ("GET", "HEAD")
 
 
@@ -85,6 +84,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     #: Computed displays that show user data: without the reveal permission they are
     #: replaced by the ``hidden`` notice (the model's private columns never show raw).
     private: tuple[str, ...] = ()
+    #: Filters other pages link to, beside the list's own (``list_filter``,
+    #: ``date_hierarchy``): with those, the only lookups the changelist takes. Each one
+    #: an index serves (see :meth:`lookup_allowed`).
+    linked_filters: tuple[str, ...] = ()
 
     class Media:
         css = {"all": ["headgate_django/console/console.css"]}
@@ -154,19 +157,44 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return [f for f in shown if f not in self.private]
 
     def lookup_allowed(self, lookup: str, value: str, request: Any = None) -> bool:
-        """No changelist filter on user data, for anyone: counting the rows that match a
-        guessed value would read it without showing it (and scan every payload). No
-        regular expression either (:data:`REFUSED_LOOKUPS`), and nothing inside a JSON
-        column (error logs, results, progress): no page links to such a filter, each one
-        reads every document, and SQLite cannot run some of them at all."""
-        parts = lookup.split(LOOKUP_SEP)
-        if (
-            parts[0] in private_fields(self.model)
-            or parts[-1] in REFUSED_LOOKUPS
-            or parts[0] in _json_fields(self.model)
+        """Only the filters the pages offer (:meth:`offered_filters`), and never one on
+        user data, for anyone: counting the rows that match a guessed value would read it
+        without showing it.
+
+        The admin would take any other lookup on a column as a filter: ``?errors__isnull=1``,
+        ``?kind__icontains=x``, a regular expression (on SQLite run by Python's
+        backtracking ``re`` in the web process), a path into a JSON document. No index
+        serves them, so one that matches few rows reads the whole table (millions of jobs)
+        for the pager's capped count and the page. Refused with 400, as Django refuses a
+        lookup it does not allow."""
+        if lookup in self.offered_filters(request) and (
+            lookup.split(LOOKUP_SEP)[0] not in private_fields(self.model)
         ):
-            raise DisallowedModelAdminLookup(f"filtering on {lookup!r} is not allowed")
-        return super().lookup_allowed(lookup, value, request)
+            return True
+        raise DisallowedModelAdminLookup(f"filtering on {lookup!r} is not allowed")
+
+    def offered_filters(self, request: Any) -> set[str]:
+        """The query parameters of the list's filters (their choices' links), of its date
+        hierarchy, and :attr:`linked_filters`.
+
+        ``__isnull`` only on a column that can be null: a filter offers "(None)" only
+        there, and on a column that never is, nothing serves the search for a null."""
+        offered = {*self.linked_filters}
+        if self.date_hierarchy:
+            offered.update(f"{self.date_hierarchy}__{part}" for part in DATE_PARTS)
+        for item in self.get_list_filter(request):
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                offered.add(str(item.parameter_name))
+                continue
+            path, make = item if isinstance(item, list | tuple) else (item, FieldListFilter.create)
+            field = get_fields_from_path(self.model, str(path))[-1]
+            spec: Any = make(field, request, {}, self.model, self, field_path=str(path))  # type: ignore[operator]
+            offered.update(
+                str(p)
+                for p in spec.expected_parameters()
+                if p and (field.null or not p.endswith("__isnull"))
+            )
+        return offered
 
     @admin.display(description="user data")
     def hidden(self, obj: Any) -> str:
@@ -175,10 +203,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     @property
     def site_name(self) -> str:
         return self.admin_site.name
-
-
-def _json_fields(model: type[Any]) -> frozenset[str]:
-    return frozenset(f.name for f in model._meta.get_fields() if isinstance(f, models.JSONField))
 
 
 def pretty_json(value: Any) -> SafeString | str:

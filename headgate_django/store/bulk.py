@@ -25,6 +25,7 @@ from headgate_django.kernel import names
 from headgate_django.kernel.states import Event, State, sources
 from headgate_django.models import Job
 from headgate_django.store import vendor as v
+from headgate_django.store.effect_records import effects_delete_gone
 from headgate_django.store.fenced import after_finish
 from headgate_django.store.insert import job_insert_many
 from headgate_django.store.rows import prep
@@ -191,7 +192,10 @@ def job_bulk_apply(
     if not ids:
         return 0
     if action == "delete":
-        return int(Job.objects.using(using).filter(pk__in=ids).delete()[0])
+        deleted = int(Job.objects.using(using).filter(pk__in=ids).delete()[0])
+        with conn.cursor() as cursor:
+            effects_delete_gone(cursor, ids)
+        return deleted
     set_sql, params = _set_clause(conn, action, at, delay)
     if action == "retry":
         return _retry_free(conn, rows, set_sql, params, using)

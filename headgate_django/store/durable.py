@@ -66,6 +66,7 @@ from headgate_django.store.durable_history import (
     to_ms,
 )
 from headgate_django.store.durable_runs import NextRun, run_start_next, runs_vacuum
+from headgate_django.store.effect_records import effects_delete_gone
 from headgate_django.store.fenced import LeaseRef
 from headgate_django.store.insert import job_insert_many
 from headgate_django.store.tracing import job_trace_stamp
@@ -504,7 +505,7 @@ def execution_vacuum(
     *, older_than: timedelta, limit: int = 100, using: str = "default"
 ) -> list[str]:
     """Delete terminal executions finished more than ``older_than`` ago, with their history,
-    signals and jobs; return their ids."""
+    signals, jobs and the jobs' effect records; return their ids."""
     conn = v.connection_for(using)
     with transaction.atomic(using=using), conn.cursor() as cursor:
         # In the order of the (state, finished_at) index, one state after another, so the
@@ -524,10 +525,11 @@ def execution_vacuum(
         runs_vacuum(cursor, conn, ids)
         cursor.execute(f"DELETE FROM headgate_durable_history WHERE execution_id IN ({marks})", ids)
         cursor.execute(f"DELETE FROM headgate_durable_signal WHERE workflow_id IN ({marks})", ids)
-        cursor.execute(
-            f"DELETE FROM headgate_job WHERE workflow_id IN ({marks})",
-            [jobs.group_of(i) for i in ids],
-        )
+        groups = [jobs.group_of(i) for i in ids]
+        cursor.execute(f"SELECT id FROM headgate_job WHERE workflow_id IN ({marks})", groups)
+        job_ids = [row[0] for row in cursor.fetchall()]
+        cursor.execute(f"DELETE FROM headgate_job WHERE workflow_id IN ({marks})", groups)
+        effects_delete_gone(cursor, job_ids)
         cursor.execute(f"DELETE FROM {EXEC_TABLE} WHERE id IN ({marks})", ids)
     return ids
 

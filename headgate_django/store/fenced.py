@@ -26,6 +26,7 @@ from headgate_django.kernel.storable import storable_text
 from headgate_django.store import packet
 from headgate_django.store import vendor as v
 from headgate_django.store.attempt_logs import logged, save_completion_logs
+from headgate_django.store.effect_records import PG_DELETE_WITH_GONE, effects_delete_gone
 from headgate_django.store.hooks import Death, after_archive
 from headgate_django.store.prepared import server_bound_cursor
 from headgate_django.store.rows import prep
@@ -153,12 +154,16 @@ def _lock_held(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef])
 
 
 def _deleted_ids(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef]) -> set[str]:
+    """Delete the jobs still held under ``refs``, with their effect records; their ids.
+
+    On PostgreSQL one statement does both, so that a delete at ack can still run alone in
+    autocommit (see :func:`atomic_unless_alone`)."""
     if not refs:
         return set()
     if conn.vendor == "postgresql":
         cursor.execute(
-            f"DELETE FROM headgate_job USING {_PG_REFS.format('', '')} WHERE {_PG_HELD} "
-            "RETURNING id",
+            f"WITH gone AS (DELETE FROM headgate_job USING {_PG_REFS.format('', '')} "
+            f"WHERE {_PG_HELD} RETURNING id), {PG_DELETE_WITH_GONE} SELECT id FROM gone",
             _pg_refs(refs),
         )
         return {row[0] for row in cursor.fetchall()}
@@ -168,12 +173,14 @@ def _deleted_ids(cursor: Any, conn: BaseDatabaseWrapper, refs: Sequence[LeaseRef
             f"(id, lease_id, fence) IN ({v.row_values(len(refs), 3)}) RETURNING id",
             [_RUNNING, *v.flat((r.job_id, r.lease_id, r.fence) for r in refs)],
         )
-        return {row[0] for row in cursor.fetchall()}
-    held = _lock_held(cursor, conn, refs)
-    if held:
-        cursor.execute(
-            f"DELETE FROM headgate_job WHERE id IN ({v.placeholders(len(held))})", list(held)
-        )
+        held = {row[0] for row in cursor.fetchall()}
+    else:
+        held = _lock_held(cursor, conn, refs)
+        if held:
+            cursor.execute(
+                f"DELETE FROM headgate_job WHERE id IN ({v.placeholders(len(held))})", list(held)
+            )
+    effects_delete_gone(cursor, held)
     return held
 
 
@@ -567,6 +574,7 @@ def job_revoke(ref: LeaseRef, *, reason: str, using: str = "default") -> State:
         if workflow_id is None:
             check(State.RUNNING, Event.REVOKE)
             cursor.execute("DELETE FROM headgate_job WHERE id = %s", [ref.job_id])
+            effects_delete_gone(cursor, [ref.job_id])
             return State.DELETED
     job_skip(ref, reason=f"revoked: {reason}", using=using)
     return State.ARCHIVED

@@ -16,6 +16,7 @@ from django.db import transaction
 from headgate_django.conf import headgate_settings
 from headgate_django.kernel.states import EVICTABLE_STATES, WAITING_STATES, State, lease_lost_target
 from headgate_django.store import vendor as v
+from headgate_django.store.effect_records import effects_delete_gone
 from headgate_django.store.estimates import Count, capped_count
 from headgate_django.store.fenced import append_error, error_entry
 from headgate_django.store.rows import prep
@@ -195,7 +196,8 @@ def _evictable_where(conn: Any) -> str:
 
 
 def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str, int]:
-    """Delete terminal rows whose retention has lapsed; return the count per state.
+    """Delete terminal rows whose retention has lapsed, with their effect records; return
+    the count per state.
 
     At most ``limit`` rows, the first to expire of each state, read through the eviction
     index in its order and locked with ``SKIP LOCKED``: it never waits for a row a worker
@@ -216,11 +218,13 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
     if v.has_returning(conn):
         with transaction.atomic(using=using), conn.cursor() as cursor:
             cursor.execute(
-                f"DELETE FROM headgate_job WHERE id IN (SELECT id {rows_due}) RETURNING state",
+                f"DELETE FROM headgate_job WHERE id IN (SELECT id {rows_due}) RETURNING id, state",
                 [limit],
             )
-            for (state,) in cursor.fetchall():
+            rows = cursor.fetchall()
+            for _, state in rows:
                 counts[state] = counts.get(state, 0) + 1
+            effects_delete_gone(cursor, [row[0] for row in rows])
         return counts
     with transaction.atomic(using=using), conn.cursor() as cursor:
         cursor.execute(f"SELECT id, state {rows_due}", [limit])
@@ -229,10 +233,9 @@ def job_evict_retained(*, limit: int = 1000, using: str = "default") -> dict[str
             return counts
         for _, state in rows:
             counts[state] = counts.get(state, 0) + 1
-        cursor.execute(
-            f"DELETE FROM headgate_job WHERE id IN ({v.placeholders(len(rows))})",
-            [row[0] for row in rows],
-        )
+        gone = [row[0] for row in rows]
+        cursor.execute(f"DELETE FROM headgate_job WHERE id IN ({v.placeholders(len(gone))})", gone)
+        effects_delete_gone(cursor, gone)
     return counts
 
 

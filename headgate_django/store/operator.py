@@ -28,6 +28,7 @@ from headgate_django.kernel import names
 from headgate_django.kernel.states import Event, State, check
 from headgate_django.models import LIVE_JOB_STATES, Job, Quarantine, QueueState
 from headgate_django.store import vendor as v
+from headgate_django.store.effect_records import effects_delete_gone
 from headgate_django.store.fenced import after_finish
 from headgate_django.store.insert import seal_payload
 from headgate_django.store.rows import prep
@@ -243,12 +244,14 @@ def job_replace_payload(
 
 
 def job_delete(job_id: str, *, using: str = "default") -> None:
-    """Delete a job that is not running (cancel a running one first)."""
-    with transaction.atomic(using=using):
+    """Delete a job that is not running (cancel a running one first), with its effect
+    records."""
+    with transaction.atomic(using=using), v.connection_for(using).cursor() as cursor:
         job = _locked(job_id, using, "delete")
         if job.state == State.RUNNING.value:
             raise InvalidTransitionError(f"job {job_id} is running; cancel it first")
         job.delete()
+        effects_delete_gone(cursor, [job_id])
 
 
 def queue_set_paused(name: str, paused: bool, *, using: str = "default") -> None:

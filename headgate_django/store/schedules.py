@@ -310,6 +310,7 @@ def _withdraw_ahead(obj: Schedule, now: datetime, reason: str, using: str) -> li
         if origin is not None and origin.schedule == obj.name and tick_at > now:
             ticks[job_id] = tick_at
     if ticks:
+        # Ticks still ahead never ran, so they have no effect records to delete with them.
         Job.objects.using(using).filter(id__in=list(ticks), state=State.SCHEDULED.value).delete()
         events = [EventRow(obj.name, t, "skipped", f"withdrawn: {reason}") for t in ticks.values()]
         schedule_events_record(sorted(events, key=lambda e: e.tick_at), now=now, using=using)

@@ -22,6 +22,7 @@ from headgate_django.kernel.states import State
 from headgate_django.kernel.workflow import MISSING, Checkpoint, NodeRow, Plan
 from headgate_django.models import Job, WorkflowCheckpoint
 from headgate_django.store import vendor as v
+from headgate_django.store.effect_records import effects_delete_gone
 from headgate_django.store.fenced import LeaseRef, append_error, error_entry, lock_held
 from headgate_django.store.rows import prep
 
@@ -228,7 +229,8 @@ def _in(ids: list[str]) -> str:
 
 
 def _delete(cursor: Any, conn: Any, job_ids: list[str]) -> None:
-    """Doomed descendants that never ran go away (the failure is explained by history)."""
+    """Doomed descendants that never ran go away (the failure is explained by history),
+    with the effect records of those that ran before (a retryable one)."""
     if job_ids:
         states = [
             s.value for s in (State.PENDING, State.SCHEDULED, State.AVAILABLE, State.RETRYABLE)
@@ -238,6 +240,7 @@ def _delete(cursor: Any, conn: Any, job_ids: list[str]) -> None:
             f"AND state IN ({_in(states)})",
             [*job_ids, *states],
         )
+        effects_delete_gone(cursor, job_ids)
 
 
 def _promote(cursor: Any, conn: Any, job_ids: list[str]) -> None:

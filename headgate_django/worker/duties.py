@@ -115,11 +115,22 @@ def _evict_unique_windows() -> dict[str, Any]:
     return _cleaned("evicted", store.unique_window_evict(limit=CLEANUP_BATCH))
 
 
-def _prune_effects() -> dict[str, Any]:
-    """Records of at-most-once effects whose job is gone."""
-    from headgate_django.store.effects import effect_prune
+#: Where the next ``effects-prune`` run starts (an effect record's id). Per process; a
+#: fresh one starts from the first record.
+_effects_sweep = {"after": 0}
 
-    return _cleaned("pruned", effect_prune(limit=CLEANUP_BATCH))
+
+def _prune_effects() -> dict[str, Any]:
+    """Records of at-most-once effects whose job was deleted without them (before the
+    store deleted them with their job; see :mod:`headgate_django.store.effect_records`):
+    one slice of the table a run, so a run reads its slice, not the table. A full slice
+    that found some runs again on the next tick: a backlog clears at the database's pace,
+    a clean table is read one slice a minute."""
+    from headgate_django.store.effect_records import effect_sweep
+
+    pruned, after = effect_sweep(after=_effects_sweep["after"], limit=CLEANUP_BATCH)
+    _effects_sweep["after"] = after
+    return {"pruned": pruned, "more": pruned > 0 and after != 0}
 
 
 #: Workflows whose records one ``workflows-prune`` run deletes (and, of workflows without

@@ -15,7 +15,8 @@ from headgate_django.context import JobContext
 from headgate_django.exceptions import DefinitionError, LeaseLostError
 from headgate_django.models import Effect, Job
 from headgate_django.signals import job_finished
-from headgate_django.store.effects import effect_prune, job_effects
+from headgate_django.store.effect_records import effect_sweep
+from headgate_django.store.effects import job_effects
 from tests.app.models import Execution
 from tests.conformance.helpers import claim, crash, enqueue_job
 
@@ -104,13 +105,21 @@ def test_bad_input_records_nothing(name, fn, error):
     assert not Effect.objects.exists()
 
 
-def test_records_of_gone_jobs_are_pruned():
-    job_id = enqueue_job()
+def test_records_of_jobs_deleted_outside_the_store_are_swept():
+    """A project's own ``DELETE`` (or a worker of an older version) leaves records behind:
+    the sweep finds them, one slice of the table a run, and starts over past the end."""
+    job_id, kept = enqueue_job(), enqueue_job()
     JobContext(claim(job_id)).once("x", lambda: 1)
-    assert effect_prune() == 0
+    JobContext(claim(kept)).once("x", lambda: 1)
+    assert effect_sweep(after=0) == (0, 0)
     Job.objects.filter(pk=job_id).delete()
-    assert effect_prune() == 1
+    first, second = Effect.objects.order_by("id").values_list("id", flat=True)
+    assert effect_sweep(after=0, limit=1) == (1, first)
+    assert effect_sweep(after=first, limit=1) == (0, second)
+    assert effect_sweep(after=second, limit=1) == (0, second)  # none after it: from the start
+    assert effect_sweep(after=0, limit=2) == (0, 0)  # a short slice: the end, start over
     assert job_effects(job_id) is None
+    assert [r.name for r in job_effects(kept)] == ["x"]
 
 
 @task(kind="test.once.last")

@@ -22,7 +22,7 @@ from headgate_django import admission, store
 from headgate_django.kernel.states import State
 from headgate_django.store.claim import job_available
 from headgate_django.store.deadlines import job_archive_past_deadline
-from headgate_django.store.effects import effect_prune
+from headgate_django.store.effect_records import effect_sweep
 from tests.conformance.helpers import enqueue_job, job_in_state
 
 pytestmark = [
@@ -38,7 +38,7 @@ READS: dict[str, Callable[[], Any]] = {
     "evict": lambda: store.job_evict_retained(limit=100),
     "eviction backlog": store.job_eviction_backlog,
     "deadlines": job_archive_past_deadline,
-    "effects": effect_prune,
+    "effects": lambda: effect_sweep(after=0),
     "job available": job_available,
     "claim": lambda: store.job_claim(worker_id="w", limit=10, lease_ttl=timedelta(seconds=30)),
     # every enqueue into a queue with a backpressure limit counts its unfinished jobs

@@ -374,7 +374,7 @@ def test_effect_pruning_looks_each_record_s_job_up_by_its_key() -> None:
     headgate_job)``, PostgreSQL read every job for it, and again for each record once the
     ids outgrew ``work_mem``; each record's job must be probed through the primary key."""
     from headgate_django.models import Effect, Job
-    from headgate_django.store.effects import effect_prune
+    from headgate_django.store.effect_records import effect_sweep
 
     with connection.cursor() as cursor:
         fill(cursor, "postgresql", terminal=DUTY_RETAINED)
@@ -386,7 +386,7 @@ def test_effect_pruning_looks_each_record_s_job_up_by_its_key() -> None:
         + [Effect(job_id=f"gone-{i}", name="x", fence=1, created_at=now) for i in range(50)]
     )
     with CaptureQueriesContext(connection) as captured:
-        assert effect_prune() == 50
+        assert effect_sweep(after=0) == (50, 0)
     reads = [q["sql"] for q in captured.captured_queries if "headgate_job" in q["sql"]]
     assert reads
     assert {sql[:300]: problems(sql) for sql in reads if problems(sql)} == {}
