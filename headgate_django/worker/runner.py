@@ -48,6 +48,7 @@ from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.store.sessions import roll_back_left_open
 from headgate_django.store.tracing import job_trace_contexts
 from headgate_django.worker import batches, events, execute, logs
+from headgate_django.worker.async_runner import AsyncRunner
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import wake_source
@@ -207,7 +208,7 @@ class Worker:
             threading.Thread(target=self._handler_loop, name=f"headgate-job-{n}", daemon=True)
             for n in range(concurrency)
         ]
-        self._async = execute.AsyncRunner()
+        self._async = AsyncRunner()
         # Duty leases under this process's own name: two processes given one --worker-id
         # must not both hold a duty meant to run in one place.
         holder = f"{self.worker_id}#{uuid.uuid4().hex[:6]}"
