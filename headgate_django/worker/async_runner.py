@@ -95,7 +95,7 @@ class Escaped(Exception):
         self.exc = exc
 
 
-class _Lane:
+class _Lane(ThreadPoolExecutor):
     """The thread on which one handler thread's async attempts run their thread-sensitive
     ``sync_to_async`` code, with its own database sessions.
 
@@ -104,28 +104,59 @@ class _Lane:
     every async handler would let one handler's leak be found, and blamed, at the end of
     another's attempt, with that other's writes inside it. Each attempt enters its own
     ``ThreadSensitiveContext`` over the lane, which refuses the thread-sensitive calls of
-    tasks the attempt left running once it returned, so none lands in a later attempt.
+    tasks the attempt left running once it returned, so none lands in a later attempt; a
+    call such a task made before is waited for (:func:`_check_lane`).
 
     The storage of the lane's connections, taken at the first check, is read from the loop
     after each attempt, and the check goes to the lane only when a connection there may
-    hold a transaction: an attempt that never used the ORM makes no trip to it.
+    hold a transaction or a call is still running: an attempt that never used the ORM
+    makes no trip to it.
     """
 
     def __init__(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headgate-async-sync")
+        super().__init__(max_workers=1, thread_name_prefix="headgate-async-sync")
         self.storage: dict[str, Any] | None = None
+        self._sent = 0  # calls submitted, counted on the loop
+        self._ran = 0  # calls finished, counted on the lane before their result is set
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
+        self._sent += 1
+        return super().submit(self._run, fn, *args, **kwargs)
+
+    def _run(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._ran += 1
+
+    def busy(self) -> bool:
+        return self._sent != self._ran
 
     def suspect(self) -> bool:
-        return self.storage is None or may_hold_transaction(self.storage)
+        return self.busy() or self.storage is None or may_hold_transaction(self.storage)
 
     def close(self) -> None:
         try:
-            self.executor.submit(connections.close_all).result(timeout=1)
+            # Not counted: every attempt has returned, and this is none of theirs.
+            super().submit(connections.close_all).result(timeout=1)
         except TimeoutError:
             pass  # still running a handler's code: its sessions go with the process
         except DatabaseError:
             pass  # a session that failed to close is gone all the same
-        self.executor.shutdown(wait=False)
+        self.shutdown(wait=False)
+
+
+async def _check_lane(lane: _Lane, left: list[str]) -> None:
+    """Roll back what the attempt that just returned left open on ``lane``, adding the
+    aliases to ``left``; again after each check while a task the handler left running
+    sent another call there meanwhile, so that none outlives the attempt's context."""
+    if not lane.suspect():
+        return
+    while True:
+        found, lane.storage = await sync_to_async(_check_here, thread_sensitive=True)()
+        left.extend(found)
+        if not lane.busy():
+            return
 
 
 #: The ``left`` list of the attempt whose handler runs in this context (see _CheckedPool).
@@ -212,11 +243,7 @@ async def _contained(
     asgiref's thread-sensitive thread.
     """
     _attempt_left.set(left)  # this task's context, which the tasks it starts inherit
-    scope = (
-        ThreadSensitiveContext(executor=lane.executor)
-        if lane is not None
-        else contextlib.nullcontext()
-    )
+    scope = ThreadSensitiveContext(executor=lane) if lane is not None else contextlib.nullcontext()
     async with scope:
         try:
             return await coro
@@ -225,11 +252,10 @@ async def _contained(
         except BaseException as exc:
             raise Escaped(exc) from exc
         finally:
-            if lane is None or lane.suspect():
-                found, storage = await sync_to_async(_check_here, thread_sensitive=True)()
-                left.extend(found)
-                if lane is not None:
-                    lane.storage = storage
+            if lane is not None:
+                await _check_lane(lane, left)
+            else:
+                left.extend(await sync_to_async(roll_back_left_open, thread_sensitive=True)())
 
 
 def run_alone(coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:

@@ -5,7 +5,8 @@ Threads, each with one job:
   while jobs are short (:mod:`.claim_size`); idles with backoff 50 ms → 2 s, and wakes
   early on LISTEN/NOTIFY or when a job finishes;
 - handler threads (``--concurrency`` of them, each taking the next buffered job), plus one
-  event loop thread for ``async def``;
+  event loop thread for ``async def``, where each handler thread's async attempts run
+  their sync code on a thread of their own (:mod:`.async_runner`);
 - the acker: writes every success waiting for it in one fenced statement;
 - the heartbeat: renews all held leases (buffered ones too) every lease/3 in one statement,
   enforces per-attempt timeouts, runs due duties, prints the status line and keeps this

@@ -256,6 +256,40 @@ def test_a_leak_is_blamed_on_the_async_handler_that_left_it_not_on_a_concurrent_
     assert list(Execution.objects.values_list("label", flat=True)) == ["clean"]
 
 
+def _sleep_then_enter_atomic() -> None:
+    import time
+
+    time.sleep(0.5)
+    transaction.atomic().__enter__()
+
+
+_left_running: set[asyncio.Task] = set()  # the tasks below, kept from the garbage collector
+
+
+@task(kind="test.open-tx.async-detached", max_attempts=2)
+async def leave_a_task_running_that_leaks(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    _left_running.add(asyncio.create_task(sync_to_async(_sleep_then_enter_atomic)()))
+    await asyncio.sleep(0.1)  # the call is on its way, and the handler returns
+
+
+def test_a_call_left_running_by_an_async_handler_is_that_handlers_attempts():
+    """A task the handler started and left running has sent a ``sync_to_async`` call that
+    opens a transaction after the handler returned: the check of that attempt waits for
+    the call, and the next attempt on the same thread is not blamed for it."""
+    before = record_in_sync_to_async.enqueue(label="before")  # the thread is known
+    leaked = leave_a_task_running_that_leaks.enqueue()
+    after = record_in_sync_to_async.enqueue(label="after")
+    run_burst()  # one handler thread runs all three, in order
+    _left_running.clear()
+    row = job(leaked)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    assert job(before).state == job(after).state == "completed"
+    assert sorted(Execution.objects.values_list("label", flat=True)) == ["after", "before"]
+
+
 def test_an_async_attempt_does_not_wait_for_another_handlers_sync_code():
     """Each handler thread's async attempts run their thread-sensitive ``sync_to_async``
     code on a lane of their own: an attempt does not queue behind another handler's long
