@@ -67,13 +67,11 @@ class AsyncRunner:
         return future.result()
 
     def close(self) -> None:
-        # The sessions the handlers' ``sync_to_async`` code opened on the lanes end with
-        # the worker, as its handler threads' do; unless a lane is still busy with a
-        # handler that outlived the drain.
+        # The sessions the handlers' ``sync_to_async`` code opened end with the worker, as
+        # its handler threads' do; unless a handler that outlived the drain still uses one.
         with self._lock:
             lanes, self._lanes = self._lanes, []
-        for lane in lanes:
-            lane.close()
+        wait([lane.close() for lane in lanes], timeout=1)  # all at once: one wait at most
         self._pool.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
@@ -135,15 +133,13 @@ class _Lane(ThreadPoolExecutor):
     def suspect(self) -> bool:
         return self.busy() or self.storage is None or may_hold_transaction(self.storage)
 
-    def close(self) -> None:
-        try:
-            # Not counted: every attempt has returned, and this is none of theirs.
-            super().submit(connections.close_all).result(timeout=1)
-        except TimeoutError:
-            pass  # still running a handler's code: its sessions go with the process
-        except DatabaseError:
-            pass  # a session that failed to close is gone all the same
+    def close(self) -> Future[None]:
+        """Close the lane's sessions once its calls are done (a handler's code still
+        running keeps them until then, or until the process ends), and let it go."""
+        # Not counted: every attempt has returned, and this is none of theirs.
+        closing = super().submit(_close_sessions)
         self.shutdown(wait=False)
+        return closing
 
 
 async def _check_lane(lane: _Lane, left: list[str]) -> None:
@@ -200,9 +196,13 @@ class _CheckedPool(ThreadPoolExecutor):
         self.shutdown(wait=False)
 
 
-def _close_then_wait(barrier: threading.Barrier) -> None:
+def _close_sessions() -> None:
     with contextlib.suppress(DatabaseError):  # a session that failed to close is gone
         connections.close_all()
+
+
+def _close_then_wait(barrier: threading.Barrier) -> None:
+    _close_sessions()
     with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait(timeout=1)
 
