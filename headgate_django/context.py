@@ -341,16 +341,17 @@ class JobContext:
 
     # -- the same writes for ``async def`` handlers --------------------------------------
     # Django refuses database work on an event loop's thread, so each fenced write runs
-    # through ``sync_to_async`` (Django's one thread for sync database work), while the
-    # handler's own coroutines stay on the loop.
+    # through ``sync_to_async`` (in a worker, on the thread the attempt's thread-sensitive
+    # sync code runs on: see ``worker.async_runner``), while the handler's own coroutines
+    # stay on the loop.
 
     async def _on_db_thread(self, write: Callable[[], T]) -> T:
-        """``write()`` on Django's thread for sync database work, whose session is first
-        replaced if an error left it dead.
+        """``write()`` on the thread for the attempt's sync database work, whose session is
+        first replaced if an error left it dead.
 
         Nothing else ever closes that thread's session (the worker refreshes its handler
         threads' only): once the server dropped it (a restart, an idle timeout), every later
-        write of every async handler of the process failed on it, each using an attempt."""
+        write of every async handler that used it failed on it, each using an attempt."""
         using = self._using
 
         def run() -> T:

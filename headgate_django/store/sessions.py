@@ -6,8 +6,9 @@ turned off) would hold all of that in a transaction nothing ever commits: outcom
 land, the rows they touch stay locked against the acker and other workers, and once
 Django closes such a connection it refuses every later query. So the worker rolls back,
 after each handler, whatever the handler left open (:func:`roll_back_left_open`). The
-same holds for the one thread on which ``sync_to_async`` runs the ORM code of every
-``async def`` handler: the worker checks it after each async attempt (``worker.execute``).
+same holds for the threads on which ``sync_to_async`` runs an ``async def`` handler's ORM
+code: the worker checks them after each async attempt, or each call
+(``worker.async_runner``).
 """
 
 from __future__ import annotations

@@ -6,18 +6,14 @@ UPDATE while failures, snoozes and skips are written one by one.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import traceback
-from collections.abc import Coroutine
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from headgate_django import tracing
@@ -29,12 +25,8 @@ from headgate_django.exceptions import LeaseLostError, TransactionLeftOpenError
 from headgate_django.kernel import sealed
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.store.packet import check_result_sent
-from headgate_django.store.sessions import (
-    may_hold_transaction,
-    roll_back_left_open,
-    thread_connection_storage,
-)
 from headgate_django.store.vendor import connection_for
+from headgate_django.worker.async_runner import AsyncRunner, Escaped, run_alone
 
 log = logging.getLogger("headgate_django.worker")
 
@@ -95,106 +87,6 @@ class LeaseLost:
 
 Outcome = Succeeded | Committed | Failed | Snoozed | Skipped | Revoked | Undecodable | LeaseLost
 _SUCCEEDED = Succeeded(result=None)  # what most attempts return: made once, it is immutable
-
-
-class AsyncRunner:
-    """One event loop, in its own thread, for every ``async def`` handler of a worker."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="headgate-async", daemon=True
-        )
-        self._thread.start()
-        self._shared = _SharedThread()
-
-    def run(self, coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
-        """``coro``'s result (see :func:`_contained` for ``left``)."""
-        contained = _contained(coro, left, self._shared)
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(contained, self.loop)
-        return future.result()
-
-    def close(self) -> None:
-        # The sessions the handlers' ``sync_to_async`` code opened on asgiref's shared
-        # thread end with the worker, as its handler threads' do (see _contained); unless
-        # that thread is still busy with a handler that outlived the drain.
-        closing = sync_to_async(connections.close_all, thread_sensitive=True)()
-        future = asyncio.run_coroutine_threadsafe(closing, self.loop)
-        try:
-            future.result(timeout=1)
-        except TimeoutError:
-            future.cancel()
-        except DatabaseError:
-            pass  # a session that failed to close is gone all the same
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
-        if not self._thread.is_alive():  # an unclosed loop leaks its self-pipe socket
-            self.loop.close()
-
-
-class _Escaped(Exception):
-    """Carries a ``BaseException`` that is not an ``Exception`` out of an ``async def`` handler.
-
-    Left alone, asyncio re-raises a task's ``SystemExit`` or ``KeyboardInterrupt`` out of
-    the event loop, ending the thread every async handler of the worker runs on, and turns a
-    ``CancelledError`` the handler raised itself into a cancelled future that no longer
-    names it. Nothing here cancels a handler's task, so each is the handler's own doing.
-    """
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(repr(exc))
-        self.exc = exc
-
-
-class _SharedThread:
-    """The connections of asgiref's thread-sensitive thread, as one event loop sees them.
-
-    A check on that thread queues behind the sync code other async handlers run there, so
-    an attempt that never went near it would wait for theirs. The storage of that thread's
-    connections, taken at the first check, is read from the loop instead, and the check
-    goes to the thread only when a connection there may hold a transaction. Only for a
-    loop whose handlers' ``sync_to_async`` always lands on that one thread: the worker's
-    own, which no ``async_to_sync`` call encloses.
-    """
-
-    def __init__(self) -> None:
-        self.storage: dict[str, Any] | None = None
-
-    def suspect(self) -> bool:
-        return self.storage is None or may_hold_transaction(self.storage)
-
-
-def _check_here() -> tuple[list[str], dict[str, Any] | None]:
-    return roll_back_left_open(), thread_connection_storage()
-
-
-async def _contained(
-    coro: Coroutine[Any, Any, Any], left: list[str], shared: _SharedThread | None = None
-) -> Any:
-    """Await an ``async def`` handler's coroutine, then roll back the transactions left open
-    on the thread its ``sync_to_async`` code ran on, adding their aliases to ``left``.
-
-    Django's ORM is sync: an async handler reaches it through ``sync_to_async``, which runs
-    it, for every async handler of the process, on asgiref's one thread-sensitive thread.
-    An ``atomic()`` a handler entered there and never left (or autocommit it turned off)
-    would hold every later async handler's writes in a transaction nothing commits, as on a
-    sync handler's own thread (``store.sessions``). The check runs on that thread, queued
-    behind the calls already sent to it, unless ``shared`` shows nothing to check.
-    """
-    try:
-        return await coro
-    except Exception:
-        raise
-    except BaseException as exc:
-        raise _Escaped(exc) from exc
-    finally:
-        if shared is None or shared.suspect():
-            found, storage = await sync_to_async(_check_here, thread_sensitive=True)()
-            left.extend(found)
-            if shared is not None:
-                shared.storage = storage
 
 
 def decode(
@@ -304,10 +196,8 @@ def _run_handler(
     try:
         if definition.is_async:
             coro = definition.fn(ctx, *args, **kwargs)
-            if async_runner is None:
-                result = asyncio.run(_contained(coro, left))
-            else:
-                result = async_runner.run(coro, left)
+            runs = run_alone if async_runner is None else async_runner.run
+            result = runs(coro, left)
         else:
             # What ``conn.execute_wrapper(watch)`` does, without building a generator-based
             # context manager for every attempt.
@@ -332,7 +222,7 @@ def _run_handler(
             delay=exc.delay,
             exception=class_path(cause),
         )
-    except _Escaped as exc:
+    except Escaped as exc:
         return failure(exc.exc)
     except Exception as exc:
         # Stored arguments that the handler cannot take (written by hand, by another

@@ -5,7 +5,8 @@ Threads, each with one job:
   while jobs are short (:mod:`.claim_size`); idles with backoff 50 ms → 2 s, and wakes
   early on LISTEN/NOTIFY or when a job finishes;
 - handler threads (``--concurrency`` of them, each taking the next buffered job), plus one
-  event loop thread for ``async def``;
+  event loop thread for ``async def``, where each handler thread's async attempts run
+  their sync code on a thread of their own (:mod:`.async_runner`);
 - the acker: writes every success waiting for it in one fenced statement;
 - the heartbeat: renews all held leases (buffered ones too) every lease/3 in one statement,
   enforces per-attempt timeouts, runs due duties, prints the status line and keeps this
@@ -48,6 +49,7 @@ from headgate_django.store.fenced import Completion, LeaseRef
 from headgate_django.store.sessions import roll_back_left_open
 from headgate_django.store.tracing import job_trace_contexts
 from headgate_django.worker import batches, events, execute, logs
+from headgate_django.worker.async_runner import AsyncRunner
 from headgate_django.worker.claim_size import ClaimSizer
 from headgate_django.worker.duties import DutyRunner
 from headgate_django.worker.notify import wake_source
@@ -207,7 +209,7 @@ class Worker:
             threading.Thread(target=self._handler_loop, name=f"headgate-job-{n}", daemon=True)
             for n in range(concurrency)
         ]
-        self._async = execute.AsyncRunner()
+        self._async = AsyncRunner()
         # Duty leases under this process's own name: two processes given one --worker-id
         # must not both hold a duty meant to run in one place.
         holder = f"{self.worker_id}#{uuid.uuid4().hex[:6]}"

@@ -3,7 +3,6 @@ whose session is gone; ``tests/chaos/test_dropped_sessions.py`` kills real sessi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 
 import pytest
@@ -112,28 +111,24 @@ async def async_progress(ctx) -> None:
     await ctx.aset_progress(1, 2)
 
 
-def _kill_sync_thread_session() -> None:
-    """Close the driver connection under Django's thread for sync work (the one every
-    ``async def`` handler's fenced writes use), as a server restart would."""
+def _kill_session() -> None:
+    connections["default"].ensure_connection()
+    connections["default"].connection.close()
 
-    def kill() -> None:
-        connections["default"].ensure_connection()
-        connections["default"].connection.close()
 
-    asyncio.run(sync_to_async(kill)())
+@task(kind="test.lost-connection.async-kill-session")
+async def kill_the_sync_threads_session(ctx) -> None:
+    """Close the driver connection under the thread this handler thread's async attempts
+    run their sync code on (the one their fenced writes use), as a server restart would."""
+    await sync_to_async(_kill_session)()
 
 
 def test_async_handler_writes_recover_once_their_session_is_gone() -> None:
     if connection.vendor == "sqlite":
         pytest.skip("SQLite has no server session to lose")
-    _kill_sync_thread_session()
-    outcomes = []
-    try:
-        for _ in range(3):
-            job_id = async_progress.enqueue()
-            Worker(concurrency=1, burst=True, run_duties=False).run()
-            outcomes.append(Job.objects.get(pk=job_id).state)
-    finally:  # that thread outlives the test: its session must not outlive the database
-        asyncio.run(sync_to_async(connections.close_all)())
+    kill_the_sync_threads_session.enqueue()
+    job_ids = [async_progress.enqueue() for _ in range(3)]
+    Worker(concurrency=1, burst=True, run_duties=False).run()  # all four, in order
+    outcomes = [Job.objects.get(pk=job_id).state for job_id in job_ids]
     # The write that finds the session dead fails its attempt; the next ones reconnect.
     assert outcomes == ["retryable", "completed", "completed"]

@@ -4,6 +4,7 @@ thread that ran it records that outcome and goes on running jobs on a clean conn
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -38,10 +39,11 @@ def leave_atomic_open_in_a_batch(members) -> None:
         record(member.ctx, "batch")
 
 
-def run_burst() -> None:
-    """One burst of one handler thread; a worker wedged by a leaked transaction (its
-    outcome writes retried forever) is stopped, so that the test fails instead of hanging."""
-    worker = Worker(concurrency=1, burst=True, run_duties=False)
+def run_burst(concurrency: int = 1) -> None:
+    """One burst of ``concurrency`` handler threads; a worker wedged by a leaked transaction
+    (its outcome writes retried forever) is stopped, so that the test fails instead of
+    hanging."""
+    worker = Worker(concurrency=concurrency, burst=True, run_duties=False)
 
     def run() -> None:
         try:
@@ -89,7 +91,6 @@ def test_a_thread_that_ran_an_event_loop_is_checked_all_the_same():
     """Once an event loop ran in a thread, asgiref keeps the storage of its async code in
     the same thread-local as the connection wrappers (``cvar``): the check read it as a
     connection and failed the attempt of every job that thread then ran."""
-    import asyncio
 
     from asgiref.sync import sync_to_async
 
@@ -166,28 +167,150 @@ def test_an_async_handler_that_leaves_a_transaction_open_in_sync_to_async_fails(
     assert sorted(labels) == ["after", "before"]
 
 
-def test_an_async_attempt_does_not_wait_for_the_shared_thread_it_never_used():
-    """The check reads the shared thread's connections from the event loop, and goes to
-    that thread only when one may hold a transaction: an attempt that never used it does
-    not queue behind another handler's long ``sync_to_async`` call."""
+def _enter_atomic_and_record(ctx, label: str) -> None:
+    transaction.atomic().__enter__()
+    record(ctx, label)
+
+
+def _autocommit_off_and_record(ctx, label: str) -> None:
+    transaction.set_autocommit(False)
+    record(ctx, label)
+
+
+@task(kind="test.open-tx.async-pool-atomic", max_attempts=2)
+async def leave_atomic_open_off_the_shared_thread(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_enter_atomic_and_record, thread_sensitive=False)(ctx, label)
+
+
+@task(kind="test.open-tx.async-pool-autocommit", max_attempts=2)
+async def leave_autocommit_off_off_the_shared_thread(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_autocommit_off_and_record, thread_sensitive=False)(ctx, label)
+
+
+@pytest.mark.parametrize(
+    "leaky",
+    [leave_atomic_open_off_the_shared_thread, leave_autocommit_off_off_the_shared_thread],
+)
+def test_an_async_handler_that_leaves_a_transaction_open_off_the_shared_thread_fails(leaky):
+    """``sync_to_async(..., thread_sensitive=False)`` runs on the event loop's pool of
+    threads, not on the thread-sensitive one: a transaction left open there was never
+    seen, and the job that left it completed with its writes uncommitted."""
+    leaked = leaky.enqueue(label="leaked")
+    after = record_in_sync_to_async.enqueue(label="after")
+    run_burst()
+    row = job(leaked)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    assert job(after).state == "completed"
+    assert list(Execution.objects.values_list("label", flat=True)) == ["after"]
+
+
+#: What two concurrent async attempts wait for from each other: see the test below.
+_turns: dict[str, asyncio.Event] = {}
+
+
+async def _turn(name: str) -> None:
+    await asyncio.wait_for(_turns[name].wait(), timeout=10)
+
+
+@task(kind="test.open-tx.async-leak-then-wait", max_attempts=2)
+async def leak_while_the_other_runs(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await _turn("clean_wrote")  # on SQLite, the transaction would lock the other's write out
+    await sync_to_async(_enter_atomic)()
+    _turns["leaked"].set()
+    await _turn("clean_returned")
+    await sync_to_async(record)(ctx, label)  # in the transaction it never leaves
+
+
+@task(kind="test.open-tx.async-clean-after-leak", max_attempts=2)
+async def return_while_the_other_leaks(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(record)(ctx, label)
+    _turns["clean_wrote"].set()
+    await _turn("leaked")
+    _turns["clean_returned"].set()
+
+
+def test_a_leak_is_blamed_on_the_async_handler_that_left_it_not_on_a_concurrent_one():
+    """Two async handlers on the worker's one event loop: the first opens a transaction in
+    its ``sync_to_async`` code while the second runs, and returns with it open after the
+    second has returned. The leak is the first's: its attempt fails and its write is gone;
+    the second, which left nothing open, completes. (On the one thread asgiref shares
+    between them, the second's check found the first's transaction and was blamed.)"""
+    _turns.clear()
+    _turns.update((name, asyncio.Event()) for name in ("clean_wrote", "leaked", "clean_returned"))
+    leaked = leak_while_the_other_runs.enqueue(label="leaked")
+    clean = return_while_the_other_leaks.enqueue(label="clean")
+    run_burst(concurrency=2)  # both run at once, on one event loop
+    row = job(leaked)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    assert job(clean).state == "completed"
+    assert list(Execution.objects.values_list("label", flat=True)) == ["clean"]
+
+
+def _sleep_then_enter_atomic() -> None:
+    import time
+
+    time.sleep(0.5)
+    transaction.atomic().__enter__()
+
+
+_left_running: set[asyncio.Task] = set()  # the tasks below, kept from the garbage collector
+
+
+@task(kind="test.open-tx.async-detached", max_attempts=2)
+async def leave_a_task_running_that_leaks(ctx, label: str = "") -> None:
+    from asgiref.sync import sync_to_async
+
+    _left_running.add(asyncio.create_task(sync_to_async(_sleep_then_enter_atomic)()))
+    await asyncio.sleep(0.1)  # the call is on its way, and the handler returns
+
+
+def test_a_call_left_running_by_an_async_handler_is_that_handlers_attempts():
+    """A task the handler started and left running has sent a ``sync_to_async`` call that
+    opens a transaction after the handler returned: the check of that attempt waits for
+    the call, and the next attempt on the same thread is not blamed for it."""
+    before = record_in_sync_to_async.enqueue(label="before")  # the thread is known
+    leaked = leave_a_task_running_that_leaks.enqueue()
+    after = record_in_sync_to_async.enqueue(label="after")
+    run_burst()  # one handler thread runs all three, in order
+    _left_running.clear()
+    row = job(leaked)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    assert job(before).state == job(after).state == "completed"
+    assert sorted(Execution.objects.values_list("label", flat=True)) == ["after", "before"]
+
+
+def test_an_async_attempt_does_not_wait_for_another_handlers_sync_code():
+    """Each handler thread's async attempts run their thread-sensitive ``sync_to_async``
+    code on a lane of their own: an attempt does not queue behind another handler's long
+    call there, as it did on the one thread asgiref shares between them."""
     import time
 
     from asgiref.sync import sync_to_async
 
-    from headgate_django.worker.execute import AsyncRunner
+    from headgate_django.worker.async_runner import AsyncRunner
 
     async def quick() -> None:
-        return None
+        await sync_to_async(lambda: None)()
 
     async def slow() -> None:
         await sync_to_async(time.sleep)(2)
 
     runner = AsyncRunner()
     try:
-        runner.run(quick(), [])
         busy = threading.Thread(target=runner.run, args=(slow(), []))
         busy.start()
-        time.sleep(0.2)  # the shared thread is in time.sleep now
+        time.sleep(0.2)  # the other handler thread's lane is in time.sleep now
         started = time.monotonic()
         left: list[str] = []
         runner.run(quick(), left)
@@ -196,4 +319,4 @@ def test_an_async_attempt_does_not_wait_for_the_shared_thread_it_never_used():
     finally:
         runner.close()
     assert left == []
-    assert took < 1.0, f"the attempt waited {took:.1f} s for the shared thread"
+    assert took < 1.0, f"the attempt waited {took:.1f} s for another handler's sync code"
