@@ -120,6 +120,9 @@ DEFAULTS: dict[str, Any] = {
     # off). Old ids stay in the ring for the jobs sealed with them.
     "ENCRYPTION_KEYS": {},
     "ENCRYPTION_KEY_ID": None,
+    # Console: live sockets one user may hold open in one ASGI process (each polls the
+    # database); more are closed with code 4429.
+    "CONSOLE_MAX_SOCKETS_PER_USER": 20,
     # HTTP control API (headgate_django.api).
     # Answer every mutation 403 "read_only" (reads keep working).
     "API_READ_ONLY": False,

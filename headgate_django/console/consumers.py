@@ -33,7 +33,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
 
-from headgate_django.console import access, links
+from headgate_django.console import access, links, sockets
 from headgate_django.console.dashboard import (
     overview_data,
     overview_html,
@@ -72,6 +72,10 @@ RECONNECT = 4000
 #: Close code: a frame the console cannot read (binary, longer than
 #: :data:`MAX_FRAME_CHARS`, or not JSON). Pages send nothing but small JSON text frames.
 UNREADABLE = 4400
+#: Close code: the user already holds ``HEADGATE["CONSOLE_MAX_SOCKETS_PER_USER"]`` open
+#: sockets in this process (:mod:`headgate_django.console.sockets`). Sent after the
+#: handshake, so that the page can tell it from a refusal and retry slowly.
+TOO_MANY = 4429
 #: The longest frame a page sends: an ``expand`` naming :data:`MAX_EXPANDED` group ids.
 MAX_FRAME_CHARS = 256 * 1024
 
@@ -95,6 +99,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     # Set before ``connect`` can refuse: the disconnect that follows a refusal reads them.
     watcher: asyncio.Task[None] | None = None
     group: str | None = None
+    #: The user key this socket is counted under (:mod:`~headgate_django.console.sockets`).
+    counted: Any = None
 
     # -- what a subclass supplies (sync: they run in a database thread) --------------
     def group_for(self, object_id: str) -> str:
@@ -125,6 +131,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not access.storable(*texts) or not await allowed(user, self.permission):
             await self.close(code=REFUSED)
             return
+        if not sockets.take(user.pk):
+            await self.accept()
+            await self.close(code=TOO_MANY)
+            return
+        self.counted = user.pk
         self.object_id = object_id
         self.site_name = query_site(self.scope)
         self.view = await database_sync_to_async(self.view_of)(user)
@@ -154,6 +165,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         try:
             await super().__call__(scope, receive, send)
         finally:
+            if self.counted is not None:
+                sockets.give_back(self.counted)
             if self.watcher is not None:
                 self.watcher.cancel()
             if self.group is not None and self.channel_layer is not None:

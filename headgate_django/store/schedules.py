@@ -69,6 +69,7 @@ class ScheduleRow:
     plan_error: str
     created_at: datetime
     updated_at: datetime
+    pauses: int
 
     @property
     def parsed(self) -> ScheduleSpec:
@@ -105,6 +106,7 @@ class DueSchedule(NamedTuple):
     on_missed: str
     backfill_limit: int
     next_run_at: datetime
+    pauses: int
 
     @property
     def parsed(self) -> ScheduleSpec:
@@ -203,6 +205,8 @@ def _upsert(
             obj.next_run_at = withdrawn[0]
         obj.spec, obj.timezone, obj.target = spec.text, spec.tz, target
         obj.on_missed, obj.backfill_limit = on_missed, backfill_limit
+        if paused and not obj.paused:
+            obj.pauses += 1
         obj.paused, obj.declared, obj.updated_at = paused, declared, now
         obj.plan_error = ""
         obj.save(using=using)
@@ -271,6 +275,7 @@ def schedule_set_paused(name: str, paused: bool, *, using: str = "default") -> S
             obj.plan_error = ""
         elif paused and not obj.paused:
             _withdraw_ahead(obj, now, "schedule paused", using)
+            obj.pauses += 1
         obj.paused, obj.updated_at = paused, now
         obj.save(using=using)
         return _row(obj)
@@ -340,6 +345,9 @@ def schedule_pause_undeclared(declared: Sequence[str], *, using: str = "default"
         Schedule.objects.using(using).filter(pk__in=[o.pk for o in rows]).update(
             paused=True, declared=False, updated_at=now
         )
+        Schedule.objects.using(using).filter(pk__in=[o.pk for o in running]).update(
+            pauses=F("pauses") + 1
+        )
     return sorted(o.name for o in running)
 
 
@@ -393,13 +401,15 @@ class Advance:
     when the move fires ticks (so ``last_enqueued_at`` is stamped). ``definition`` is
     the ``(spec, timezone, target)`` the ticks were planned from. ``parked``, when not
     empty, is why its ticks could not be planned: the move parks it (``next_run_at``
-    None, out of the due scan) with that reason as its ``plan_error``."""
+    None, out of the due scan) with that reason as its ``plan_error``. ``pauses`` is the
+    schedule's pause count as the pass read it."""
 
     name: str
     expected: datetime
     next_run_at: datetime | None
     starts: bool
     definition: tuple[str, str, dict[str, Any]]
+    pauses: int
     parked: str = ""
 
 
@@ -407,6 +417,7 @@ class Advance:
 LOST_DELETED = "schedule deleted before it fired"
 LOST_PAUSED = "schedule paused before it fired"
 LOST_CHANGED = "schedule changed before it fired"
+LOST_RESUMED = "schedule paused and resumed before it fired"
 LOST_MOVED = "fired by another pass"
 
 
@@ -433,7 +444,8 @@ def schedule_advance_many(
     store-clock instant the pass planned at: the events' (so which ticks were on time and
     which missed can be read back from them), ``updated_at`` and, when the move
     ``starts`` ticks, ``last_enqueued_at``. Returns the schedules that lost, each with
-    why (``LOST_…``): deleted, paused, changed, or moved by another pass.
+    why (``LOST_…``): deleted, paused, changed, paused and resumed, or moved by another
+    pass.
     """
     if not advances:
         return {}
@@ -459,19 +471,27 @@ class _Locked(NamedTuple):
     paused: bool
     next_run_at: datetime | None
     definition: tuple[str, str, dict[str, Any]]
+    pauses: int
 
 
 def _lost(advance: Advance, locked: _Locked | None) -> str:
-    """Why ``advance`` cannot be applied to the schedule as ``locked``; empty if it can."""
+    """Why ``advance`` cannot be applied to the schedule as ``locked``; empty if it can.
+
+    A resume anchors ``next_run_at`` at the first tick after it, so a schedule paused and
+    resumed since the read has moved as if another pass had fired it: only its pause
+    count tells the two apart. When the resume lands on the very tick the pass read, the
+    pass fires it, as it would have had the resume come first."""
     if locked is None:
         return LOST_DELETED
     if locked.paused:
         return LOST_PAUSED
     if locked.definition != advance.definition:
         return LOST_CHANGED
-    if locked.next_run_at != advance.expected:
-        return LOST_MOVED
-    return ""
+    if locked.next_run_at == advance.expected:
+        return ""
+    if locked.pauses != advance.pauses:
+        return LOST_RESUMED
+    return LOST_MOVED
 
 
 # A pass's batch names hundreds of schedules. On PostgreSQL they go as one text parameter
@@ -479,7 +499,7 @@ def _lost(advance: Advance, locked: _Locked | None) -> str:
 # one by one in Python, cost more than the statements themselves. Schedule names cannot
 # hold the separator (``kernel.schedule_spec.validate_name``).
 _PG_LOCK = (
-    f"SELECT name, paused, next_run_at, spec, timezone, target "
+    f"SELECT name, paused, next_run_at, spec, timezone, target, pauses "
     f"FROM {Schedule._meta.db_table} "
     f"WHERE name = ANY({pg_list('varchar')}) ORDER BY name FOR UPDATE"
 )
@@ -503,8 +523,9 @@ def _lock_batch(conn: BaseDatabaseWrapper, names: list[str], using: str) -> dict
                     paused,
                     at,
                     (spec, tz, json.loads(target) if isinstance(target, str) else target),
+                    pauses,
                 )
-                for name, paused, at, spec, tz, target in cursor.fetchall()
+                for name, paused, at, spec, tz, target, pauses in cursor.fetchall()
             }
     # MySQL/MariaDB (and SQLite, where it changes nothing): locked by primary key in its
     # order, after a plain read of the keys. A ``FOR UPDATE`` by name locks through the
@@ -519,11 +540,11 @@ def _lock_batch(conn: BaseDatabaseWrapper, names: list[str], using: str) -> dict
         .select_for_update()
         .filter(pk__in=keys)
         .order_by("pk")
-        .values_list("pk", "name", "paused", "next_run_at", "spec", "timezone", "target")
+        .values_list("pk", "name", "paused", "next_run_at", "spec", "timezone", "target", "pauses")
     )
     return {
-        name: _Locked(pk, paused, at, (spec, tz, target))
-        for pk, name, paused, at, spec, tz, target in rows
+        name: _Locked(pk, paused, at, (spec, tz, target), pauses)
+        for pk, name, paused, at, spec, tz, target, pauses in rows
         if name in asked
     }
 

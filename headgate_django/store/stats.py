@@ -71,21 +71,54 @@ def queue_overview(using: str = "default", known_queues: Iterable[str] = ()) -> 
     ``known_queues`` (the registered kinds' queues) are listed even when a state with more
     rows than can be grouped cheaply is the only place they appear.
     """
+    return queue_overview_page(using=using, known_queues=known_queues).queues
+
+
+@dataclass
+class QueuePage:
+    queues: list[QueueOverview]
+    #: How many queues come after the page's last one.
+    more: int
+
+
+def queue_overview_page(
+    *,
+    after: str | None = None,
+    limit: int | None = None,
+    using: str = "default",
+    known_queues: Iterable[str] = (),
+) -> QueuePage:
+    """:func:`queue_overview` of the ``limit`` queues named after ``after``, by name.
+
+    The queues' names and most of their numbers come from a few grouped reads whose size
+    the caps bound, whatever the number of queues; what is read one queue at a time (the
+    estimate of a state too crowded to group, the oldest available job) is read for the
+    page's queues only. With thousands of queue names that was thousands of queries for
+    every dashboard poll."""
     conn = v.connection_for(using)
     queues: dict[str, QueueOverview] = {name: QueueOverview(name) for name in known_queues}
     for switch in QueueState.objects.using(using).all():
         queues.setdefault(switch.name, QueueOverview(switch.name)).paused = switch.paused
     crowded = [s for s in STATES if not _group_by_queue(conn, s, queues)]
-    for state in crowded:  # estimates, once every queue the other states name is known
-        for q in queues.values():
+    # Estimated: the queues named so far (known, switched, or in a state grouped above);
+    # not one that only the last minute's rates name (a burst of new queue names in a
+    # crowded state would cost an estimate each, as it never did).
+    estimated = set(queues)
+    now = db_now(using)
+    _rates(conn, now, queues)
+    names = sorted(name for name in queues if after is None or name > after)
+    shown = names if limit is None else names[:limit]
+    page = {name: queues[name] for name in shown}
+    for state in crowded:
+        for q in page.values():
+            if q.name not in estimated:
+                continue
             n = planner_rows(conn, "state = %s AND queue = %s", [state, q.name])
             if n:
                 q.counts[state] = n
                 q.estimated.append(state)
-    now = db_now(using)
-    _oldest_available(conn, now, queues)
-    _rates(conn, now, queues)
-    return [queues[name] for name in sorted(queues)]
+    _oldest_available(conn, now, page)
+    return QueuePage(list(page.values()), len(names) - len(shown))
 
 
 def _group_by_queue(conn: Any, state: str, queues: dict[str, QueueOverview]) -> bool:

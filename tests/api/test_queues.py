@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from headgate_django import store
 from headgate_django.kernel.states import State
@@ -98,3 +100,36 @@ def test_release_says_how_many_jobs_came_back(operator: Api) -> None:
     assert Job.objects.get(pk=first).state == "available"
     again = operator.delete(f"/api/v1/quarantine/{fingerprint}")
     assert again.status_code == 404
+
+
+def test_the_queue_list_comes_in_pages_that_cost_the_same_however_many_queues(
+    operator: Api,
+) -> None:
+    """A queue costs the list a query or two of its own: with thousands of queue names,
+    every call made thousands. A page holds ``limit`` queues by name, and ``next_cursor``
+    walks every queue once."""
+
+    def pages(limit: int) -> tuple[list[str], int]:
+        names: list[str] = []
+        cursor, most = "", 0
+        while True:
+            with CaptureQueriesContext(connection) as queries:
+                body = operator.get(f"/api/v1/queues?limit={limit}{cursor}").json()
+            most = max(most, len(queries.captured_queries))
+            assert len(body["queues"]) <= limit
+            names += [q["name"] for q in body["queues"]]
+            if body["next_cursor"] is None:
+                return names, most
+            cursor = f"&cursor={body['next_cursor']}"
+
+    for i in range(5):
+        enqueue_job(queue=f"many-{i:03d}")
+    few, few_queries = pages(3)
+    for i in range(5, 60):
+        enqueue_job(queue=f"many-{i:03d}")
+    many, many_queries = pages(3)
+    assert many == sorted(set(many)) and set(few) < set(many)
+    assert {f"many-{i:03d}" for i in range(60)} <= set(many)
+    assert many_queries == few_queries
+    assert operator.get("/api/v1/queues?limit=201").status_code == 400
+    assert operator.get("/api/v1/queues?cursor=jobs:x").status_code == 400

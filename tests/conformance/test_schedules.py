@@ -244,6 +244,14 @@ def test_a_batch_fires_the_schedules_it_won_and_dedups_the_one_another_pass_move
     [
         (lambda: schedules.delete("hourly"), "schedule deleted before it fired"),
         (lambda: schedules.pause("hourly"), "schedule paused before it fired"),
+        (
+            lambda: (schedules.pause("hourly"), schedules.resume("hourly")),
+            "schedule paused and resumed before it fired",
+        ),
+        (
+            lambda: (hourly(paused=True), hourly()),  # the same, by upsert
+            "schedule paused and resumed before it fired",
+        ),
         (lambda: None, "fired by another pass"),
         (
             lambda: schedules.upsert("hourly", "@every 30m", tasks.periodic.envelope()),

@@ -6,6 +6,8 @@ sample project served by Daphne, with real ``runworkers`` processes.
   after the worker's next flush, with no reload.
 - The workers page shows a started worker live with its pid, then, after SIGKILL, gone
   (three missed heartbeats at the 0.5 s these workers beat at, plus the page's poll).
+- A page opened while its user's other sockets hold every one the server allows says so
+  and gets in once one of them closes.
 
 Both tests save their screenshot into docs/img/, which docs/console.md shows, so the
 pictures in the docs are the pages as they are.
@@ -131,4 +133,30 @@ def test_the_workers_page_shows_a_worker_then_its_disappearance(
     assert page.get_attribute(f'tr[data-pid="{survivor.pid}"]', "data-status") == "live"
     assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
     page.screenshot(path=str(IMAGES / "console-workers.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_a_page_past_the_socket_cap_says_so_and_gets_in_once_a_socket_closes(
+    server: Server, browser: Any, viewer: Any
+) -> None:
+    """The user's other sockets hold every one the server allows (20, the default): the
+    page is told so (4429) and, instead of reconnecting every few seconds, says why and
+    tries again slowly, getting in once one of them closes."""
+    holder = log_in(browser, server)
+    opened = holder.evaluate(
+        """(n) => Promise.all(Array.from({length: n}, () => new Promise((done) => {
+            const socket = new WebSocket(`ws://${location.host}/ws/headgate/overview/`);
+            (window.__held = window.__held || []).push(socket);
+            socket.onopen = () => done("open");
+            socket.onclose = (event) => done(event.code);
+        })))""",
+        20,
+    )
+    assert opened == ["open"] * 20
+    page = log_in(browser, server)
+    page.goto(f"{server.url}/admin/headgate_django/job/overview/")
+    page.wait_for_selector("#hg-live[data-status='busy']", timeout=10_000)
+    assert "too many console pages" in page.inner_text("#hg-live")
+    holder.evaluate("window.__held[0].close()")
+    page.wait_for_selector("#hg-live[data-status='live']", timeout=40_000)
     assert page.errors == []

@@ -481,3 +481,41 @@ def test_a_consumer_that_fails_takes_its_watcher_with_it(viewer: Any) -> None:
         assert live_watchers() == []
 
     async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_user_past_the_socket_cap_is_closed_with_4429_and_others_are_not(
+    viewer: Any, reader: Any, settings: Any
+) -> None:
+    """Each open socket polls the database: one user (or a stolen session) opening
+    hundreds loaded it without limit. Past the cap a socket is closed, without a watcher,
+    and a slot frees when one of the user's sockets ends."""
+    settings.HEADGATE = {"CONSOLE_MAX_SOCKETS_PER_USER": 2}
+    signal_workflow("capped-wf")
+
+    async def over_cap(user: Any) -> None:
+        comm = communicator("/ws/headgate/workflows/capped-wf/", user)
+        assert (await comm.connect(timeout=5))[0]  # accepted, so the page sees the code
+        assert await closed_with(comm) == 4429
+        await comm.disconnect()
+
+    async def scenario() -> None:
+        first = await open_graph(viewer, "capped-wf")
+        second = communicator("/ws/headgate/workflows/capped-wf/", viewer)
+        assert (await second.connect(timeout=5))[0]
+        assert (await second.receive_json_from(timeout=10))["type"] == "snapshot"
+        await over_cap(viewer)
+        assert len(live_watchers()) == 2
+        other = communicator("/ws/headgate/overview/", reader)  # another user: not capped
+        assert (await other.connect(timeout=5))[0]
+        assert (await other.receive_json_from(timeout=10))["type"] == "snapshot"
+        await other.disconnect()
+        await first.disconnect()
+        third = communicator("/ws/headgate/workflows/capped-wf/", viewer)
+        assert (await third.connect(timeout=5))[0]
+        assert (await third.receive_json_from(timeout=10))["type"] == "snapshot"
+        await over_cap(viewer)
+        await second.disconnect()
+        await third.disconnect()
+
+    async_to_sync(scenario)()

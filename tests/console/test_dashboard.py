@@ -15,9 +15,12 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import AnonymousUser
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from headgate_django.console import dashboard
 from headgate_django.console.chart import minute_chart
 from headgate_django.console.consumers import LiveConsumer
 from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
@@ -244,3 +247,33 @@ def test_an_open_overview_redraws_without_workers_once_view_worker_is_revoked(
         await again.disconnect()
 
     async_to_sync(scenario)()
+
+
+@pytest.mark.django_db
+def test_the_overview_draws_a_bounded_number_of_queues_and_says_how_many_more(
+    viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its socket reads and sends the page again every second: each queue cost a query or
+    two and a chart, so thousands of queue names made every poll seconds of reads and
+    megabytes sent. It draws the first queues by name, and its reads do not grow with
+    the queues it does not draw."""
+    monkeypatch.setattr(dashboard, "OVERVIEW_QUEUES", 3)
+
+    def reads() -> int:
+        """Reads of the job table (the others' count varies with a minute's cache)."""
+        with CaptureQueriesContext(connection) as queries:
+            dashboard.overview_data()
+        return sum("headgate_job" in q["sql"] for q in queries.captured_queries)
+
+    for i in range(5):
+        enqueue_job(queue=f"a-{i:02d}")
+    few = reads()
+    for i in range(5, 40):
+        enqueue_job(queue=f"a-{i:02d}")
+    queue_minutes_add({"z-only-in-the-chart": (1, 0, 0)})
+    assert reads() == few
+    html = get(viewer, OVERVIEW).content.decode()
+    drawn = re.findall(r'<section class="hg-queue" data-queue="([^"]+)"', html)
+    assert drawn == ["a-00", "a-01", "a-02"]
+    shown_or_not = 40 + 1 + len(dashboard.registered_queues())
+    assert f'data-more="{shown_or_not - 3}"' in html

@@ -35,6 +35,9 @@ class EvictionSerializer(serializers.Serializer):
 class QueueListSerializer(serializers.Serializer):
     queues = QueueSerializer(many=True)
     eviction = EvictionSerializer()
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="Pass as `cursor` for the next page; null on the last page."
+    )
 
 
 class QuarantineSerializer(serializers.ModelSerializer):

@@ -16,13 +16,13 @@ from headgate_django.api import query
 from headgate_django.api.base import ID_REGEX, HeadgateGenericViewSet, HeadgateViewSet
 from headgate_django.api.errors import UnknownQueue
 from headgate_django.api.filters import QuarantineFilter, StrictFilterBackend, openapi_parameters
-from headgate_django.api.pagination import cursor_pagination
+from headgate_django.api.pagination import MAX_LIMIT, cursor_pagination, limit_param
 from headgate_django.api.schema import document
 from headgate_django.api.serializers.ops import QuarantineSerializer, QueueListSerializer
 from headgate_django.kernel.names import MAX_QUEUE_BYTES, validate_queue
 from headgate_django.models import Quarantine, QueueState
 from headgate_django.registry import registered_queues
-from headgate_django.store.stats import eviction_status, queue_is_known, queue_overview
+from headgate_django.store.stats import eviction_status, queue_is_known, queue_overview_page
 
 RELEASED = OpenApiResponse(
     description="Released; `X-Released-Jobs` says how many quarantined jobs became available."
@@ -51,6 +51,12 @@ QUEUE_NAME = OpenApiParameter(
 )
 
 
+#: Queues by name: a page's ``next_cursor`` is ``queues:<the page's last name>``.
+QUEUE_PAGES = cursor_pagination("queues", ("name",), page_size=MAX_LIMIT)()
+QUEUE_CURSOR = QUEUE_PAGES.cursor_param()
+QUEUE_LIMIT = limit_param(MAX_LIMIT)
+
+
 def _known_queue(name: str, *, create: bool = False) -> str:
     """The validated name of a queue something uses; 404 ``unknown_queue`` otherwise, so a
     typo cannot silently switch a queue that nothing will ever read."""
@@ -69,14 +75,29 @@ class QueueViewSet(HeadgateViewSet):
 
     @document(
         summary="Queues with counts by state, oldest available age, last-minute rates",
+        parameters=[QUEUE_CURSOR.openapi(), QUEUE_LIMIT.openapi()],
         responses=QueueListSerializer,
     )
     def list(self, request: Request) -> Response:
-        queues = [
-            {**asdict(q), "total": q.total}
-            for q in queue_overview(known_queues=registered_queues())
-        ]
-        return Response({"queues": queues, "eviction": asdict(eviction_status())})
+        """Queues by name, ``limit`` (at most 200) a page: a queue costs the read a query
+        or two of its own, so a store with thousands of queue names is read a page at a
+        time. ``next_cursor`` is null on the last page."""
+        cursor = QUEUE_CURSOR.read(request)
+        limit = QUEUE_LIMIT.read(request, MAX_LIMIT)
+        page = queue_overview_page(
+            after=cursor.position if cursor is not None else None,
+            limit=limit,
+            known_queues=registered_queues(),
+        )
+        queues = [{**asdict(q), "total": q.total} for q in page.queues]
+        last = page.queues[-1].name if page.more and page.queues else None
+        return Response(
+            {
+                "queues": queues,
+                "eviction": asdict(eviction_status()),
+                "next_cursor": None if last is None else f"queues:{last}",
+            }
+        )
 
     @document(
         summary="Pause a queue: claims skip it",

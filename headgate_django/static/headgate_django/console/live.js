@@ -6,6 +6,9 @@
 (function () {
   "use strict";
 
+  var TOO_MANY = 4429;
+  var BUSY_RETRY = 30000;
+
   function connect(path, handlers) {
     var delay = 250;
     var socket = null;
@@ -40,9 +43,16 @@
         }
         handlers.onMessage(message);
       };
-      socket.onclose = function () {
+      socket.onclose = function (event) {
         if (stopped) {
           handlers.onStatus("closed");
+          return;
+        }
+        if (event.code === TOO_MANY) {
+          // The user's other console pages hold every live socket the server allows:
+          // retry slowly, as one of them may close.
+          handlers.onStatus("busy");
+          window.setTimeout(open, BUSY_RETRY + Math.random() * 1000);
           return;
         }
         handlers.onStatus(opened ? "reconnecting" : "unreachable");
@@ -75,6 +85,7 @@
     live: "Live",
     reconnecting: "Reconnecting…",
     unreachable: "Not live: no WebSocket (serve the project with ASGI, see the console's Set up)",
+    busy: "Not live (too many console pages open; retrying)",
     closed: "Not live (the object is gone)"
   };
 
