@@ -21,7 +21,7 @@ from django.template.loader import render_to_string
 from headgate_django.console import links
 from headgate_django.console.chart import minute_chart
 from headgate_django.kernel.states import State
-from headgate_django.kernel.workers import LIVE
+from headgate_django.kernel.workers import LIVE, serves_queue
 from headgate_django.registry import registered_queues
 from headgate_django.store.stats import queue_overview_page
 from headgate_django.store.workers import queue_minutes, worker_list
@@ -67,6 +67,10 @@ def overview_data(*, site_name: str = "admin", show_workers: bool = True) -> dic
                 "name": name,
                 "url": jobs(queue__exact=name),
                 "paused": q.paused,
+                "unserved": show_workers
+                and not q.paused
+                and bool(q.counts.get("available"))
+                and not any(serves_queue(w.queues, name) for w in workers),
                 "states": [
                     {
                         "state": s,

@@ -9,6 +9,7 @@ not flap the page. Every instant is the store's clock, so hosts' clocks never ma
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 #: Missed heartbeats after which a worker that did not stop cleanly counts as gone.
@@ -28,6 +29,12 @@ def worker_status(
     if stopped:
         return STOPPED
     return GONE if now - last_heartbeat_at > heartbeat * GONE_AFTER_BEATS else LIVE
+
+
+def serves_queue(queues: Iterable[str] | None, queue: str) -> bool:
+    """Whether a worker started with ``queues`` (``None``: every queue, as ``runworkers``
+    with no ``--queue``) claims jobs of ``queue``."""
+    return queues is None or queue in queues
 
 
 def minute_series(

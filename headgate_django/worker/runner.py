@@ -645,7 +645,7 @@ class Worker:
         return (
             kind not in self.exclude_kinds
             and kind in registered_kinds()
-            and (self.queues is None or queue in self.queues)
+            and kernel_workers.serves_queue(self.queues, queue)
         )
 
     def adopt(self, ref: LeaseRef, ctx: JobContext) -> None:

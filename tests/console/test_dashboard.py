@@ -23,6 +23,7 @@ from django.urls import reverse
 from headgate_django.console import dashboard
 from headgate_django.console.chart import minute_chart
 from headgate_django.console.consumers import LiveConsumer
+from headgate_django.store.operator import queue_set_paused
 from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
 from tests.conformance.helpers import enqueue_job
 from tests.console.conftest import make_user
@@ -277,3 +278,40 @@ def test_the_overview_draws_a_bounded_number_of_queues_and_says_how_many_more(
     assert drawn == ["a-00", "a-01", "a-02"]
     shown_or_not = 40 + 1 + len(dashboard.registered_queues())
     assert f'data-more="{shown_or_not - 3}"' in html
+
+
+@pytest.mark.django_db
+def test_the_overview_flags_a_queue_with_available_jobs_that_no_live_worker_serves(
+    viewer: Any,
+) -> None:
+    """`runworkers --queue default` leaves a workflow's coordinator queue (or any other)
+    unserved: its jobs waited with nothing said."""
+    queues = ("mail", "reports", "halted", "idle")
+    for queue in queues:
+        enqueue_job(queue=queue)
+    queue_set_paused("halted", True)
+    register("w-mail", queues=["mail"])
+    register("w-gone", queues=["reports"], heartbeat=0.01)
+    time.sleep(0.05)  # w-gone misses its beats: it serves nothing any more
+
+    def flagged(user: Any) -> set[str]:
+        html = get(user, OVERVIEW).content.decode()
+        found = set()
+        for name in queues:
+            heading = re.search(
+                rf'<section class="hg-queue" data-queue="{name}".*?</h2>', html, re.S
+            )
+            assert heading, (name, html)
+            if "no live worker serves it" in heading.group(0):
+                found.add(name)
+        return found
+
+    # reports has only a gone worker, idle none; halted is paused (its heading says so).
+    assert flagged(viewer) == {"reports", "idle"}
+    register("w-all")  # no --queue: every queue
+    assert flagged(viewer) == set()
+    # Who may not see the workers is not told what they serve.
+    register("w-all", stopped=True)
+    assert flagged(viewer) == {"reports", "idle"}
+    viewer.user_permissions.remove(viewer.user_permissions.get(codename="view_worker"))
+    assert flagged(type(viewer).objects.get(pk=viewer.pk)) == set()
