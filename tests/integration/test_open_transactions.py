@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
 from django.db import connections, transaction
@@ -16,6 +17,15 @@ from tests.app import tasks
 from tests.app.models import Execution
 from tests.app.tasks import record
 from tests.integration.helpers import job
+
+
+def failed_for_the_leak(job_id: str) -> Any:
+    """The job's row, once its one attempt failed for the transaction it left open."""
+    row = job(job_id)
+    assert (row.state, row.attempt) == ("retryable", 1)
+    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    return row
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -158,9 +168,7 @@ def test_an_async_handler_that_leaves_a_transaction_open_in_sync_to_async_fails(
     leaked = leaky.enqueue(label="leaked")
     after = record_in_sync_to_async.enqueue(label="after")
     run_burst()
-    row = job(leaked)
-    assert (row.state, row.attempt) == ("retryable", 1)
-    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    row = failed_for_the_leak(leaked)
     assert "TransactionLeftOpenError" in row.errors[0]["error"]
     assert job(before).state == job(after).state == "completed"
     labels = Execution.objects.values_list("label", flat=True)
@@ -202,9 +210,7 @@ def test_an_async_handler_that_leaves_a_transaction_open_off_the_shared_thread_f
     leaked = leaky.enqueue(label="leaked")
     after = record_in_sync_to_async.enqueue(label="after")
     run_burst()
-    row = job(leaked)
-    assert (row.state, row.attempt) == ("retryable", 1)
-    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    failed_for_the_leak(leaked)
     assert job(after).state == "completed"
     assert list(Execution.objects.values_list("label", flat=True)) == ["after"]
 
@@ -249,9 +255,7 @@ def test_a_leak_is_blamed_on_the_async_handler_that_left_it_not_on_a_concurrent_
     leaked = leak_while_the_other_runs.enqueue(label="leaked")
     clean = return_while_the_other_leaks.enqueue(label="clean")
     run_burst(concurrency=2)  # both run at once, on one event loop
-    row = job(leaked)
-    assert (row.state, row.attempt) == ("retryable", 1)
-    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    failed_for_the_leak(leaked)
     assert job(clean).state == "completed"
     assert list(Execution.objects.values_list("label", flat=True)) == ["clean"]
 
@@ -283,9 +287,7 @@ def test_a_call_left_running_by_an_async_handler_is_that_handlers_attempts():
     after = record_in_sync_to_async.enqueue(label="after")
     run_burst()  # one handler thread runs all three, in order
     _left_running.clear()
-    row = job(leaked)
-    assert (row.state, row.attempt) == ("retryable", 1)
-    assert "left a transaction open on database 'default'" in row.errors[0]["error"]
+    failed_for_the_leak(leaked)
     assert job(before).state == job(after).state == "completed"
     assert sorted(Execution.objects.values_list("label", flat=True)) == ["after", "before"]
 
