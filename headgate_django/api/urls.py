@@ -28,7 +28,7 @@ from headgate_django.api.views.admission import (
 )
 from headgate_django.api.views.durable import ExecutionViewSet
 from headgate_django.api.views.health import HealthzView, MetaView, ReadyzView
-from headgate_django.api.views.index import IndexView, strip_slash
+from headgate_django.api.views.index import IndexView, add_slash, strip_slash
 from headgate_django.api.views.jobs import JobViewSet
 from headgate_django.api.views.queues import QuarantineViewSet, QueueViewSet
 from headgate_django.api.views.schedules import ScheduleViewSet
@@ -62,6 +62,7 @@ v1 = [
     path("docs/", SwaggerView.as_view(url_name="headgate_api:schema"), name="docs"),
     path("docs/assets/<str:name>", docs_asset, name="docs-asset"),
     path("redoc/", RedocView.as_view(url_name="headgate_api:schema"), name="redoc"),
+    re_path(r"^(?:schema|docs|redoc)$", add_slash),
     *router.urls,
     re_path(r"^(?P<path>.+)/$", strip_slash),
     re_path(r"^[\s\S]*$", not_found),

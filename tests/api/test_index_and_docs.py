@@ -61,6 +61,23 @@ def test_a_trailing_slash_is_redirected_keeping_the_method(viewer, path, target)
     assert (response.status_code, response["Location"]) == (308, target)
 
 
+@override_settings(DEBUG=True)  # the docs pages are served with DEBUG only
+@pytest.mark.parametrize(
+    ("path", "target"),
+    [
+        ("/api/v1/docs", "/api/v1/docs/"),
+        ("/api/v1/redoc", "/api/v1/redoc/"),
+        ("/api/v1/schema?format=json", "/api/v1/schema/?format=json"),
+    ],
+)
+def test_the_pages_with_a_trailing_slash_are_found_without_it(viewer, path, target):
+    """A person types ``/api/v1/docs``: the pages that end in a slash (unlike the API's
+    routes) send them on instead of answering 404."""
+    response = viewer.get(path)
+    assert (response.status_code, response["Location"]) == (308, target)
+    assert viewer.get(target).status_code == 200
+
+
 def test_a_post_with_a_trailing_slash_is_redirected_too(operator):
     response = operator.send("POST", "/api/v1/jobs/", {"kind": "test.noop"})
     assert (response.status_code, response["Location"]) == (308, "/api/v1/jobs")

@@ -3,7 +3,8 @@ the docs pages, so the API can be explored from its root with nothing but ``curl
 
 A path with a trailing slash (``/api/v1/jobs/``) is redirected to the slashless route it
 names (308, which keeps the method and body), rather than answered with a 404 that
-leaves the caller guessing.
+leaves the caller guessing; and the pages that do end in one (schema, docs) are found
+without it.
 """
 
 from __future__ import annotations
@@ -82,5 +83,13 @@ def strip_slash(request: HttpRequest, path: str, **kwargs: Any) -> HttpResponse:
     # ``%`` names the same resource in the Location (``abc%3Fx/`` → ``abc%3Fx``, not the
     # job ``abc`` with a query string).
     target = escape_uri_path(request.path[:-1])
+    query = request.META.get("QUERY_STRING", "")
+    return _RedirectKeepingMethod(f"{target}?{query}" if query else target)
+
+
+def add_slash(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+    """``…/docs`` → ``…/docs/``: the schema and docs pages end in a slash, the API's
+    routes do not, and a person typing the page's name should land on it."""
+    target = escape_uri_path(request.path) + "/"
     query = request.META.get("QUERY_STRING", "")
     return _RedirectKeepingMethod(f"{target}?{query}" if query else target)
