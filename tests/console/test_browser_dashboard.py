@@ -143,15 +143,17 @@ def test_a_page_past_the_socket_cap_says_so_and_gets_in_once_a_socket_closes(
     page is told so (4429) and, instead of reconnecting every few seconds, says why and
     tries again slowly, getting in once one of them closes."""
     holder = log_in(browser, server)
-    # One after another: the server runs each socket's first reads (and the snapshot of
-    # the one before) on one thread, and twenty at once under a loaded CI machine left
-    # the last of them past the server's handshake timeout (1006).
+    # The held sockets watch one job's page, whose poll is a read by key: twenty overviews
+    # redrawn every second on the server's one thread for ORM calls (a loaded CI machine,
+    # PostgreSQL) left a later socket's handshake waiting past its timeout (1006). One
+    # after another, for the same reason.
+    held = enqueue(tasks.noop.envelope())
     opened = holder.evaluate(
-        """async (n) => {
+        """async ([n, path]) => {
             const results = [];
             for (let i = 0; i < n; i++) {
                 results.push(await new Promise((done) => {
-                    const socket = new WebSocket(`ws://${location.host}/ws/headgate/overview/`);
+                    const socket = new WebSocket(`ws://${location.host}${path}`);
                     (window.__held = window.__held || []).push(socket);
                     socket.onopen = () => done("open");
                     socket.onclose = (event) => done(event.code);
@@ -159,7 +161,7 @@ def test_a_page_past_the_socket_cap_says_so_and_gets_in_once_a_socket_closes(
             }
             return results;
         }""",
-        20,
+        [20, f"/ws/headgate/job/{held}/"],
     )
     assert opened == ["open"] * 20
     page = log_in(browser, server)
