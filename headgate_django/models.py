@@ -836,10 +836,11 @@ class Schedule(models.Model):
         default="",
         help_text="Why the scheduler parked it (its ticks cannot be computed); empty if not.",
     )
-    pauses = models.PositiveBigIntegerField(
+    revision = models.PositiveBigIntegerField(
         default=0,
-        help_text="How many times it was paused: a scheduler pass that read fewer lost its "
-        "ticks to a pause, even when a resume came before its commit.",
+        help_text="How many times an edit paused it, resumed it or changed its spec, zone, "
+        "target or next run: a scheduler pass that read another count lost its ticks to "
+        "an edit, even one undone before its commit.",
     )
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

@@ -170,7 +170,7 @@ def fire_batch(
             next_run_at=p.plan.next_run_at,
             starts=any(f.write is not None for f in p.firings),
             definition=(p.row.spec, p.row.timezone, p.row.target),
-            pauses=p.row.pauses,
+            revision=p.row.revision,
             parked=p.parked,
         )
         for p in planned

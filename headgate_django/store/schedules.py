@@ -69,7 +69,7 @@ class ScheduleRow:
     plan_error: str
     created_at: datetime
     updated_at: datetime
-    pauses: int
+    revision: int
 
     @property
     def parsed(self) -> ScheduleSpec:
@@ -106,7 +106,7 @@ class DueSchedule(NamedTuple):
     on_missed: str
     backfill_limit: int
     next_run_at: datetime
-    pauses: int
+    revision: int
 
     @property
     def parsed(self) -> ScheduleSpec:
@@ -199,18 +199,38 @@ def _upsert(
         withdrawn: list[datetime] = []
         if obj.pk is not None and (respec or paused or obj.target != target):
             withdrawn = _withdraw_ahead(obj, now, "schedule changed", using)
+        before = _edited(obj)
         if respec or (obj.paused and not paused) or obj.plan_error:
             obj.next_run_at = next_tick(spec, now)
         elif withdrawn:  # the same phase: those ticks fire again, as the new target
             obj.next_run_at = withdrawn[0]
         obj.spec, obj.timezone, obj.target = spec.text, spec.tz, target
         obj.on_missed, obj.backfill_limit = on_missed, backfill_limit
-        if paused and not obj.paused:
-            obj.pauses += 1
         obj.paused, obj.declared, obj.updated_at = paused, declared, now
         obj.plan_error = ""
-        obj.save(using=using)
+        _save_edit(obj, before, using)
         return _row(obj)
+
+
+def _edited(obj: Schedule) -> tuple[Any, ...]:
+    """What an operator's edit of ``obj`` may change that a scheduler pass's read of it
+    relies on: its definition, whether it is paused, and its next run."""
+    return (obj.spec, obj.timezone, obj.target, obj.paused, obj.next_run_at)
+
+
+def _save_edit(obj: Schedule, before: tuple[Any, ...], using: str) -> None:
+    """Save an operator's edit of ``obj``; one that changed :func:`_edited` (``before`` is
+    its value as read) counts in ``revision``.
+
+    A pass compares the count at commit (:func:`_lost`): an edit undone before then (a
+    pause and a resume, a spec changed and changed back) leaves the schedule as the pass
+    read it but for a re-anchored ``next_run_at``, which another pass firing its ticks
+    would have moved too. Only the count tells the two apart. An edit that changes none
+    of these (a declared schedule synced again as it is) does not count: it moved
+    nothing, and counting it would have a pass that lost to another pass say the edit."""
+    if _edited(obj) != before:
+        obj.revision += 1
+    obj.save(using=using)
 
 
 def schedule_get(name: str, *, using: str = "default") -> ScheduleRow:
@@ -270,14 +290,14 @@ def schedule_set_paused(name: str, paused: bool, *, using: str = "default") -> S
         obj = _named(name, using, lock=True)
         if obj is None:
             raise NotFoundError(f"no schedule named {name!r}", name=name)
+        before = _edited(obj)
         if not paused and (obj.paused or obj.plan_error):
             obj.next_run_at = next_tick(parse_spec(obj.spec, tz=obj.timezone), now)
             obj.plan_error = ""
         elif paused and not obj.paused:
             _withdraw_ahead(obj, now, "schedule paused", using)
-            obj.pauses += 1
         obj.paused, obj.updated_at = paused, now
-        obj.save(using=using)
+        _save_edit(obj, before, using)
         return _row(obj)
 
 
@@ -339,16 +359,14 @@ def schedule_pause_undeclared(declared: Sequence[str], *, using: str = "default"
         # schedule_set_paused's does.
         keys = sorted(stale.values_list("pk", flat=True))
         rows = list(stale.select_for_update().filter(pk__in=keys).order_by("pk"))
-        running = [obj for obj in rows if not obj.paused]
-        for obj in running:
-            _withdraw_ahead(obj, now, "schedule no longer declared", using)
-        Schedule.objects.using(using).filter(pk__in=[o.pk for o in rows]).update(
-            paused=True, declared=False, updated_at=now
-        )
-        Schedule.objects.using(using).filter(pk__in=[o.pk for o in running]).update(
-            pauses=F("pauses") + 1
-        )
-    return sorted(o.name for o in running)
+        running = [obj.name for obj in rows if not obj.paused]
+        for obj in rows:
+            before = _edited(obj)
+            if not obj.paused:
+                _withdraw_ahead(obj, now, "schedule no longer declared", using)
+            obj.paused, obj.declared, obj.updated_at = True, False, now
+            _save_edit(obj, before, using)
+    return sorted(running)
 
 
 def schedule_due(
@@ -401,15 +419,15 @@ class Advance:
     when the move fires ticks (so ``last_enqueued_at`` is stamped). ``definition`` is
     the ``(spec, timezone, target)`` the ticks were planned from. ``parked``, when not
     empty, is why its ticks could not be planned: the move parks it (``next_run_at``
-    None, out of the due scan) with that reason as its ``plan_error``. ``pauses`` is the
-    schedule's pause count as the pass read it."""
+    None, out of the due scan) with that reason as its ``plan_error``. ``revision`` is
+    the schedule's edit count as the pass read it."""
 
     name: str
     expected: datetime
     next_run_at: datetime | None
     starts: bool
     definition: tuple[str, str, dict[str, Any]]
-    pauses: int
+    revision: int
     parked: str = ""
 
 
@@ -417,7 +435,7 @@ class Advance:
 LOST_DELETED = "schedule deleted before it fired"
 LOST_PAUSED = "schedule paused before it fired"
 LOST_CHANGED = "schedule changed before it fired"
-LOST_RESUMED = "schedule paused and resumed before it fired"
+LOST_RESTORED = "schedule paused or changed, then restored, before it fired"
 LOST_MOVED = "fired by another pass"
 
 
@@ -435,16 +453,16 @@ def schedule_advance_many(
     primary key in its order on MySQL/MariaDB, so two overlapping passes never deadlock;
     SQLite's ``BEGIN IMMEDIATE`` holds the whole database) and each one's
     ``next_run_at`` and definition are compared with what the pass read: a schedule whose
-    value moved (another pass fired these ticks), whose spec, zone or target changed (an
-    ``upsert`` that keeps the phase would otherwise be followed by the old target's tick,
-    written ahead after the change withdrew it) or that was paused or deleted since is not
-    in ``won`` and nothing is written for it. The winners
+    value moved (another pass fired these ticks, or an operator's edit re-anchored it),
+    whose spec, zone or target changed (an ``upsert`` that keeps the phase would otherwise
+    be followed by the old target's tick, written ahead after the change withdrew it) or
+    that was paused or deleted since is not in ``won`` and nothing is written for it. The winners
     move with one ``UPDATE`` per distinct new ``next_run_at`` (one for a batch of
     schedules that share a spec and phase). Every instant written is ``decided_at``, the
     store-clock instant the pass planned at: the events' (so which ticks were on time and
     which missed can be read back from them), ``updated_at`` and, when the move
     ``starts`` ticks, ``last_enqueued_at``. Returns the schedules that lost, each with
-    why (``LOST_…``): deleted, paused, changed, paused and resumed, or moved by another
+    why (``LOST_…``): deleted, paused, changed, edited and restored, or moved by another
     pass.
     """
     if not advances:
@@ -471,16 +489,17 @@ class _Locked(NamedTuple):
     paused: bool
     next_run_at: datetime | None
     definition: tuple[str, str, dict[str, Any]]
-    pauses: int
+    revision: int
 
 
 def _lost(advance: Advance, locked: _Locked | None) -> str:
     """Why ``advance`` cannot be applied to the schedule as ``locked``; empty if it can.
 
-    A resume anchors ``next_run_at`` at the first tick after it, so a schedule paused and
-    resumed since the read has moved as if another pass had fired it: only its pause
-    count tells the two apart. When the resume lands on the very tick the pass read, the
-    pass fires it, as it would have had the resume come first."""
+    A resume, or a spec or zone changed and changed back, anchors ``next_run_at`` at the
+    first tick after it, so a schedule edited and restored since the read has moved as if
+    another pass had fired it: only its edit count (:func:`_save_edit`) tells the two
+    apart. When the re-anchored run lands on the very tick the pass read, the pass fires
+    it, as it would have had the edit come first."""
     if locked is None:
         return LOST_DELETED
     if locked.paused:
@@ -489,8 +508,8 @@ def _lost(advance: Advance, locked: _Locked | None) -> str:
         return LOST_CHANGED
     if locked.next_run_at == advance.expected:
         return ""
-    if locked.pauses != advance.pauses:
-        return LOST_RESUMED
+    if locked.revision != advance.revision:
+        return LOST_RESTORED
     return LOST_MOVED
 
 
@@ -499,7 +518,7 @@ def _lost(advance: Advance, locked: _Locked | None) -> str:
 # one by one in Python, cost more than the statements themselves. Schedule names cannot
 # hold the separator (``kernel.schedule_spec.validate_name``).
 _PG_LOCK = (
-    f"SELECT name, paused, next_run_at, spec, timezone, target, pauses "
+    f"SELECT name, paused, next_run_at, spec, timezone, target, revision "
     f"FROM {Schedule._meta.db_table} "
     f"WHERE name = ANY({pg_list('varchar')}) ORDER BY name FOR UPDATE"
 )
@@ -523,9 +542,9 @@ def _lock_batch(conn: BaseDatabaseWrapper, names: list[str], using: str) -> dict
                     paused,
                     at,
                     (spec, tz, json.loads(target) if isinstance(target, str) else target),
-                    pauses,
+                    revision,
                 )
-                for name, paused, at, spec, tz, target, pauses in cursor.fetchall()
+                for name, paused, at, spec, tz, target, revision in cursor.fetchall()
             }
     # MySQL/MariaDB (and SQLite, where it changes nothing): locked by primary key in its
     # order, after a plain read of the keys. A ``FOR UPDATE`` by name locks through the
@@ -540,11 +559,13 @@ def _lock_batch(conn: BaseDatabaseWrapper, names: list[str], using: str) -> dict
         .select_for_update()
         .filter(pk__in=keys)
         .order_by("pk")
-        .values_list("pk", "name", "paused", "next_run_at", "spec", "timezone", "target", "pauses")
+        .values_list(
+            "pk", "name", "paused", "next_run_at", "spec", "timezone", "target", "revision"
+        )
     )
     return {
-        name: _Locked(pk, paused, at, (spec, tz, target), pauses)
-        for pk, name, paused, at, spec, tz, target, pauses in rows
+        name: _Locked(pk, paused, at, (spec, tz, target), revision)
+        for pk, name, paused, at, spec, tz, target, revision in rows
         if name in asked
     }
 

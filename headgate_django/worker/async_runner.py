@@ -6,7 +6,8 @@ waits there for the attempt it started. The ORM is sync, so a handler reaches it
 ``sync_to_async``: thread-sensitive calls run on the calling handler thread's lane (a
 thread of its own, :class:`_Lane`), the others on the loop's pool (:class:`_CheckedPool`).
 Whatever either leaves open is rolled back and counted against the attempt that left it
-(see ``store.sessions`` for why a transaction left open matters).
+(see ``store.sessions`` for why a transaction left open matters), or, once that attempt is
+over, said in a warning (:class:`Leaks`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class AsyncRunner:
         self._lanes: list[_Lane] = []
         self._lock = threading.Lock()
 
-    def run(self, coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
+    def run(self, coro: Coroutine[Any, Any, Any], left: Leaks) -> Any:
         """``coro``'s result (see :func:`_contained` for ``left``)."""
         lane: _Lane | None = getattr(self._local, "lane", None)
         if lane is None:
@@ -77,6 +78,47 @@ class AsyncRunner:
         self._thread.join(timeout=5)
         if not self._thread.is_alive():  # an unclosed loop leaks its self-pipe socket
             self.loop.close()
+
+
+class Leaks:
+    """The databases on which one async attempt's handler left a transaction open, since
+    rolled back: counted against the attempt until it ends (:meth:`end`), said in a
+    warning after.
+
+    A task the handler started and left running may still call ``sync_to_async(...,
+    thread_sensitive=False)`` once the attempt is over. A transaction that call leaves
+    open is rolled back as it returns, like any (:class:`_CheckedPool`), but the
+    attempt's outcome is decided and stands: the warning, naming the job, is all that
+    tells the handler's author that it leaks work past its attempt. (Thread-sensitive
+    calls after the attempt are refused: see :class:`_Lane`.)
+    """
+
+    def __init__(self, job_id: str, kind: str) -> None:
+        self._job = (job_id, kind)  # for the warning
+        self._aliases: list[str] = []
+        self._over = False
+        self._lock = threading.Lock()
+
+    def add(self, aliases: list[str]) -> None:
+        """Count ``aliases``, rolled back, against the attempt; say them if it is over."""
+        if not aliases:
+            return
+        with self._lock:
+            if not self._over:
+                self._aliases.extend(aliases)
+                return
+        log.warning(
+            "a task the async handler of job %s (%s) left running opened a transaction on "
+            "%s after its attempt ended; rolled back",
+            *self._job,
+            ", ".join(map(repr, aliases)),
+        )
+
+    def end(self) -> list[str]:
+        """End the attempt: the aliases counted against it, rolled back."""
+        with self._lock:
+            self._over = True
+            return self._aliases
 
 
 class Escaped(Exception):
@@ -142,7 +184,7 @@ class _Lane(ThreadPoolExecutor):
         return closing
 
 
-async def _check_lane(lane: _Lane, left: list[str]) -> None:
+async def _check_lane(lane: _Lane, left: Leaks) -> None:
     """Roll back what the attempt that just returned left open on ``lane``, adding the
     aliases to ``left``; again after each check while a task the handler left running
     sent another call there meanwhile, so that none outlives the attempt's context."""
@@ -150,13 +192,13 @@ async def _check_lane(lane: _Lane, left: list[str]) -> None:
         return
     while True:
         found, lane.storage = await sync_to_async(_check_here, thread_sensitive=True)()
-        left.extend(found)
+        left.add(found)
         if not lane.busy():
             return
 
 
-#: The ``left`` list of the attempt whose handler runs in this context (see _CheckedPool).
-_attempt_left: ContextVar[list[str] | None] = ContextVar("headgate_attempt_left", default=None)
+#: The :class:`Leaks` of the attempt whose handler runs in this context (see _CheckedPool).
+_attempt_left: ContextVar[Leaks | None] = ContextVar("headgate_attempt_left", default=None)
 
 
 class _CheckedPool(ThreadPoolExecutor):
@@ -166,7 +208,8 @@ class _CheckedPool(ThreadPoolExecutor):
     Any of its threads runs any attempt's calls, one after another, so a transaction
     cannot outlive the call that opened it: each call's thread is checked as the call
     returns, there, and what it left open is rolled back and counted against the attempt
-    whose task made the call (its context's ``_attempt_left``), never a concurrent one.
+    whose task made the call (its context's ``_attempt_left``), never a concurrent one; or
+    said, when that attempt is over (:class:`Leaks`).
     """
 
     def __init__(self, thread_name_prefix: str = "") -> None:
@@ -207,15 +250,13 @@ def _close_then_wait(barrier: threading.Barrier) -> None:
         barrier.wait(timeout=1)
 
 
-def _rolled_back_after(
-    left: list[str] | None, fn: Callable[..., _T], *args: Any, **kwargs: Any
-) -> _T:
+def _rolled_back_after(left: Leaks | None, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     try:
         return fn(*args, **kwargs)
     finally:
         found = roll_back_left_open()
-        if found and left is not None:
-            left.extend(found)
+        if left is not None:
+            left.add(found)
         elif found:
             log.warning(
                 "code outside any attempt left a transaction open on %s in a "
@@ -228,9 +269,7 @@ def _check_here() -> tuple[list[str], dict[str, Any] | None]:
     return roll_back_left_open(), thread_connection_storage()
 
 
-async def _contained(
-    coro: Coroutine[Any, Any, Any], left: list[str], lane: _Lane | None = None
-) -> Any:
+async def _contained(coro: Coroutine[Any, Any, Any], left: Leaks, lane: _Lane | None = None) -> Any:
     """Await an ``async def`` handler's coroutine, then roll back the transactions left open
     on the thread its thread-sensitive ``sync_to_async`` code ran on, adding their aliases
     to ``left`` (as its ``thread_sensitive=False`` calls do, call by call: _CheckedPool).
@@ -255,10 +294,10 @@ async def _contained(
             if lane is not None:
                 await _check_lane(lane, left)
             else:
-                left.extend(await sync_to_async(roll_back_left_open, thread_sensitive=True)())
+                left.add(await sync_to_async(roll_back_left_open, thread_sensitive=True)())
 
 
-def run_alone(coro: Coroutine[Any, Any, Any], left: list[str]) -> Any:
+def run_alone(coro: Coroutine[Any, Any, Any], left: Leaks) -> Any:
     """``coro``'s result, on an event loop of its own (a test helper running one attempt),
     with the same checks as the worker's (:func:`_contained`)."""
     pool = _CheckedPool()

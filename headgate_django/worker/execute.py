@@ -26,7 +26,7 @@ from headgate_django.kernel import sealed
 from headgate_django.registry import TaskDef, find_task
 from headgate_django.store.packet import check_result_sent
 from headgate_django.store.vendor import connection_for
-from headgate_django.worker.async_runner import AsyncRunner, Escaped, run_alone
+from headgate_django.worker.async_runner import AsyncRunner, Escaped, Leaks, run_alone
 
 log = logging.getLogger("headgate_django.worker")
 
@@ -158,8 +158,9 @@ def outcome_of(exc: BaseException) -> Outcome:
 def _run(
     ctx: JobContext, payload: bytes, schema_version: int, async_runner: AsyncRunner | None
 ) -> Outcome:
-    left: list[str] = []  # aliases an async handler left a transaction open on
-    outcome = _run_handler(ctx, payload, schema_version, async_runner, left)
+    leaks = Leaks(ctx.job_id, ctx.kind)  # what an async handler left open
+    outcome = _run_handler(ctx, payload, schema_version, async_runner, leaks)
+    left = leaks.end()
     if left:
         log.warning(
             "the async handler of job %s left a transaction open on %s in sync_to_async "
@@ -175,7 +176,7 @@ def _run_handler(
     payload: bytes,
     schema_version: int,
     async_runner: AsyncRunner | None,
-    left: list[str],
+    left: Leaks,
 ) -> Outcome:
     definition = find_task(ctx.kind)
     if definition is None:

@@ -36,6 +36,7 @@ from headgate_django.store.schedules import (
     schedule_due,
     schedule_events_record,
     schedule_get,
+    schedule_pause_undeclared,
 )
 from tests.app import tasks
 from tests.app.models import Execution
@@ -238,6 +239,17 @@ def test_a_batch_fires_the_schedules_it_won_and_dedups_the_one_another_pass_move
     assert outcomes("a") == outcomes("c") == ["enqueued"] * 2
 
 
+#: Why a pass's tick was lost to an operator's edit undone before its commit.
+RESTORED = "schedule paused or changed, then restored, before it fired"
+
+
+def no_longer_declared_and_resumed() -> None:
+    """A worker's settings sync pauses the schedule, gone from them; an operator resumes it."""
+    Schedule.objects.filter(name="hourly").update(declared=True)
+    assert schedule_pause_undeclared([]) == ["hourly"]
+    schedules.resume("hourly")
+
+
 @LONG_GRACE
 @pytest.mark.parametrize(
     ("change", "reason"),
@@ -246,13 +258,26 @@ def test_a_batch_fires_the_schedules_it_won_and_dedups_the_one_another_pass_move
         (lambda: schedules.pause("hourly"), "schedule paused before it fired"),
         (
             lambda: (schedules.pause("hourly"), schedules.resume("hourly")),
-            "schedule paused and resumed before it fired",
+            RESTORED,
         ),
-        (
-            lambda: (hourly(paused=True), hourly()),  # the same, by upsert
-            "schedule paused and resumed before it fired",
+        (lambda: (hourly(paused=True), hourly()), RESTORED),  # the same, by upsert
+        (no_longer_declared_and_resumed, RESTORED),
+        (  # the spec changed and changed back: re-anchored after now, as by another pass
+            lambda: (
+                schedules.upsert("hourly", "@every 30m", tasks.periodic.envelope()),
+                hourly(),
+            ),
+            RESTORED,
+        ),
+        (  # the same with a zone
+            lambda: (
+                schedules.upsert("hourly", "@hourly", tasks.periodic.envelope(), tz="Asia/Tokyo"),
+                hourly(),
+            ),
+            RESTORED,
         ),
         (lambda: None, "fired by another pass"),
+        (hourly, "fired by another pass"),  # upserted as it is: not an edit
         (
             lambda: schedules.upsert("hourly", "@every 30m", tasks.periodic.envelope()),
             "schedule changed before it fired",

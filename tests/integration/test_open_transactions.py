@@ -5,7 +5,9 @@ thread that ran it records that outcome and goes on running jobs on a clean conn
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -261,8 +263,6 @@ def test_a_leak_is_blamed_on_the_async_handler_that_left_it_not_on_a_concurrent_
 
 
 def _sleep_then_enter_atomic() -> None:
-    import time
-
     time.sleep(0.5)
     transaction.atomic().__enter__()
 
@@ -292,15 +292,64 @@ def test_a_call_left_running_by_an_async_handler_is_that_handlers_attempts():
     assert sorted(Execution.objects.values_list("label", flat=True)) == ["after", "before"]
 
 
+#: The handshake of the task below with the job after it: see the test.
+_after_the_attempt: dict[str, threading.Event] = {}
+
+
+def _enter_atomic_and_signal() -> None:
+    transaction.atomic().__enter__()
+    _after_the_attempt["entered"].set()
+
+
+async def _leak_once_the_attempt_is_over() -> None:
+    from asgiref.sync import sync_to_async
+
+    await asyncio.to_thread(_after_the_attempt["over"].wait, 10)
+    await sync_to_async(_enter_atomic_and_signal, thread_sensitive=False)()
+
+
+@task(kind="test.open-tx.async-detached-late")
+async def leave_a_task_running_that_leaks_later(ctx) -> None:
+    _left_running.add(asyncio.create_task(_leak_once_the_attempt_is_over()))
+
+
+@task(kind="test.open-tx.after-the-late-leak")
+def let_the_task_leak(ctx) -> None:
+    _after_the_attempt["over"].set()  # the attempt before this one's returned
+    assert _after_the_attempt["entered"].wait(10)
+
+
+def test_a_transaction_a_task_left_running_opens_after_its_attempt_is_rolled_back_and_said(
+    caplog,
+):
+    """A task the handler started and left running opens a transaction after the attempt
+    ended. The attempt succeeded (it is over: its outcome stands) and the transaction is
+    rolled back as the call returns; a warning names the job that left the task running,
+    so a handler that leaks work is not silent about it (it was)."""
+    _after_the_attempt.update(over=threading.Event(), entered=threading.Event())
+    leaky = leave_a_task_running_that_leaks_later.enqueue()
+    after = let_the_task_leak.enqueue()
+    with caplog.at_level(logging.WARNING, logger="headgate_django.worker"):
+        run_burst()  # one handler thread runs both, in order
+        _left_running.clear()
+        deadline = time.monotonic() + 5  # the rollback follows the call's return
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert job(leaky).state == job(after).state == "completed"
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING
+    assert f"job {leaky} (test.open-tx.async-detached-late)" in message
+    assert "after its attempt ended" in message and "'default'" in message
+
+
 def test_an_async_attempt_does_not_wait_for_another_handlers_sync_code():
     """Each handler thread's async attempts run their thread-sensitive ``sync_to_async``
     code on a lane of their own: an attempt does not queue behind another handler's long
     call there, as it did on the one thread asgiref shares between them."""
-    import time
-
     from asgiref.sync import sync_to_async
 
-    from headgate_django.worker.async_runner import AsyncRunner
+    from headgate_django.worker.async_runner import AsyncRunner, Leaks
 
     async def quick() -> None:
         await sync_to_async(lambda: None)()
@@ -310,15 +359,15 @@ def test_an_async_attempt_does_not_wait_for_another_handlers_sync_code():
 
     runner = AsyncRunner()
     try:
-        busy = threading.Thread(target=runner.run, args=(slow(), []))
+        busy = threading.Thread(target=runner.run, args=(slow(), Leaks("slow", "test.slow")))
         busy.start()
         time.sleep(0.2)  # the other handler thread's lane is in time.sleep now
         started = time.monotonic()
-        left: list[str] = []
+        left = Leaks("quick", "test.quick")
         runner.run(quick(), left)
         took = time.monotonic() - started
         busy.join()
     finally:
         runner.close()
-    assert left == []
+    assert left.end() == []
     assert took < 1.0, f"the attempt waited {took:.1f} s for another handler's sync code"
