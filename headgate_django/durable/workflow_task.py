@@ -8,12 +8,13 @@ ends the task (the execution ended) or snoozes it until its earliest timer; fact
 arrive meanwhile wake it (``store.durable_jobs``). A pass that parks on one Operation it
 just scheduled may run it on this thread and replay again at once (``durable.eager``).
 
-A pass that fails (a replay error: nondeterminism, a corrupt history; or a crash: workflow
+A task that fails (a replay error: nondeterminism, a corrupt history; or a crash: workflow
 code raising what replay cannot turn into a failure, the store refusing what the pass
-writes) is retried with the job backoff ``DURABLE_TASK_ATTEMPTS`` times, then the execution
-is suspended with the error (and a crash's traceback) for an operator to fix the code and
-resume it. A worker that lacks the execution's
-(name, version) leaves the task for one that has it, and says so in its log and status.
+writes, a history it cannot decode, children it cannot close) is retried with the job
+backoff ``DURABLE_TASK_ATTEMPTS`` times, then the execution is suspended with the error
+(and a crash's traceback) for an operator to fix the cause and resume it. A worker that
+lacks the execution's (name, version) leaves the task for one that has it, and says so in
+its log and status.
 
 A pass whose code continued as new ends the run and starts the next one in its own
 transaction; the task then replays the new run at once, within the claim's eager budget
@@ -30,7 +31,7 @@ import traceback
 import uuid
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -74,6 +75,7 @@ from headgate_django.kernel.replay import replay
 from headgate_django.kernel.replay_events import (
     OPERATION_COMPLETED,
     TIMER_FIRED,
+    WORKFLOW_RESUMED,
     Command,
     Completed,
     CompleteUpdate,
@@ -134,10 +136,24 @@ class _Park:
 
 
 def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
-    """The handler of kind ``headgate:durable-task`` (registered by :mod:`.handlers`)."""
+    """The handler of kind ``headgate:durable-task`` (registered by :mod:`.handlers`).
+
+    Every failure of the task counts against one budget (see :func:`_failed`), wherever it
+    happens: in a replay pass, or in reading the history, closing children or running an
+    eager Operation around it."""
+    try:
+        return _run(ctx, execution_id)
+    except (Snooze, LeaseLostError):
+        raise  # control flow; a task whose lease another worker now holds
+    except BaseException as exc:  # not only Exception: see _failed
+        _failed(ctx, execution_id, exc)
+        raise
+
+
+def _run(ctx: JobContext, execution_id: str) -> dict[str, Any]:
     since = time.monotonic()
     races = 0
-    rerun = ctx.attempt > 1  # after a failure or a crash of an earlier attempt
+    first = True
     while races < MAX_RACES:
         read = histories.read(execution_id)
         if read is None or read[0].state in TERMINAL:
@@ -147,10 +163,11 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
                 close_children(execution_id, read[0].state)
             return {"execution_id": execution_id, "state": read[0].state if read else None}
         header, history = read
-        if rerun and header.run_number > 1:
-            # The close that follows a continue-as-new may have been cut short.
+        if first and header.run_number > 1 and (ctx.attempt > 1 or _resumed(history)):
+            # The close that follows a continue-as-new may have been cut short: by a crash,
+            # or by failures that suspended the execution (a resume resets the attempts).
             close_children_of_ended_runs(execution_id)
-        rerun = False
+        first = False
         if header.state == "suspended":
             raise Snooze(PARK_RECHECK)  # Manager.resume wakes it
         definition = find_workflow(header.name, header.version)
@@ -163,11 +180,6 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
         except RevisionConflictError:
             races += 1
             continue  # a fact landed while we replayed: replay again with it
-        except (NondeterminismError, Snooze, LeaseLostError):
-            raise  # a replay error's own budget (see _replay_failed); a lost task
-        except BaseException as exc:  # not only Exception: see _pass_crashed
-            _pass_crashed(ctx, header, exc)
-            raise
         while isinstance(step, _Park) and step.eager is not None:
             park, step = step, _run_eagerly(ctx, execution_id, definition, step, since=since)
             if isinstance(step, str) and step not in FINISHED:
@@ -186,6 +198,11 @@ def workflow_task(ctx: JobContext, execution_id: str) -> dict[str, Any]:
                 raise Snooze(timedelta(milliseconds=1))  # run after run: give the thread back
         races = 0  # the Operation's outcome (or the new run) is in history: replay it
     raise Snooze(timedelta(milliseconds=1))  # busy execution: yield, come back at once
+
+
+def _resumed(history: list[Event]) -> bool:
+    """Whether the current run was resumed after a suspension."""
+    return any(e.type == WORKFLOW_RESUMED for e in history)
 
 
 class _Unfoldable(Exception):
@@ -295,7 +312,7 @@ def _pass(
     if isinstance(outcome, Nondeterministic):
         if fact is not None:
             raise _Unfoldable("the pass does not replay")  # recorded apart, then retried
-        return _replay_failed(ctx, header, outcome.error)
+        raise outcome.error  # the task's budget (see _failed)
     outcome, operations = _checked(outcome, header, connection_for(ctx.using))
     events = [NewEvent(e.type, e.payload, at=now) for e in fired]
     if fact is not None:
@@ -458,26 +475,30 @@ def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation
     return envelope
 
 
-def _pass_crashed(ctx: JobContext, header: Header, exc: BaseException) -> None:
-    """A pass that raised something else than a replay error (a store error, an exception
-    the workflow code raised that replay cannot turn into a failure) is retried with the
-    job's backoff. On the last attempt of its budget the execution is suspended with the
-    error and its traceback, as after a replay error, and the task snoozes: archived, it
-    would leave the execution running with no reason shown, and the reconcile duty would
-    revive it into the same failures."""
-    histories.forget(header.id)
-    if ctx.attempt >= _budget(ctx):
+def _failed(ctx: JobContext, execution_id: str, exc: BaseException) -> None:
+    """A failed attempt of the task is retried with the job's backoff. On the last attempt
+    of its budget the execution is suspended with the error (and, but for a replay error,
+    whose message names the mismatch, its traceback), and the task snoozes until resumed:
+    archived at the job's ``MAX_ATTEMPTS``, it would fail the execution (see
+    ``handlers._fail_executions_of_dead_tasks``) after hours of backoff, for what is most
+    often a bug an operator can fix. That holds for every failure of the task, not only the
+    replay pass's: an event the history cache cannot decode, a child the close policy cannot
+    close, fail every attempt alike.
+
+    A lost database connection is not the execution's failure, but counting it costs
+    little: an attempt runs and its failure is recorded only while the store answers, so an
+    outage fails the attempts that were running when it began (the worker runs such an
+    attempt again, uncharged, on a new connection: those are not suspended) and the budget
+    is spent only by a store that fails attempt after attempt across the backoff. While it
+    cannot be reached, no suspension is written either (see ``_suspend``)."""
+    histories.forget(execution_id)
+    if ctx.attempt < _budget(ctx) or execute.runs_again(ctx, exc):
+        return
+    if isinstance(exc, NondeterminismError):
+        _suspend(execution_id, f"replay failed after {ctx.attempt} attempts: {exc}", exc, None)
+    else:
         reason = f"the workflow task failed {ctx.attempt} times: {exception_reason(exc)}"
-        _suspend(header, reason, exc, "".join(traceback.format_exception(exc)))
-
-
-def _replay_failed(ctx: JobContext, header: Header, error: NondeterminismError) -> NoReturn:
-    """Retry with the job's backoff; on the last attempt of the budget, suspend for an
-    operator. The error names the mismatch; its traceback would only show the kernel."""
-    histories.forget(header.id)
-    if ctx.attempt >= _budget(ctx):
-        _suspend(header, f"replay failed after {ctx.attempt} attempts: {error}", error, None)
-    raise error
+        _suspend(execution_id, reason, exc, "".join(traceback.format_exception(exc)))
 
 
 def _budget(ctx: JobContext) -> int:
@@ -489,20 +510,24 @@ def _budget(ctx: JobContext) -> int:
     return min(headgate_settings.DURABLE_TASK_ATTEMPTS, ctx.max_attempts)
 
 
-def _suspend(header: Header, reason: str, exc: BaseException, trace: str | None) -> None:
+def _suspend(execution_id: str, reason: str, exc: BaseException, trace: str | None) -> None:
     """Suspend the execution with ``reason`` (and ``trace``), then snooze the task until
-    ``Manager.resume`` wakes it. Returns only when the store could not be reached: the job
-    then records the failure itself."""
+    ``Manager.resume`` wakes it. Returns when there is nothing to suspend (the execution
+    ended: what failed was the close of its children, which the job's own retries and the
+    reconcile duty go on trying) or the store could not be reached: the job then records
+    the failure itself."""
     try:
         execution_suspend(
-            header.id,
+            execution_id,
             reason=storable_text(reason[:4000]),
             traceback=None if trace is None else storable_text(trace[-TRACEBACK_CHARS:]),
         )
-    except InvalidTransitionError:
-        raise Snooze(PARK_RECHECK) from exc  # cancelled or suspended meanwhile
-    except Exception:
-        log.exception("execution %s: could not suspend it", header.id)
+    except InvalidTransitionError as refused:
+        if refused.details.get("state") == "suspended":
+            raise Snooze(PARK_RECHECK) from exc  # suspended meanwhile: resume wakes it
         return
-    log.error("execution %s suspended: %s", header.id, reason, exc_info=exc if trace else None)
+    except Exception:
+        log.exception("execution %s: could not suspend it", execution_id)
+        return
+    log.error("execution %s suspended: %s", execution_id, reason, exc_info=exc if trace else None)
     raise Snooze(PARK_RECHECK) from exc

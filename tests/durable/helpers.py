@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from django.db import connections
+from django.db import connection, connections
 from django.db.models.functions import Now
 
 from headgate_django import durable, testing
@@ -33,6 +34,63 @@ def drive(rounds: int = 200, *, tasks_due: bool = False) -> list[tuple[str, str]
         if not ran and not due:
             return outcomes
     raise AssertionError(f"jobs still runnable after {rounds} rounds")
+
+
+def replay_until_suspended(wf: str) -> None:
+    """Run the execution's failing workflow task, its backoffs made due at once, until the
+    execution is suspended (with the job table's 25 attempts at most)."""
+    for _ in range(30):
+        testing.run_jobs()
+        if view(wf).state == "suspended":
+            return
+        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
+    raise AssertionError("the execution was not suspended")
+
+
+#: What a trigger that refuses an execution's changes says (see ``refusing_changes``).
+REFUSED = "refused by a trigger"
+
+_REFUSE = {
+    "sqlite": [
+        "CREATE TRIGGER headgate_test_refuse BEFORE UPDATE ON headgate_durable_execution "
+        "WHEN OLD.id = '{id}' BEGIN SELECT RAISE(ABORT, '{msg}'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION headgate_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION '{msg}'; END $$",
+        "CREATE TRIGGER headgate_test_refuse BEFORE UPDATE ON headgate_durable_execution "
+        "FOR EACH ROW WHEN (OLD.id = '{id}') EXECUTE FUNCTION headgate_test_refuse()",
+    ],
+    "mysql": [
+        "CREATE TRIGGER headgate_test_refuse BEFORE UPDATE ON headgate_durable_execution "
+        "FOR EACH ROW BEGIN IF OLD.id = '{id}' THEN SIGNAL SQLSTATE '45000' "
+        "SET MESSAGE_TEXT = '{msg}'; END IF; END"
+    ],
+}
+_ALLOW = {
+    "sqlite": ["DROP TRIGGER headgate_test_refuse"],
+    "postgresql": [
+        "DROP TRIGGER headgate_test_refuse ON headgate_durable_execution",
+        "DROP FUNCTION headgate_test_refuse()",
+    ],
+    "mysql": ["DROP TRIGGER headgate_test_refuse"],
+}
+
+
+@contextlib.contextmanager
+def refusing_changes(execution_id: str) -> Iterator[None]:
+    """The database refuses every change to ``execution_id``'s header (with ``REFUSED``),
+    as a persistent store failure would. DDL: MariaDB commits at once, so a test using it
+    runs with ``django_db(transaction=True)``."""
+    with connection.cursor() as cursor:
+        for sql in _REFUSE[connection.vendor]:
+            cursor.execute(sql.format(id=execution_id, msg=REFUSED))
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            for sql in _ALLOW[connection.vendor]:
+                cursor.execute(sql)
 
 
 def history(workflow_id: str) -> list[tuple[str, dict[str, Any]]]:

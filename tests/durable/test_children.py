@@ -5,13 +5,25 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from django.db.models.functions import Now
 
 from headgate_django import durable
 from headgate_django.models import Execution, Job
-from tests.durable.helpers import counts, drive, history, start, task_job, types, view
+from tests.durable.helpers import (
+    REFUSED,
+    counts,
+    drive,
+    history,
+    refusing_changes,
+    replay_until_suspended,
+    start,
+    task_job,
+    types,
+    view,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -371,3 +383,36 @@ def test_a_run_that_continued_as_new_closes_its_children_even_if_its_task_died(
     assert view("kid-of-run-1").failure_reason == (
         f"terminated: its parent {wf} is continued_as_new"
     )
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
+def test_children_the_end_of_a_run_cannot_close_suspend_the_execution(settings: Any) -> None:
+    """The close of an ended run's children comes after the pass: a close failing on every
+    attempt was retried on the job table's MAX_ATTEMPTS (25, about 13 hours of backoff),
+    then the archived task failed the execution for good."""
+    settings.HEADGATE = {
+        "DURABLE_TASK_ATTEMPTS": 3,
+        "BACKOFF_BASE": timedelta(milliseconds=1),
+        "BACKOFF_CAP": timedelta(milliseconds=5),
+    }
+    wf = start("kid-continues", 1)
+    drive()
+    with refusing_changes("kid-of-run-1"):
+        durable.Client().signal(wf, "next")
+        replay_until_suspended(wf)
+        reason = view(wf).suspended_reason
+        assert reason.startswith("the workflow task failed 3 times: ")
+        assert REFUSED in reason
+        assert (view(wf).run_number, task_job(wf).state) == (2, "scheduled")
+        assert history(wf)[-1] == ("WorkflowSuspended", {"reason": reason, "traceback": ANY})
+        assert view("kid-of-run-1").state == "running"
+    # The database takes the change again: the resumed task closes run 1's child first.
+    durable.Manager().resume(wf)
+    drive()
+    assert (view(wf).state, view("kid-of-run-1").state) == ("running", "cancelled")
+    assert view("kid-of-run-1").failure_reason == (
+        f"terminated: its parent {wf} is continued_as_new"
+    )
+    durable.Client().signal(wf, "done", "ok")
+    drive()
+    assert (view(wf).state, view(wf).result) == ("succeeded", "ok")

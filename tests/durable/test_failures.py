@@ -9,14 +9,26 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from headgate_django import durable, store, testing
+from headgate_django.durable.history_cache import histories
 from headgate_django.durable.registry import WorkflowDef
 from headgate_django.exceptions import InvalidTransitionError, NotFoundError
-from headgate_django.models import Job
+from headgate_django.models import HistoryEvent, Job
 from headgate_django.store.durable_history import NewEvent, history_append
 from headgate_django.store.durable_jobs import TASK_KIND
-from tests.durable.helpers import drive, history, live_jobs, op_jobs, start, task_job, types, view
+from tests.durable.helpers import (
+    drive,
+    history,
+    live_jobs,
+    op_jobs,
+    replay_until_suspended,
+    start,
+    task_job,
+    types,
+    view,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -107,17 +119,6 @@ def test_case_27_an_operation_no_worker_has_yet_waits_for_one(
     )
     drive()
     assert view(wf).result == "xx"
-
-
-def replay_until_suspended(wf: str) -> None:
-    """Run the execution's failing workflow task, its backoffs made due at once, until the
-    execution is suspended (with the job table's 25 attempts at most)."""
-    for _ in range(30):
-        testing.run_jobs()
-        if view(wf).state == "suspended":
-            return
-        Job.objects.filter(kind=TASK_KIND, state="retryable").update(state="available")
-    raise AssertionError("the execution was not suspended")
 
 
 @pytest.mark.parametrize("budget", [None, 2])
@@ -489,3 +490,53 @@ def test_a_replay_error_suspends_even_when_max_attempts_is_below_the_replay_budg
     assert view(wf).state == "suspended"
     assert view(wf).suspended_reason.startswith("replay failed after 3 attempts: timer:1:")
     assert task_job(wf).state == "scheduled"  # kept for resume, not archived
+
+
+def _write_raw_payload(wf: str, seq: int, text: str) -> None:
+    """Store ``text`` as history event ``seq``'s payload, as written by another program."""
+    value = "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE headgate_durable_history SET payload = {value} "
+            "WHERE execution_id = %s AND seq = %s",
+            [text, wf, seq],
+        )
+
+
+def test_a_history_event_the_task_cannot_decode_suspends_the_execution(
+    settings: Any,
+) -> None:
+    """Reading the history comes before the replay pass: an event every attempt failed to
+    decode was retried on the job table's MAX_ATTEMPTS (25, about 13 hours of backoff),
+    then the archived task failed the execution for good."""
+    settings.HEADGATE = {
+        "DURABLE_TASK_ATTEMPTS": 3,
+        "BACKOFF_BASE": timedelta(milliseconds=1),
+        "BACKOFF_CAP": timedelta(milliseconds=5),
+    }
+    wf = start("fail-op-then-wait")
+    drive()  # the Operation ran; the workflow waits for a signal
+    seq = types(wf).index("OperationCompleted") + 1
+    stored = history(wf)[seq - 1][1]
+    # Valid JSON to every database, but Python refuses an integer of 5,000 digits.
+    _write_raw_payload(wf, seq, '{"command_id": "op:1", "result": %s}' % ("1" * 5000))
+    histories.forget(wf)  # a worker that has not read it yet (another process, a restart)
+    Job.objects.filter(kind=TASK_KIND).update(state="available")
+    replay_until_suspended(wf)
+    row = view(wf)
+    assert row.suspended_reason.startswith(
+        "the workflow task failed 3 times: ValueError: Exceeds the limit (4300 digits)"
+    )
+    assert task_job(wf).state == "scheduled"  # kept for resume, not failed
+    suspended = HistoryEvent.objects.get(execution_id=wf, seq=row.history_length)
+    assert (suspended.type, suspended.payload["reason"]) == (
+        "WorkflowSuspended",
+        row.suspended_reason,
+    )
+    assert ", in read\n" in suspended.payload["traceback"]  # down to the cache's read
+
+    HistoryEvent.objects.filter(execution_id=wf, seq=seq).update(payload=stored)  # repaired
+    durable.Manager().resume(wf)
+    durable.Client().signal(wf, "go")
+    drive(tasks_due=True)
+    assert view(wf).state == "succeeded"
