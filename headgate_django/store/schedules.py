@@ -317,26 +317,28 @@ def _withdraw_ahead(obj: Schedule, now: datetime, reason: str, using: str) -> li
     to every tick after it, as it would without the lookahead. An event says so for each.
     The withdrawn ticks, oldest first.
 
-    Nothing about them ran: a job scheduled for a future instant is not claimable yet.
-    They are found by id: a tick's job id is the schedule's prefix and the tick's epoch
-    milliseconds (13 digits for centuries), so the ticks after ``now`` are one range of the
-    primary key, whatever the spec's grid was when they were written.
+    Only ticks that never ran (``fence`` 0: never claimed). An operator may promote a
+    tick written ahead; once it ran it may have done its effects (``ctx.once``) and
+    snoozed, scheduled past now again: it is kept, with its records and what it stored,
+    as a tick that reached its instant would be. They are found by id: a tick's job id is
+    the schedule's prefix and the tick's epoch milliseconds (13 digits for centuries), so
+    the ticks after ``now`` are one range of the primary key, whatever the spec's grid was
+    when they were written.
     """
     if obj.target.get("type") != "task":
         return []
     after = tick_id(obj.name, now)
     prefix = after.rpartition(":")[0]
-    ahead = Job.objects.using(using).filter(
-        id__gt=after, id__lt=f"{prefix};", state=State.SCHEDULED.value
-    )
+    waiting = {"state": State.SCHEDULED.value, "fence": 0}
+    ahead = Job.objects.using(using).filter(id__gt=after, id__lt=f"{prefix};", **waiting)
     ticks: dict[str, datetime] = {}  # a tick's job is scheduled for its exact instant
     for job_id, tick_at in ahead.values_list("id", "scheduled_at"):
         origin = origin_of(job_id)  # a longer name ("<name>:x") shares the range
         if origin is not None and origin.schedule == obj.name and tick_at > now:
             ticks[job_id] = tick_at
     if ticks:
-        # Ticks still ahead never ran, so they have no effect records to delete with them.
-        Job.objects.using(using).filter(id__in=list(ticks), state=State.SCHEDULED.value).delete()
+        # Ticks that never ran have no effect records to delete with them.
+        Job.objects.using(using).filter(id__in=list(ticks), **waiting).delete()
         events = [EventRow(obj.name, t, "skipped", f"withdrawn: {reason}") for t in ticks.values()]
         schedule_events_record(sorted(events, key=lambda e: e.tick_at), now=now, using=using)
     return sorted(ticks.values())

@@ -112,10 +112,19 @@ def test_a_trailing_slash_on_no_route_is_the_envelope_404(viewer):
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
 @pytest.mark.parametrize(
-    ("path", "status"), [("/api/v1/jobs/", 308), ("/api/v1/nothing-here/", 404)]
+    ("path", "status", "target"),
+    [
+        ("/api/v1/jobs/", 308, "/api/v1/jobs"),
+        ("/api/v1/nothing-here/", 404, None),
+        ("/api/v1/schema", 308, "/api/v1/schema/"),
+        ("/api/v1/docs", 308, "/api/v1/docs/"),
+    ],
 )
-def test_a_trailing_slash_answers_a_token_mutation_like_a_read(operator_user, method, path, status):
-    # Django's CSRF check applies to plain views: it answered these with its HTML 403.
+def test_a_slash_redirect_answers_a_token_mutation_like_a_read(
+    operator_user, method, path, status, target
+):
+    # Django's CSRF check applies to plain views: it answered these with its HTML 403,
+    # which is not the API's error envelope.
     token = Token.objects.create(user=operator_user)
     client = APIClient(enforce_csrf_checks=True)
     response = client.generic(
@@ -128,7 +137,7 @@ def test_a_trailing_slash_answers_a_token_mutation_like_a_read(operator_user, me
     )
     assert response.status_code == status, response.content
     if status == 308:
-        assert response["Location"] == "/api/v1/jobs"
+        assert response["Location"] == target
     else:
         assert response.json()["error"]["code"] == "not_found"
 

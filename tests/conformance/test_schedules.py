@@ -17,7 +17,8 @@ import pytest
 from django.db import connections
 from django.test import override_settings
 
-from headgate_django import schedules, testing
+from headgate_django import schedules, store, testing
+from headgate_django.context import JobContext
 from headgate_django.envelope import Envelope
 from headgate_django.exceptions import (
     NotFoundError,
@@ -27,8 +28,8 @@ from headgate_django.exceptions import (
 )
 from headgate_django.kernel.schedule_origin import tick_id
 from headgate_django.kernel.schedule_spec import next_tick, parse_spec, previous_ticks
+from headgate_django.models import Effect, Job, Quarantine, Schedule, ScheduleEvent
 from headgate_django.models import Execution as DurableExecution
-from headgate_django.models import Job, Quarantine, Schedule, ScheduleEvent
 from headgate_django.schedules.scheduler import fire_batch, fire_schedule, run_pass
 from headgate_django.store import db_now
 from headgate_django.store.schedules import (
@@ -40,7 +41,7 @@ from headgate_django.store.schedules import (
 )
 from tests.app import tasks
 from tests.app.models import Execution
-from tests.conformance.helpers import wait_for_lock_wait
+from tests.conformance.helpers import claim, wait_for_lock_wait
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clear_of_the_hour")]
 
@@ -818,6 +819,36 @@ def test_pausing_withdraws_a_tick_written_ahead_and_resuming_writes_it_again():
     soon("hourly", 3)
     run_pass()
     assert len(tick_jobs("hourly")) == 1
+
+
+@pytest.mark.parametrize("edit", ["pause", "new target", "delete"])
+def test_a_tick_written_ahead_that_already_ran_is_not_withdrawn(edit):
+    """An operator can promote a tick written ahead; it runs, records a ``ctx.once``
+    effect and snoozes, scheduled past now again. It is no longer a tick that waits: an
+    edit of the schedule leaves it, with its effect record, as one that had reached its
+    instant. Withdrawn, it was deleted without its record, and the new target's job
+    under the same id found the record and skipped the effect."""
+    hourly()
+    at = soon("hourly", 3)
+    run_pass()
+    (job_id,) = tick_jobs("hourly")
+    store.job_promote(job_id)
+    ctx = JobContext(claim(job_id))
+    ctx.once("charge", lambda: 1)
+    store.job_snooze(ctx.lease, delay=HOUR)
+    if edit == "pause":
+        schedules.pause("hourly")
+    elif edit == "new target":
+        schedules.upsert("hourly", "@every 1h", tasks.periodic.envelope(label="new"))
+        # the next tick stays on the grid (it was the snooze's instant)
+        assert schedule_get("hourly").next_run_at == next_tick(parse_spec("@every 1h"), at)
+        run_pass()
+    else:
+        schedules.delete("hourly")
+    job = Job.objects.get(pk=job_id)
+    assert job.state == "scheduled" and b"new" not in bytes(job.payload)
+    assert list(Effect.objects.filter(job_id=job_id).values_list("name", flat=True)) == ["charge"]
+    assert at not in [e.tick_at for e in schedules.events("hourly") if e.outcome == "skipped"]
 
 
 def test_a_schedule_no_longer_declared_is_paused_with_its_tick_written_ahead_withdrawn():

@@ -87,9 +87,12 @@ def strip_slash(request: HttpRequest, path: str, **kwargs: Any) -> HttpResponse:
     return _RedirectKeepingMethod(f"{target}?{query}" if query else target)
 
 
+@csrf_exempt
 def add_slash(request: HttpRequest, **kwargs: Any) -> HttpResponse:
     """``…/docs`` → ``…/docs/``: the schema and docs pages end in a slash, the API's
-    routes do not, and a person typing the page's name should land on it."""
+    routes do not, and a person typing the page's name should land on it. Exempt from
+    Django's CSRF check as :func:`strip_slash` is, for the same reason: a token's request
+    gets the redirect, and its answer there, not Django's HTML 403."""
     target = escape_uri_path(request.path) + "/"
     query = request.META.get("QUERY_STRING", "")
     return _RedirectKeepingMethod(f"{target}?{query}" if query else target)
