@@ -75,7 +75,7 @@ def _close(
                     child_id,
                     name=CANCEL_REQUESTED,
                     payload=payload,
-                    message_id=f"parent-closed:{parent_id}",
+                    message_id=durable_children.close_request_id(parent_id),
                     using=using,
                 )
             continue
@@ -85,10 +85,30 @@ def _close(
             log.info("execution %s %s", child_id, reason, extra={"execution_id": child_id})
 
 
-def close_orphans(*, using: str = "default") -> list[str]:
-    """Close the children of finished parents whose close was cut short; the parents' ids."""
-    parents = durable_children.orphans_to_close(using=using)
+def close_orphans(
+    *, after: str = "", limit: int = 100, using: str = "default"
+) -> tuple[list[str], str]:
+    """Close the children of up to ``limit`` finished parents (by id, after ``after``) whose
+    close was cut short; return the parents closed and where the next call starts.
+
+    A parent whose close fails (a child row the database refuses to change) is logged and
+    left for a later call; the others are still closed. A call starts after the slice the
+    last one read, not at the first parents again, so failing parents that fill a slice
+    keep neither that slice's other parents nor the parents after it from their close.
+    """
+    parents, following = durable_children.orphans_to_close(after=after, limit=limit, using=using)
+    closed = []
     for parent_id in parents:
         row = store.execution_get(parent_id, using=using)
-        close_children(parent_id, row.state if row else "gone", using=using)
-    return parents
+        try:
+            close_children(parent_id, row.state if row else "gone", using=using)
+        except Exception as exc:
+            log.exception(
+                "closing the children of finished execution %s failed: %s",
+                parent_id,
+                exc,
+                extra={"execution_id": parent_id},
+            )
+            continue
+        closed.append(parent_id)
+    return closed, following

@@ -33,6 +33,11 @@ VACUUM_BATCH = 100
 #: Where the next sweep for vanished Operation jobs starts: each run reads one slice of the
 #: idle live executions, by id, and wraps round. Per process; a fresh one starts from "".
 _sweep = {"after": ""}
+#: Finished parents whose children one reconcile run closes; where the next run starts (a
+#: parent's id). Per process, like ``_sweep``: one slice a run, by id, wrapping round, so
+#: parents whose close keeps failing cannot hold the first slice for ever.
+ORPHAN_BATCH = 100
+_orphans = {"after": ""}
 
 
 def vacuum() -> dict[str, Any]:
@@ -60,6 +65,7 @@ def vacuum() -> dict[str, Any]:
 def reconcile() -> dict[str, Any]:
     if not execution_exists():  # then every part below finds nothing
         _sweep["after"] = ""  # as a sweep that found no live execution leaves it
+        _orphans["after"] = ""
         return {"revived": 0, "settled": 0, "restored": 0, "cancelled": 0, "closed": 0}
     from headgate_django.durable.children import close_orphans
     from headgate_django.store.durable import execution_reconcile
@@ -74,7 +80,7 @@ def reconcile() -> dict[str, Any]:
         )
     report["restored"] = restore_vanished_operations()
     report["cancelled"] = finish_cut_cancels()
-    report["closed"] = close_orphans()
+    report["closed"], _orphans["after"] = close_orphans(after=_orphans["after"], limit=ORPHAN_BATCH)
     for execution_id in report["closed"]:
         log.warning("execution %s had finished without closing its children: closed", execution_id)
     return {key: len(ids) for key, ids in report.items()}

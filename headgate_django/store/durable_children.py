@@ -15,16 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
+
+from django.db.models import CharField, Exists, OuterRef, Q, Value
+from django.db.models.functions import Concat
 
 from headgate_django.kernel.replay_events import (
+    CANCEL_REQUESTED,
     CHILD_COMPLETED,
     CHILD_FAILED,
     CHILD_STARTED,
     WORKFLOW_STARTED,
     StartChild,
 )
-from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent
+from headgate_django.models import DURABLE_LIVE, Execution, HistoryEvent, SignalInbox
 from headgate_django.store import durable_jobs as jobs
 from headgate_django.store import vendor as v
 from headgate_django.store.durable_history import (
@@ -42,6 +46,8 @@ from headgate_django.store.tracing import job_trace_stamp
 
 #: ``ChildFailed.state`` of a child that could not start (its id belongs to another execution).
 NOT_STARTED = "not_started"
+#: The prefix of a close request's ``message_id`` (see :func:`close_request_id`).
+_CLOSE_REQUEST = "parent-closed:"
 
 
 @dataclass(frozen=True)
@@ -186,13 +192,37 @@ def children_of_ended_runs(parent_id: str, *, using: str = "default") -> list[tu
     return [(child_id, policy) for child_id, policy in live if child_id not in current]
 
 
-def orphans_to_close(*, limit: int = 100, using: str = "default") -> list[str]:
-    """Finished parents that still have live children to close (the close that follows a
-    parent's end was interrupted by a crash): for the reconcile duty."""
+def close_request_id(parent_id: str) -> str:
+    """The ``message_id`` of the :data:`CANCEL_REQUESTED` signal the close of
+    ``parent_id`` delivers to a ``request_cancel`` child: one per parent, so a close run
+    again (by the task's retry, or by the reconcile duty) asks each child once."""
+    return f"{_CLOSE_REQUEST}{parent_id}"
+
+
+def orphans_to_close(
+    *, after: str = "", limit: int = 100, using: str = "default"
+) -> tuple[list[str], str]:
+    """Up to ``limit`` finished parents, by id after ``after``, that still have children to
+    close (the close that follows a parent's end was cut short): for the reconcile duty;
+    and where the next call starts ("" once it wrapped).
+
+    A live ``terminate`` child is one to close, and so is a live ``request_cancel`` child
+    that was not asked yet (its request is a signal with :func:`close_request_id`, which it
+    keeps after it): once asked it ends when its code decides, and asking again would
+    deliver nothing. Read from the live children, few beside the finished executions.
+    """
     finished = Execution.objects.using(using).filter(state__in=jobs.TERMINAL)
-    qs = Execution.objects.using(using).filter(
-        state__in=DURABLE_LIVE,
-        parent_close_policy="terminate",
-        parent_id__in=finished.values("id"),
+    asked = SignalInbox.objects.using(using).filter(
+        workflow_id=OuterRef("id"),
+        name=CANCEL_REQUESTED,
+        message_id=Concat(Value(_CLOSE_REQUEST), OuterRef("parent_id"), output_field=CharField()),
     )
-    return sorted({p for p in qs.values_list("parent_id", flat=True)[:limit] if p is not None})
+    qs = (
+        Execution.objects.using(using)
+        .filter(state__in=DURABLE_LIVE, parent_id__gt=after, parent_id__in=finished.values("id"))
+        .exclude(parent_close_policy="abandon")
+        .exclude(Q(parent_close_policy="request_cancel") & Exists(asked))
+    )
+    parents = qs.order_by("parent_id").values_list("parent_id", flat=True).distinct()
+    found = cast(list[str], list(parents[:limit]))  # parent_id > after: never NULL
+    return found, found[-1] if len(found) == limit else ""

@@ -416,3 +416,87 @@ def test_children_the_end_of_a_run_cannot_close_suspend_the_execution(settings: 
     durable.Client().signal(wf, "done", "ok")
     drive()
     assert (view(wf).state, view(wf).result) == ("succeeded", "ok")
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
+def test_a_parent_whose_children_cannot_be_closed_does_not_hold_up_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from headgate_django.durable.duties import reconcile
+    from headgate_django.store import durable as store
+
+    stuck, other = (
+        durable.Client().start("kid-holder", "1", ["terminate"], workflow_id=wf).workflow_id
+        for wf in ("orphans-a", "orphans-b")
+    )
+    drive()
+    for wf in (stuck, other):
+        store.execution_cancel(wf, reason="the worker died before closing its children")
+    with refusing_changes(f"{stuck}:child:1"), caplog.at_level("ERROR"):
+        assert reconcile()["closed"] == 1
+        assert (view(f"{stuck}:child:1").state, view(f"{other}:child:1").state) == (
+            "running",
+            "cancelled",
+        )
+    failed = [r for r in caplog.records if "closing the children" in r.getMessage()]
+    assert [r.execution_id for r in failed] == [stuck]  # type: ignore[attr-defined]
+    assert REFUSED in failed[0].getMessage()
+    # Nothing stored was lost: the store takes the change again and the next run closes it.
+    assert reconcile()["closed"] == 1
+    assert view(f"{stuck}:child:1").state == "cancelled"
+    assert reconcile()["closed"] == 0
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
+def test_parents_that_keep_failing_do_not_keep_the_duty_from_the_parents_after_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each run reads one slice of parents, by id, and the next starts after it: a run that
+    read the same first slice again would let a slice of failing parents block the rest."""
+    from headgate_django.durable import duties
+    from headgate_django.store import durable as store
+
+    monkeypatch.setattr(duties, "ORPHAN_BATCH", 1)
+    monkeypatch.setitem(duties._orphans, "after", "")
+    stuck, other = (
+        durable.Client().start("kid-holder", "1", ["terminate"], workflow_id=wf).workflow_id
+        for wf in ("orphans-a", "orphans-b")
+    )
+    drive()
+    for wf in (stuck, other):
+        store.execution_cancel(wf, reason="the worker died before closing its children")
+    with refusing_changes(f"{stuck}:child:1"):
+        # a fails, then b is closed, then the slice after b is empty: the sweep wraps round
+        assert [duties.reconcile()["closed"] for _ in range(3)] == [0, 1, 0]
+        assert (view(f"{stuck}:child:1").state, view(f"{other}:child:1").state) == (
+            "running",
+            "cancelled",
+        )
+    # The next run is back at the first parent, which the store now lets close.
+    assert duties.reconcile()["closed"] == 1
+    assert view(f"{stuck}:child:1").state == "cancelled"
+
+
+def test_the_reconcile_duty_asks_a_request_cancel_child_a_finished_parent_left_unasked() -> None:
+    from headgate_django.durable.duties import reconcile
+    from headgate_django.store import durable as store
+
+    wf = start("kid-holder", ["request_cancel", "abandon"])
+    drive()
+    store.execution_cancel(wf, reason="the worker died before closing its children")
+    asked, abandoned = children(wf)
+    assert reconcile()["closed"] == 1
+    signal = [p for t, p in history(asked.id) if t == "SignalReceived"]
+    assert signal == [
+        {
+            "name": durable.CANCEL_REQUESTED,
+            "payload": {"parent_id": wf, "parent_state": "cancelled"},
+            "message_id": f"parent-closed:{wf}",
+        }
+    ]
+    # Asked once: a child still running (its code decides when it ends) is not asked again.
+    assert reconcile()["closed"] == 0
+    drive()
+    assert (view(asked.id).state, view(asked.id).result) == ("succeeded", "cancel-requested")
+    assert "SignalReceived" not in types(abandoned.id)
+    assert view(abandoned.id).state == "running"
