@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 from urllib.parse import parse_qs
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -33,7 +33,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
 
-from headgate_django.console import access, links, sockets
+from headgate_django.console import access, links, shared, sockets
 from headgate_django.console.dashboard import (
     overview_data,
     overview_html,
@@ -151,7 +151,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.channel_layer is not None:
             await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        self.fingerprint = await database_sync_to_async(self.read_fingerprint)()
+        self.fingerprint = await self._fingerprint()
         self.shown = await self._snapshot()
         if self.shown is None:
             return
@@ -224,7 +224,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def _check(self) -> bool:
         """Send what changed, if anything; False once the object is gone."""
-        fingerprint = await database_sync_to_async(self.read_fingerprint)()
+        fingerprint = await self._fingerprint()
         if fingerprint == self.fingerprint:
             return True
         snapshot = await self._snapshot()
@@ -252,6 +252,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if await database_sync_to_async(self.view_of)(user) != self.view:
             return RECONNECT
         return None
+
+    async def _fingerprint(self) -> Any:
+        """What tells whether the page changed (a subclass may share it between sockets)."""
+        return await database_sync_to_async(self.read_fingerprint)()
 
     async def _snapshot(self) -> dict[str, Any] | None:
         try:
@@ -335,32 +339,70 @@ class ExecutionConsumer(LiveConsumer):
 
 
 class FragmentConsumer(LiveConsumer):
-    """A page drawn by the server (:mod:`headgate_django.console.dashboard`): the data is
-    its own fingerprint, read once per poll, and a change sends the page's fragment again.
+    """A page drawn by the server (:mod:`headgate_django.console.dashboard`): its data is
+    its own fingerprint, and a change sends the page's fragment again.
 
     Nothing publishes these pages' changes (that would cost every ack a message), so they
-    poll on every channel layer, once a second: a handful of capped, indexed reads.
+    poll on every channel layer, once a second. The sockets of one process that show the
+    same view share each read and its rendering (:mod:`headgate_django.console.shared`):
+    twenty open overviews cost the thread for ORM calls one overview read a second, not
+    twenty, and leave it free for the handshakes of new sockets.
     """
 
     poll_interval = 1.0
     idle_interval = 1.0
     group_name = ""
+    #: This socket's hold on its view's shared reads (from its first read on).
+    reads: shared.Shared | None = None
 
     def group_for(self, object_id: str) -> str:
         return self.group_name
 
     def read_data(self) -> dict[str, Any]:
+        """What the page shows. It may depend on nothing but what :meth:`view_key` holds:
+        the sockets with the same key are sent what one of them read."""
         raise NotImplementedError
 
     def render(self, data: dict[str, Any]) -> str:
         raise NotImplementedError
 
-    def read_fingerprint(self) -> Any:
-        self.data = self.read_data()
-        return self.data
+    def view_key(self) -> Hashable:
+        """What tells one view from another: the page, its object, its query (the admin
+        site among it) and what the user's permissions show of it (:meth:`view_of`, which
+        a socket checks again every ``recheck_interval``). Two sockets share reads only
+        if all of it is the same, so none is sent what its user may not see."""
+        return (
+            type(self),
+            self.object_id,
+            tuple(sorted(self.query.items())),
+            tuple(sorted(self.view.items())),
+        )
 
-    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
-        return {"html": self.render(self.data)}
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.reads is not None:
+                self.reads.release()
+
+    def _interval(self) -> float:
+        """Until the view's next read is due: the view's sockets wake together and share it."""
+        assert self.reads is not None  # the watcher starts after the connect's first read
+        return self.reads.wait()
+
+    async def _fingerprint(self) -> Any:
+        """The view's shared version: its data, read once for every socket of the view in
+        this process, and its fragment, rendered off the thread for ORM calls."""
+        if self.reads is None:
+            self.reads = shared.Shared(self.view_key(), self.poll_interval)
+        self.version = await self.reads.read(
+            database_sync_to_async(self.read_data),
+            sync_to_async(self.render, thread_sensitive=False),
+        )
+        return self.version
+
+    async def _snapshot(self) -> dict[str, Any] | None:
+        return {"html": self.version.html}
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return {"type": "snapshot", "snapshot": new} if old != new else None

@@ -20,7 +20,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from headgate_django.console import dashboard
+from headgate_django.console import consumers, dashboard
 from headgate_django.console.chart import minute_chart
 from headgate_django.console.consumers import LiveConsumer
 from headgate_django.store.operator import queue_set_paused
@@ -315,3 +315,109 @@ def test_the_overview_flags_a_queue_with_available_jobs_that_no_live_worker_serv
     assert flagged(viewer) == {"reports", "idle"}
     viewer.user_permissions.remove(viewer.user_permissions.get(codename="view_worker"))
     assert flagged(type(viewer).objects.get(pk=viewer.pk)) == set()
+
+
+def counting_overview_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each overview read the sockets make (``show_workers`` of each), counted around the
+    real read."""
+    reads: list[bool] = []
+    real = consumers.overview_data
+
+    def counted(**kwargs: Any) -> dict[str, Any]:
+        reads.append(kwargs["show_workers"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(consumers, "overview_data", counted)
+    return reads
+
+
+async def open_overviews(users: list[Any]) -> list[tuple[Any, str]]:
+    """An overview socket per user, opened all at once; each with its first fragment."""
+    comms = [communicator("/ws/headgate/overview/?site=admin", user) for user in users]
+    opened = await asyncio.gather(*(comm.connect(timeout=10) for comm in comms))
+    assert all(connected for connected, _ in opened), opened
+    firsts = [await comm.receive_json_from(timeout=10) for comm in comms]
+    assert all(first["type"] == "snapshot" for first in firsts)
+    return [(comm, first["snapshot"]["html"]) for comm, first in zip(comms, firsts, strict=True)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_open_overviews_share_one_read_per_poll_however_many_there_are(
+    viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each open overview socket read the whole overview every second on the process's one
+    thread for ORM calls: with 15-20 open, a new socket's handshake (whose session reads
+    wait for that thread) timed out. The sockets of one view share a read per poll."""
+    reads = counting_overview_reads(monkeypatch)
+    enqueue_job(queue="shared-q")  # the oldest available job ages: a new page every poll
+    polls = 2  # of a second each
+
+    async def scenario() -> tuple[int, int, list[int]]:
+        comms = [comm for comm, _ in await open_overviews([viewer] * 12)]
+        at_connect = len(reads)
+        reads.clear()
+        await asyncio.sleep(polls)
+        during = len(reads)
+        updates = []
+        for comm in comms:
+            updates.append(0)
+            while not await comm.receive_nothing(timeout=0.01):
+                updates[-1] += (await comm.receive_json_from())["type"] == "snapshot"
+            await comm.disconnect()
+        return at_connect, during, updates
+
+    at_connect, during, updates = async_to_sync(scenario)()
+    assert during <= polls + 2, f"{during} overview reads in {polls} polls of 12 sockets"
+    assert at_connect <= 2, f"{at_connect} overview reads for 12 sockets opened together"
+    assert min(updates) >= 1, updates  # and every socket was sent the new pages
+
+
+@pytest.mark.django_db(transaction=True)
+def test_overviews_of_different_views_each_show_their_own(viewer: Any) -> None:
+    """Shared reads are per view: a socket whose user lacks ``view_worker`` never gets the
+    worker column read for another socket, opened at the same time, whose user has it."""
+    register("w-held", in_flight=1, in_flight_by_queue={"default": 1})
+    enqueue_job(queue="default")
+    jobs_only = make_user("jobs-only", staff=True, perms=["view_job"])
+
+    async def scenario() -> None:
+        opened = await open_overviews([viewer, jobs_only, viewer, jobs_only])
+        await asyncio.sleep(2.5)  # the pages are drawn again meanwhile (the oldest job ages)
+        for (comm, html), user in zip(opened, [viewer, jobs_only] * 2, strict=True):
+            shown = [html]
+            while not await comm.receive_nothing(timeout=0.01):
+                shown.append((await comm.receive_json_from())["snapshot"]["html"])
+            assert len(shown) > 1
+            for page in shown:
+                workers = 'data-worker="w-held"' in page and "In flight per worker" in page
+                assert workers is (user is viewer), (user.username, page)
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_views_shared_reads_end_with_its_last_socket(viewer: Any, reader: Any) -> None:
+    from headgate_django.console import shared
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        def views() -> int:
+            return sum(held_loop is loop for held_loop, _ in shared._entries)
+
+        opened = await open_overviews([viewer, reader, viewer])
+        workers = communicator("/ws/headgate/workers/", viewer)
+        assert (await workers.connect(timeout=10))[0]
+        await workers.receive_json_from(timeout=10)
+        assert views() == 3  # the viewer's overview, the reader's, the workers page
+        await workers.disconnect()
+        await opened[0][0].disconnect()
+        await asyncio.sleep(0.05)
+        assert views() == 2
+        for comm, _ in opened[1:]:
+            await comm.disconnect()
+        await asyncio.sleep(0.05)
+        assert views() == 0
+
+    async_to_sync(scenario)()

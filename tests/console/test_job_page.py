@@ -3,6 +3,7 @@ attempt's ``ctx.log`` entries with a level filter."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -119,3 +120,22 @@ def test_a_bulk_jobs_page_shows_its_progress(viewer: Any) -> None:
     client.force_login(viewer)
     page = client.get(f"/admin/headgate_django/job/{job_id}/change/").content.decode()
     assert 'data-current="3" data-total="3"' in page and "retry: 3 changed" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_open_pages_of_two_jobs_each_show_their_own(viewer: Any) -> None:
+    """The job pages' sockets share reads per view: the job is part of the view."""
+    running, _ = claimed_job()
+    waiting = enqueue_job()
+    pages = [(running, "running"), (waiting, "available")] * 2
+
+    async def scenario() -> None:
+        comms = [communicator(f"/ws/headgate/job/{job_id}/", viewer) for job_id, _ in pages]
+        opened = await asyncio.gather(*(comm.connect(timeout=10) for comm in comms))
+        assert all(connected for connected, _ in opened)
+        for comm, (job_id, state) in zip(comms, pages, strict=True):
+            html = (await comm.receive_json_from(timeout=10))["snapshot"]["html"]
+            assert f'data-state="{state}"' in html, (job_id, html)
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
