@@ -70,6 +70,13 @@ class InternalKindError(DefinitionError):
     default_code = "internal_kind"
 
 
+class ReservedIdError(DefinitionError):
+    """This id is reserved: ids that start with ``sched:`` belong to schedules' ticks."""
+
+    status_code = 400
+    default_code = "reserved_id"
+
+
 class PayloadError(DefinitionError):
     """The payload cannot be stored."""
 
