@@ -73,7 +73,6 @@ class InternalKindError(DefinitionError):
 class ReservedIdError(DefinitionError):
     """This id is reserved: ids that start with ``sched:`` belong to schedules' ticks."""
 
-    status_code = 400
     default_code = "reserved_id"
 
 

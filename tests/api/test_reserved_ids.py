@@ -1,5 +1,5 @@
 """The API refuses an id under ``sched:`` (reserved for schedules' ticks) with
-``400 reserved_id`` in the error envelope, and writes nothing."""
+``422 reserved_id`` in the error envelope, and writes nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 def test_post_jobs_refuses_a_reserved_job_id(operator: Api) -> None:
     response = operator.post("/api/v1/jobs", {"kind": "test.noop", "id": "sched:nightly:0"})
-    error = envelope(response, 400, "reserved_id")
+    error = envelope(response, 422, "reserved_id")
     assert error["detail"] == {"id": "sched:nightly:0"}
     assert "reserved" in error["message"]
     assert not Job.objects.exists()
@@ -27,7 +27,7 @@ def test_post_jobs_refuses_a_reserved_job_id(operator: Api) -> None:
 )
 def test_durable_start_refuses_a_reserved_id(operator: Api, field: dict[str, Any]) -> None:
     body = {"name": "test-scheduled", "version": "1", "input": {"n": 1}, **field}
-    envelope(operator.post("/api/v1/durable/executions", body), 400, "reserved_id")
+    envelope(operator.post("/api/v1/durable/executions", body), 422, "reserved_id")
     assert not Execution.objects.exists()
 
 
@@ -38,5 +38,5 @@ def test_a_graft_cannot_give_a_node_a_reserved_id(operator: Api, onboarding: str
         "tasks": [{"name": "x", "kind": "test.echo", "id": "sched:nightly:0", "deps": []}],
     }
     response = operator.post(f"/api/v1/workflows/{onboarding}/grafts", body)
-    envelope(response, 400, "reserved_id")
+    envelope(response, 422, "reserved_id")
     assert Job.objects.count() == before
