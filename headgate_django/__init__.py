@@ -22,6 +22,7 @@ from headgate_django.exceptions import (
     NondeterminismError,
     NotFoundError,
     QuarantinedError,
+    ReservedIdError,
     RevisionConflictError,
 )
 from headgate_django.registry import TaskDef, task
@@ -60,6 +61,7 @@ __all__ = [
     "NondeterminismError",
     "NotFoundError",
     "QuarantinedError",
+    "ReservedIdError",
     "RevisionConflictError",
     "Revoke",
     "Skip",

@@ -36,6 +36,7 @@ from headgate_django.console.attempts import attempts_timeline
 from headgate_django.console.filters import KindFilter, QueueFilter
 from headgate_django.console.jobpage import logs_html, progress_live
 from headgate_django.console.readonly import (
+    IndexedSortChangeList,
     ReadOnlyAdmin,
     job_link,
     pretty_bytes,
@@ -63,7 +64,7 @@ from headgate_django.models import (
 INDEX_TEMPLATE = "headgate_django/admin/index.html"
 
 
-class JobChangeList(ChangeList):
+class JobChangeList(IndexedSortChangeList):
     """The job list, read through the state or kind index when it shows one state or one
     kind (see :mod:`headgate_django.store.index_hints`: MariaDB's own choice can read
     every row)."""
@@ -311,6 +312,10 @@ class QuarantineAdmin(ReadOnlyAdmin):
 @admin.register(Effect)
 class EffectAdmin(ReadOnlyAdmin):
     list_display = ["name", "job", "fence", "created_at"]
+    # A job's records in name order: the order of their unique key's index (the model's
+    # own, by creation, sorts the table); no other sort has an index.
+    ordering = ["job_id", "name"]
+    sortable_by = ()
     search_fields = ["=job_id", "^name"]
     readonly_fields = ["result_view"]
     private = ("result_view",)  # as the API's effects route shows it: to payload viewers
@@ -327,6 +332,7 @@ class EffectAdmin(ReadOnlyAdmin):
 @admin.register(UniqueWindow)
 class UniqueWindowAdmin(ReadOnlyAdmin):
     list_display = ["unique_key", "job", "expires_at"]
+    sortable_by = ["unique_key"]  # the primary key; expires_at ties would sort the table
     search_fields = ["=unique_key", "=job_id"]
 
     @admin.display(description="job")
@@ -394,6 +400,7 @@ class WorkflowCheckpointAdmin(ReadOnlyAdmin):
         "updated_at",
     ]
     list_filter = ["failed"]
+    sortable_by = ["graph"]  # by workflow id, the primary key; nothing else has an index
     search_fields = ["^workflow_id"]
     readonly_fields = ["graph", "coordinator", "history_table", "completed_view", "grafts_view"]
     exclude = ["history", "completed", "grafts"]
@@ -444,6 +451,7 @@ class SignalEmissionAdmin(ReadOnlyAdmin):
     """Signal history: the fact (payload), who sent it (source) and when (store clock)."""
 
     list_display = ["id", "graph", "signal", "idempotency_key", "emitted_at"]
+    sortable_by = ["id"]  # the primary key: the other columns' sorts have no index
     search_fields = ["^workflow_id", "=idempotency_key"]
     readonly_fields = ["graph", "payload_view", "source_view"]
     private = ("payload_view", "source_view")
@@ -467,6 +475,7 @@ class GraftAdmin(ReadOnlyAdmin):
 
     list_display = ["receipt", "graph", "revision", "status", "decided_at"]
     ordering = ["-id"]
+    sortable_by = ()  # newest first by primary key, the only order indexed
     search_fields = ["^workflow_id", "=receipt_job_id"]
     readonly_fields = ["graph", "receipt", "nodes_view"]
     exclude = ["nodes"]

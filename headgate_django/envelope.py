@@ -25,6 +25,7 @@ from headgate_django.exceptions import (
 )
 from headgate_django.kernel.backoff import MAX_WAIT
 from headgate_django.kernel.names import (
+    check_not_reserved,
     internal_kind_error,
     is_internal_kind,
     validate_job_id,
@@ -360,6 +361,9 @@ def check_fields(env: Envelope) -> None:
         validate_job_id(env.id)
     if env.workflow_id is not None:
         _admission_field(env.kind, _validate_workflow_id, env.workflow_id)
+    if _INTERNAL not in env.__dict__:  # the library's own ids derive from accepted ones
+        check_not_reserved("job id", env.id)
+        check_not_reserved("workflow id", env.workflow_id)
     _check_integer(env.kind, "priority", env.priority, -_INT32)
     _check_integer(env.kind, "schema_version", env.schema_version, 1)
     if env.max_attempts is not None:

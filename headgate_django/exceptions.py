@@ -70,6 +70,12 @@ class InternalKindError(DefinitionError):
     default_code = "internal_kind"
 
 
+class ReservedIdError(DefinitionError):
+    """This id is reserved: ids that start with ``sched:`` belong to schedules' ticks."""
+
+    default_code = "reserved_id"
+
+
 class PayloadError(DefinitionError):
     """The payload cannot be stored."""
 

@@ -42,7 +42,10 @@ class ExecutionAdmin(ReadOnlyAdmin):
     ]
     list_display_links = None
     # Newest first through (created_at, id); name and queue by search, not DISTINCT choices.
+    # Sorted by id too (the primary key); by state or creation, ties are broken by the
+    # id's descending order, which no index has in an ascending sort: the table is sorted.
     list_filter = ["state"]
+    sortable_by = ["execution_id"]
     search_fields = ["=id", "^name", "=business_idempotency_key"]
     readonly_fields = ["timeline", "history_link", "input_view", "result_view", "meta_view"]
     private = ("input_view", "result_view", "meta_view")
@@ -97,6 +100,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
 @admin.register(HistoryEvent)
 class HistoryEventAdmin(ReadOnlyAdmin):
     list_display = ["execution_page", "seq", "type", "at"]
+    # By execution and seq, the order of their unique key's index; no other sort has one.
+    sortable_by = ()
     search_fields = ["=execution__id"]
     linked_filters = ("execution__id__exact",)  # an execution's "N events", by its key
     readonly_fields = ["execution_page", "payload_view"]
@@ -119,6 +124,7 @@ class ExecutionRunAdmin(ReadOnlyAdmin):
     """Runs that ended by continuing as new (the current run is the execution itself)."""
 
     list_display = ["execution_page", "number", "run_id", "events", "started_at", "finished_at"]
+    sortable_by = ()  # by execution and number, the unique key's index
     search_fields = ["=execution__id", "=run_id"]
     readonly_fields = ["execution_page", "history_link", "input_view"]
     private = ("input_view",)
@@ -142,6 +148,7 @@ class ExecutionRunAdmin(ReadOnlyAdmin):
 @admin.register(RunHistoryEvent)
 class RunHistoryEventAdmin(ReadOnlyAdmin):
     list_display = ["run", "seq", "type", "at"]
+    sortable_by = ()  # by run and seq, the unique key's index
     list_select_related = ["run"]
     search_fields = ["=run__execution__id", "=run__run_id"]
     linked_filters = ("run__id__exact",)  # a finished run's "N events", by its key
@@ -160,6 +167,7 @@ class RunHistoryEventAdmin(ReadOnlyAdmin):
 class SignalInboxAdmin(ReadOnlyAdmin):
     list_display = ["execution_page", "name", "message_id", "seq", "received_at"]
     ordering = ["-id"]
+    sortable_by = ()  # newest first by primary key, the only order indexed
     search_fields = ["=workflow__id", "=message_id"]
     readonly_fields = ["execution_page", "payload_view"]
     private = ("payload_view",)
@@ -180,6 +188,7 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
     list_display = ["key", "user", "method", "path", "status_code", "created_at", "expires_at"]
     search_fields = ["=key", "=user"]
     ordering = ["-id"]
+    sortable_by = ()  # newest first by primary key, the only order indexed
     readonly_fields = ["response_body_view"]
     private = ("response_body_view",)
 

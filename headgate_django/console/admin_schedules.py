@@ -40,5 +40,8 @@ class ScheduleAdmin(ReadOnlyAdmin):
 @admin.register(ScheduleEvent)
 class ScheduleEventAdmin(ReadOnlyAdmin):
     list_display = ["schedule_name", "tick_at", "outcome", "reason", "target_id", "recorded_at"]
+    # Newest first by primary key; a schedule's events by (schedule_name, -id) through the
+    # filter. A sort by name breaks ties by id in the index's order one way only.
+    sortable_by = ()
     list_filter = ["outcome"]
     search_fields = ["=schedule_name"]

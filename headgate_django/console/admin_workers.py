@@ -22,10 +22,12 @@ class WorkerAdmin(ReadOnlyAdmin):
         "last_heartbeat_at",
         "stopped_at",
     ]
+    sortable_by = ["id"]  # the primary key; heartbeats are indexed but their ties are not
     search_fields = ["^id", "=host"]
 
 
 @admin.register(QueueMinute)
 class QueueMinuteAdmin(ReadOnlyAdmin):
     list_display = ["queue", "minute", "completed", "failed", "retried"]
+    sortable_by = ()  # newest minute first, the order of its unique key's index
     search_fields = ["=queue"]

@@ -17,7 +17,7 @@ from typing import Any
 from headgate_django.durable.registry import check_execution_id, check_name, require_workflow
 from headgate_django.envelope import check_payload, new_id
 from headgate_django.exceptions import DefinitionError
-from headgate_django.kernel.names import validate_queue
+from headgate_django.kernel.names import check_not_reserved, validate_queue
 from headgate_django.kernel.replay import MAX_EXECUTION_ID
 from headgate_django.store import durable as store
 
@@ -121,8 +121,10 @@ class Client:
         check_payload(meta or {}, "start's meta")
         if business_idempotency_key is not None:
             check_name("business idempotency key", business_idempotency_key, 255)
+            check_not_reserved("business idempotency key", business_idempotency_key)
         execution_id = new_id() if workflow_id is None else workflow_id
         check_execution_id("workflow id", execution_id, MAX_EXECUTION_ID)
+        check_not_reserved("workflow id", execution_id)
         validate_queue(task_queue)
         return {
             "execution_id": execution_id,

@@ -6,14 +6,27 @@ workflow tasks and Operations. Their payloads are trusted (a coordinator's graph
 conditions, an Operation's input) and their owners have verbs of their own, so
 :func:`is_internal_kind` is the one rule that keeps them out of the public ways in:
 ``enqueue`` of a hand-made envelope, ``@task``, the HTTP API and the generic job verbs.
+
+Likewise every id that starts with ``sched:`` belongs to the scheduler (a tick's job,
+workflow or durable execution, ``kernel.schedule_origin``): a taken tick id means the tick
+fired, and ``ctx.periodic_origin`` is read back from it, so :func:`check_not_reserved`
+refuses it from callers, and :func:`writing_ticks` lets the scheduler write its own.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
-from headgate_django.exceptions import DefinitionError, InternalKindError, InvalidKindError
+from headgate_django.exceptions import (
+    DefinitionError,
+    InternalKindError,
+    InvalidKindError,
+    ReservedIdError,
+)
 
 MAX_KIND_BYTES = 128
 MAX_QUEUE_BYTES = 128
@@ -40,6 +53,11 @@ DURABLE_OP_KIND = "headgate:durable-op"
 DURABLE_GROUP_PREFIX = "durable:"
 #: A bulk operator action too large to run in its request (``headgate_django.bulk``).
 BULK_KIND = "headgate:bulk-action"
+#: The prefix of a schedule's tick ids (job id, workflow id, durable execution id and key).
+SCHEDULE_ID_PREFIX = "sched:"
+# The tick ids the scheduler is writing now: each, and the ids under it (``<id>:…``, a
+# workflow's coordinator and nodes), pass :func:`check_not_reserved`.
+_WRITING: ContextVar[frozenset[str]] = ContextVar("headgate_writing_ticks", default=frozenset())
 
 
 def is_internal_kind(kind: object) -> bool:
@@ -57,6 +75,35 @@ def internal_kind_error(
         node=node,
         kind=kind,
         **details,
+    )
+
+
+@contextmanager
+def writing_ticks(tick_ids: Iterable[str]) -> Iterator[None]:
+    """Let the scheduler (or a graft onto a workflow a tick started) write ``tick_ids`` and
+    the ids under them, for the duration of the block. A context rather than a flag on
+    each call: a tick's workflow id reaches ``Workflow(...)`` through the user's factory.
+    Only reserved ids are taken: a workflow called ``sched`` opens nothing under ``sched:``."""
+    reserved = frozenset(t for t in tick_ids if t.startswith(SCHEDULE_ID_PREFIX))
+    token = _WRITING.set(_WRITING.get() | reserved)
+    try:
+        yield
+    finally:
+        _WRITING.reset(token)
+
+
+def check_not_reserved(what: str, value: object) -> None:
+    """Refuse a caller's id under :data:`SCHEDULE_ID_PREFIX`: taking a future tick's id
+    would make the schedule skip that tick as fired, and forge its ``periodic_origin``."""
+    if not isinstance(value, str) or not value.startswith(SCHEDULE_ID_PREFIX):
+        return
+    writing = _WRITING.get()
+    if value in writing or any(value.startswith(f"{tick}:") for tick in writing):
+        return
+    raise ReservedIdError(
+        f"{what} {value[:60]!r} starts with {SCHEDULE_ID_PREFIX!r}, which is reserved for "
+        "the ids of schedules' ticks; choose another id",
+        id=value,
     )
 
 

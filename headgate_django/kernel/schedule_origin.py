@@ -6,6 +6,7 @@ so however many scheduler passes reach the same tick, the store keeps one job fo
 The handler's ``ctx.periodic_origin`` is read back from that id, which keeps the origin
 off the insert path entirely (no column, no write for jobs that are not scheduled).
 A manual run (``run_now``) appends ``+<unique suffix>`` so it never collides with a tick.
+The prefix is reserved: callers cannot take these ids (``kernel.names.check_not_reserved``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from headgate_django.kernel.names import SCHEDULE_ID_PREFIX as PREFIX
 from headgate_django.kernel.schedule_spec import EPOCH
-
-PREFIX = "sched:"
 
 
 @dataclass(frozen=True)

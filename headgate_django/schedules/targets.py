@@ -20,6 +20,7 @@ from typing import Any
 
 from headgate_django.envelope import Envelope, check_fields, check_payload, check_payload_size
 from headgate_django.exceptions import IdConflictError, PayloadNotJSONError, ScheduleError
+from headgate_django.kernel.names import writing_ticks
 from headgate_django.kernel.schedule_origin import tick_id
 
 log = logging.getLogger("headgate_django.schedules")
@@ -168,16 +169,28 @@ def prepare(schedule: str, target: dict[str, Any], tick_at: datetime, suffix: st
             # Scheduled for its tick, whenever it is written: ahead (the lookahead), it
             # waits for its instant; late, it is claimable at once, in its tick's order.
             env = dataclasses.replace(envelope_of(target, ident), scheduled_at=tick_at)
-            return Firing(tick_at, ident, lambda using: _insert([env], using), envelope=env)
+            return Firing(tick_at, ident, _as_tick(ident, _insert, [env]), envelope=env)
         if kind == "workflow":
-            batch = _workflow_batch(target["factory"], ident, tick_at)
-            return Firing(tick_at, ident, lambda using: _enqueue_batch(batch, using))
+            with writing_ticks([ident]):  # the factory builds ``Workflow(ident)``
+                batch = _workflow_batch(target["factory"], ident, tick_at)
+            return Firing(tick_at, ident, _as_tick(ident, _enqueue_batch, batch))
         if kind == "durable":
-            return Firing(tick_at, ident, lambda using: _start_durable(target, ident, using))
+            return Firing(tick_at, ident, _as_tick(ident, _start_durable, target, ident))
     except Exception as exc:  # a user's factory: anything it raises is the tick's failure
         log.warning("schedule %s: tick %s failed: %s", schedule, tick_at, exc, exc_info=True)
         return Firing(tick_at, ident, failure=f"{type(exc).__name__}: {exc}")
     return Firing(tick_at, ident, failure=f"unknown target type {kind!r}")
+
+
+def _as_tick(ident: str, start: Callable[..., str], *args: Any) -> Callable[[str], str]:
+    """``start(*args, using)`` allowed to write the tick's ids, which callers may not take
+    (the ``sched:`` prefix is reserved: ``kernel.names.check_not_reserved``)."""
+
+    def write(using: str) -> str:
+        with writing_ticks([ident]):
+            return start(*args, using)
+
+    return write
 
 
 def _workflow_batch(factory: str, workflow_id: str, tick_at: datetime) -> Any:
@@ -236,7 +249,8 @@ def write_many(firings: list[Firing], using: str) -> list[tuple[str, str]]:
     envelopes = [f.envelope for f in firings if f.envelope is not None]
     together = False
     if len(envelopes) > 1:
-        outcome, _ = schedule_tick_write(lambda: _insert(envelopes, using), using=using)
+        with writing_ticks(f.target_id for f in firings):
+            outcome, _ = schedule_tick_write(lambda: _insert(envelopes, using), using=using)
         together = outcome == "enqueued"
     return [
         ("enqueued", "") if together and f.envelope is not None else write(f, using)

@@ -34,6 +34,7 @@ from headgate_django.kernel.names import (
     CONDITION_KIND,
     SIGNAL_KIND,
     TIMER_KIND,
+    check_not_reserved,
     internal_kind_error,
     is_internal_kind,
     validate_queue,
@@ -94,6 +95,7 @@ class Workflow:
             raise DefinitionError("a workflow id must be a non-empty string")
         if len(workflow_id.encode()) > 255 - _COORDINATOR_SUFFIX:
             raise DefinitionError(f"workflow id {workflow_id[:40]!r}… is too long")
+        check_not_reserved("workflow id", workflow_id)
         self.workflow_id = workflow_id
         self._queue: str | None = None
         self._retention: timedelta | None = None
@@ -209,6 +211,9 @@ class Workflow:
 
         graph = self.graph()
         for node in graph.nodes:
+            # Signal, timer, condition and child nodes are the library's own envelopes,
+            # which enqueue does not check: ``sched`` with a node ``x:5`` is ``sched:x:5``.
+            check_not_reserved("job id", node.job_id)
             if node.condition is not None:
                 cel.compile(node.condition)
         retention = self._retention or headgate_settings.WORKFLOW_RETENTION

@@ -26,7 +26,7 @@ from headgate_django.exceptions import (
     RevisionConflictError,
 )
 from headgate_django.kernel.graph import NodeKind, NodeSpec, check_conditions_budget, combine
-from headgate_django.kernel.names import validate_queue
+from headgate_django.kernel.names import validate_queue, writing_ticks
 from headgate_django.kernel.states import State
 from headgate_django.models import Job
 from headgate_django.store import job_insert_many
@@ -192,7 +192,10 @@ def submit_graft(graft: PreparedGraft, *, using: str = "default") -> str:
         graph, _ = current_graph(coordinator, row)
         # CycleError, DuplicateNodeError, … name the nodes
         check_conditions_budget(combine(graph, graft.nodes))
-        job_insert_many(_fitted(graft, coordinator), using=using)
+        # The workflow exists (a tick's may carry the reserved prefix): its nodes' ids may
+        # too, but an id the caller chose under another prefix is still refused.
+        with writing_ticks([graft.workflow_id]):
+            job_insert_many(_fitted(graft, coordinator), using=using)
         workflow_wake(graft.workflow_id, using=using)
     return graft.receipt_job_id
 

@@ -17,6 +17,7 @@ def test_headgate_django_all():
             "HeadgateError",
             "IdConflictError",
             "InternalKindError",
+            "ReservedIdError",
             "JobContext",
             "LeaseLostError",
             "NondeterminismError",
