@@ -172,14 +172,20 @@ def _read_limit(sql: str) -> int:
     return (COUNT_CAP + 1) * CAPPED_COUNT_SCAN if capped else MAX_READ
 
 
+def _explained(sql: str) -> dict[str, Any]:
+    """The plan PostgreSQL ran ``sql`` with (``EXPLAIN ANALYZE``), as JSON."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+        raw = cursor.fetchone()[0]
+    plan: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    return plan
+
+
 def problems(sql: str) -> list[str]:
     """What is wrong with the plan of ``sql``: unbounded scans, large sorts and large reads
     of jobs. A sequential scan under a ``Limit`` stops at the limit's rows (a capped count
     of a state most rows are in) and is allowed."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
-        raw = cursor.fetchone()[0]
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    plan = _explained(sql)
     found = []
     for node, bounded in _nodes(plan):
         on_jobs = node.get("Relation Name") == "headgate_job"
@@ -590,10 +596,7 @@ def _fill_other_tables(cursor: Any) -> None:
 def sorted_table_problems(sql: str, table: str) -> list[str]:
     """A sort of more than a page's worth of ``table``, or a scan of it no ``Limit``
     stops: what a changelist's order must not cost on every page load."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
-        raw = cursor.fetchone()[0]
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    plan = _explained(sql)
     found = []
     for node, bounded in _nodes(plan):
         sort = node["Node Type"] in ("Sort", "Incremental Sort")

@@ -418,20 +418,29 @@ def test_children_the_end_of_a_run_cannot_close_suspend_the_execution(settings: 
     assert (view(wf).state, view(wf).result) == ("succeeded", "ok")
 
 
+def _two_orphaning_parents() -> tuple[str, str]:
+    """Two parents, each with a running ``terminate`` child, ended without closing it (as
+    by a worker that died between the end and the close): the reconcile duty's work."""
+    from headgate_django.store import durable as store
+
+    parents = tuple(
+        durable.Client().start("kid-holder", "1", ["terminate"], workflow_id=wf).workflow_id
+        for wf in ("orphans-a", "orphans-b")
+    )
+    drive()
+    for wf in parents:
+        store.execution_cancel(wf, reason="the worker died before closing its children")
+    stuck, other = parents
+    return stuck, other
+
+
 @pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
 def test_a_parent_whose_children_cannot_be_closed_does_not_hold_up_the_others(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from headgate_django.durable.duties import reconcile
-    from headgate_django.store import durable as store
 
-    stuck, other = (
-        durable.Client().start("kid-holder", "1", ["terminate"], workflow_id=wf).workflow_id
-        for wf in ("orphans-a", "orphans-b")
-    )
-    drive()
-    for wf in (stuck, other):
-        store.execution_cancel(wf, reason="the worker died before closing its children")
+    stuck, other = _two_orphaning_parents()
     with refusing_changes(f"{stuck}:child:1"), caplog.at_level("ERROR"):
         assert reconcile()["closed"] == 1
         assert (view(f"{stuck}:child:1").state, view(f"{other}:child:1").state) == (
@@ -454,17 +463,10 @@ def test_parents_that_keep_failing_do_not_keep_the_duty_from_the_parents_after_t
     """Each run reads one slice of parents, by id, and the next starts after it: a run that
     read the same first slice again would let a slice of failing parents block the rest."""
     from headgate_django.durable import duties
-    from headgate_django.store import durable as store
 
     monkeypatch.setattr(duties, "ORPHAN_BATCH", 1)
     monkeypatch.setitem(duties._orphans, "after", "")
-    stuck, other = (
-        durable.Client().start("kid-holder", "1", ["terminate"], workflow_id=wf).workflow_id
-        for wf in ("orphans-a", "orphans-b")
-    )
-    drive()
-    for wf in (stuck, other):
-        store.execution_cancel(wf, reason="the worker died before closing its children")
+    stuck, other = _two_orphaning_parents()
     with refusing_changes(f"{stuck}:child:1"):
         # a fails, then b is closed, then the slice after b is empty: the sweep wraps round
         assert [duties.reconcile()["closed"] for _ in range(3)] == [0, 1, 0]
