@@ -14,6 +14,13 @@ How it notices changes depends on the channel layer:
   that finished a job (:mod:`headgate_django.console.publish`). The consumer wakes at
   once, then keeps polling fast for ``burst_seconds`` to catch the coordinator's
   follow-up writes, and otherwise only checks every ``idle_interval`` as a safety net.
+
+The sockets of one process that show the same view (:meth:`LiveConsumer.view_key`) share
+each fingerprint read and the snapshot built when it moved
+(:mod:`headgate_django.console.shared`), and wake together when the view's next read is
+due: twenty screens on one large workflow cost the thread for ORM calls one fingerprint
+read per poll and one snapshot per change, not twenty. What a socket was sent, and so the
+difference it is sent next, stays its own.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any
 from urllib.parse import parse_qs
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -101,15 +108,22 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
     #: The user key this socket is counted under (:mod:`~headgate_django.console.sockets`).
     counted: Any = None
+    #: This socket's hold on its view's shared reads (from its first read on).
+    reads: shared.Shared | None = None
 
     # -- what a subclass supplies (sync: they run in a database thread) --------------
     def group_for(self, object_id: str) -> str:
         raise NotImplementedError
 
     def read_fingerprint(self) -> Any:
+        """What tells whether the page changed. Like :meth:`build_snapshot`, it may depend
+        on nothing but what :meth:`view_key` holds."""
         raise NotImplementedError
 
-    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
+    def build_snapshot(self, fingerprint: Any) -> dict[str, Any]:
+        """What the page shows, as of ``fingerprint``. The sockets of a view are all sent
+        the one snapshot built for whichever of them read the fingerprint; no socket may
+        change it in place."""
         raise NotImplementedError
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
@@ -120,6 +134,19 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         reveals user data. A change of it makes an open page reconnect for a snapshot
         built anew (see :meth:`_access_changed`)."""
         return {"reveal": may_see_payloads(user)}
+
+    def view_key(self) -> Hashable:
+        """What tells one view from another: the page, its object, its whole query (the
+        admin site among it, which the links depend on) and what the user's permissions
+        show of it (:meth:`view_of`, which a socket checks again every
+        ``recheck_interval``). Two sockets share reads only if all of it is the same, so
+        none is sent what its user may not see."""
+        return (
+            type(self),
+            self.object_id,
+            tuple(sorted((key, tuple(values)) for key, values in self.arguments.items())),
+            tuple(sorted(self.view.items())),
+        )
 
     # -- lifecycle -------------------------------------------------------------------
     async def connect(self) -> None:
@@ -141,6 +168,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.view = await database_sync_to_async(self.view_of)(user)
         self.reveal = self.view["reveal"]
         self.query = {key: values[0] for key, values in query.items()}
+        #: Every value of every query argument: a page's view may depend on any of them.
+        self.arguments = query
         self.job_url = links.job_url_builder(self.site_name)
         self.wake = asyncio.Event()
         self.burst_until = 0.0
@@ -151,10 +180,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.channel_layer is not None:
             await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        self.fingerprint = await self._fingerprint()
-        self.shown = await self._snapshot()
-        if self.shown is None:
+        version = await self._version()
+        if version is None:
             return
+        self.version = version
+        self.shown = await self._own(version.rendered)
         await self.send_json({"type": "snapshot", "snapshot": self.shown})
         self.watcher = asyncio.ensure_future(self._watch())
 
@@ -169,6 +199,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 sockets.give_back(self.counted)
             if self.watcher is not None:
                 self.watcher.cancel()
+            if self.reads is not None:
+                self.reads.release()
             if self.group is not None and self.channel_layer is not None:
                 await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -198,8 +230,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     # -- watching --------------------------------------------------------------------
     def _interval(self) -> float:
+        """Until the view's next read is due: ``poll_interval`` after its last one, or
+        ``idle_interval`` while this socket polls slowly. The view's sockets wake together
+        and share that read."""
         fast = self.in_process or asyncio.get_running_loop().time() < self.burst_until
-        return self.poll_interval if fast else self.idle_interval
+        assert self.reads is not None  # the watcher starts after the connect's first read
+        return self.reads.wait(None if fast else self.idle_interval)
 
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -224,14 +260,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def _check(self) -> bool:
         """Send what changed, if anything; False once the object is gone."""
-        fingerprint = await self._fingerprint()
-        if fingerprint == self.fingerprint:
-            return True
-        snapshot = await self._snapshot()
-        if snapshot is None:
+        version = await self._version()
+        if version is None:
             return False
-        self.fingerprint = fingerprint
-        message = self.diff(self.shown, snapshot) if self.shown is not None else None
+        if version is self.version:
+            return True
+        self.version = version
+        snapshot = await self._own(version.rendered)
+        message = self.diff(self.shown, snapshot)
         self.shown = snapshot
         if message is not None:
             await self.send_json(message)
@@ -253,17 +289,30 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return RECONNECT
         return None
 
-    async def _fingerprint(self) -> Any:
-        """What tells whether the page changed (a subclass may share it between sockets)."""
-        return await database_sync_to_async(self.read_fingerprint)()
-
-    async def _snapshot(self) -> dict[str, Any] | None:
+    async def _version(self) -> shared.Version | None:
+        """The view's shared version: its fingerprint, read once per poll for all the
+        view's sockets in this process, and the snapshot built for it once each time it
+        moved. None once the object is gone, after telling the page: every socket that
+        waited for the read that found it gone is told, and nothing is kept of that read,
+        so a socket that opens later reads again and is told too."""
+        if self.reads is None:
+            self.reads = shared.Shared(self.view_key(), self.poll_interval)
         try:
-            return await database_sync_to_async(self.build_snapshot)(self.job_url)
+            return await self.reads.read(
+                database_sync_to_async(self.read_fingerprint), self._render
+            )
         except NotFoundError:
             await self.send_json({"type": "gone"})
             await self.close(code=GONE)
             return None
+
+    async def _render(self, fingerprint: Any) -> dict[str, Any]:
+        """The view's snapshot as of ``fingerprint``, built on the thread for ORM calls."""
+        return await database_sync_to_async(self.build_snapshot)(fingerprint)
+
+    async def _own(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """What this socket shows of its view's snapshot (see :meth:`build_snapshot`)."""
+        return snapshot
 
 
 class WorkflowConsumer(LiveConsumer):
@@ -292,8 +341,7 @@ class WorkflowConsumer(LiveConsumer):
         if self.shown is None:
             return
         # What the page shows, drawn again: the watcher sends any change since as usual.
-        # Off the database thread, which the watcher's polls may hold.
-        drawing = await sync_to_async(regroup, thread_sensitive=False)(self.shown, self.expanded)
+        drawing = await self._drawing(self.shown)
         self.shown = {**self.shown, **drawing}
         await self.send_json({"type": "drawing", "drawing": drawing})
 
@@ -303,10 +351,18 @@ class WorkflowConsumer(LiveConsumer):
     def read_fingerprint(self) -> Any:
         return workflow_fingerprint(self.object_id)
 
-    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
-        return workflow_snapshot(
-            self.object_id, reveal=self.reveal, job_url=job_url, expanded=self.expanded
-        )
+    def build_snapshot(self, fingerprint: Any) -> dict[str, Any]:
+        """Every fan-out drawn grouped: which groups a page expands is the socket's own
+        (it changes on a click), and is drawn on its copy (:meth:`_own`)."""
+        return workflow_snapshot(self.object_id, reveal=self.reveal, job_url=self.job_url)
+
+    async def _own(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        return {**snapshot, **await self._drawing(snapshot)} if self.expanded else snapshot
+
+    async def _drawing(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """``snapshot`` drawn with this page's expanded groups, off the thread for ORM
+        calls, which the view's reads may hold."""
+        return await sync_to_async(regroup, thread_sensitive=False)(snapshot, self.expanded)
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return diff(old, new)
@@ -331,8 +387,8 @@ class ExecutionConsumer(LiveConsumer):
     def read_fingerprint(self) -> Any:
         return execution_fingerprint(self.object_id, DURABLE_PREFIX + self.object_id)
 
-    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
-        return execution_snapshot(self.object_id, reveal=self.reveal, job_url=job_url)
+    def build_snapshot(self, fingerprint: Any) -> dict[str, Any]:
+        return execution_snapshot(self.object_id, reveal=self.reveal, job_url=self.job_url)
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return execution_diff(old, new)
@@ -343,66 +399,28 @@ class FragmentConsumer(LiveConsumer):
     its own fingerprint, and a change sends the page's fragment again.
 
     Nothing publishes these pages' changes (that would cost every ack a message), so they
-    poll on every channel layer, once a second. The sockets of one process that show the
-    same view share each read and its rendering (:mod:`headgate_django.console.shared`):
-    twenty open overviews cost the thread for ORM calls one overview read a second, not
-    twenty, and leave it free for the handshakes of new sockets.
+    poll on every channel layer, once a second. Like every live page, the sockets of one
+    process that show the same view share each read and its rendering: twenty open
+    overviews cost the thread for ORM calls one overview read a second, not twenty, and
+    leave it free for the handshakes of new sockets.
     """
 
     poll_interval = 1.0
     idle_interval = 1.0
     group_name = ""
-    #: This socket's hold on its view's shared reads (from its first read on).
-    reads: shared.Shared | None = None
 
     def group_for(self, object_id: str) -> str:
         return self.group_name
 
-    def read_data(self) -> dict[str, Any]:
-        """What the page shows. It may depend on nothing but what :meth:`view_key` holds:
-        the sockets with the same key are sent what one of them read."""
-        raise NotImplementedError
-
     def render(self, data: dict[str, Any]) -> str:
         raise NotImplementedError
 
-    def view_key(self) -> Hashable:
-        """What tells one view from another: the page, its object, its query (the admin
-        site among it) and what the user's permissions show of it (:meth:`view_of`, which
-        a socket checks again every ``recheck_interval``). Two sockets share reads only
-        if all of it is the same, so none is sent what its user may not see."""
-        return (
-            type(self),
-            self.object_id,
-            tuple(sorted(self.query.items())),
-            tuple(sorted(self.view.items())),
-        )
+    def build_snapshot(self, fingerprint: Any) -> dict[str, Any]:
+        return {"html": self.render(fingerprint)}
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if self.reads is not None:
-                self.reads.release()
-
-    def _interval(self) -> float:
-        """Until the view's next read is due: the view's sockets wake together and share it."""
-        assert self.reads is not None  # the watcher starts after the connect's first read
-        return self.reads.wait()
-
-    async def _fingerprint(self) -> Any:
-        """The view's shared version: its data, read once for every socket of the view in
-        this process, and its fragment, rendered off the thread for ORM calls."""
-        if self.reads is None:
-            self.reads = shared.Shared(self.view_key(), self.poll_interval)
-        self.version = await self.reads.read(
-            database_sync_to_async(self.read_data),
-            sync_to_async(self.render, thread_sensitive=False),
-        )
-        return self.version
-
-    async def _snapshot(self) -> dict[str, Any] | None:
-        return {"html": self.version.html}
+    async def _render(self, fingerprint: Any) -> dict[str, Any]:
+        """The page's fragment, rendered off the thread for ORM calls (it reads nothing)."""
+        return await sync_to_async(self.build_snapshot, thread_sensitive=False)(fingerprint)
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return {"type": "snapshot", "snapshot": new} if old != new else None
@@ -419,7 +437,7 @@ class OverviewConsumer(FragmentConsumer):
             "workers": access.is_console_user(user, access.VIEW_WORKERS),
         }
 
-    def read_data(self) -> dict[str, Any]:
+    def read_fingerprint(self) -> dict[str, Any]:
         return overview_data(site_name=self.site_name, show_workers=self.view["workers"])
 
     def render(self, data: dict[str, Any]) -> str:
@@ -432,7 +450,7 @@ class WorkersConsumer(FragmentConsumer):
     permission = access.VIEW_WORKERS
     group_name = "headgate.workers"
 
-    def read_data(self) -> dict[str, Any]:
+    def read_fingerprint(self) -> dict[str, Any]:
         return workers_data()
 
     def render(self, data: dict[str, Any]) -> str:
@@ -449,17 +467,15 @@ class SchedulesConsumer(LiveConsumer):
 
     permission = access.VIEW_SCHEDULES
     poll_interval = 1.0
+    idle_interval = 1.0
 
     def group_for(self, object_id: str) -> str:
         return SCHEDULES_GROUP
 
-    def _interval(self) -> float:
-        return self.poll_interval
-
     def read_fingerprint(self) -> Any:
         return schedule_fingerprint()
 
-    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
+    def build_snapshot(self, fingerprint: Any) -> dict[str, Any]:
         zone = self.query.get("tz") or "UTC"
         try:
             ZoneInfo(zone)
@@ -506,8 +522,8 @@ class JobListConsumer(LiveConsumer):
     def read_fingerprint(self) -> Any:
         return job_page_fingerprint(**self.filters, limit=JOB_PAGE)
 
-    def build_snapshot(self, job_url: Callable[[str], str]) -> dict[str, Any]:
-        return {"rows": len(self.fingerprint)}
+    def build_snapshot(self, fingerprint: Any) -> dict[str, Any]:
+        return {"rows": len(fingerprint)}
 
     def diff(self, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
         return {"type": "changed"}
@@ -523,7 +539,7 @@ class JobConsumer(FragmentConsumer):
     def group_for(self, object_id: str) -> str:
         return "headgate.job"
 
-    def read_data(self) -> dict[str, Any]:
+    def read_fingerprint(self) -> dict[str, Any]:
         return {"job": job_live_state(self.object_id)}
 
     def render(self, data: dict[str, Any]) -> str:

@@ -1,12 +1,14 @@
 """One read per view and poll interval, shared by the open sockets that show that view.
 
-The pages the server draws (the overview, the workers page, a job's progress) poll their
-whole data about once a second per open socket, on the ASGI process's one thread for ORM
-calls. Fifteen to twenty overview sockets in one process (a user's tabs, a wall of
-screens) kept that thread busy re-reading the same overview, and a later socket's
-handshake, whose session reads queue on the same thread, waited past the server's connect
-timeout. Sockets that show the same view (the key says what the data depends on,
-permissions included) share it:
+Every live page of the console polls: the pages the server draws (the overview, the
+workers page, a job's progress) their whole data, the others (a workflow's graph, an
+execution, the schedule and job lists) a fingerprint, and a snapshot when it moved; each
+open socket about once or twice a second, on the ASGI process's one thread for ORM calls.
+Fifteen to twenty sockets on one view in one process (a user's tabs, a wall of screens)
+kept that thread busy re-reading the same data, and a later socket's handshake, whose
+session reads queue on the same thread, waited past the server's connect timeout. Sockets
+that show the same view (the key says what the data depends on, permissions included)
+share it:
 
 - a version read within the last interval is served as it is;
 - a read in flight is waited for instead of started again (one read, however many wait);
@@ -37,11 +39,12 @@ MIN_WAIT = 0.05
 
 @dataclass(eq=False)
 class Version:
-    """Data as read, and its rendering. Compared by identity: a read that finds the same
-    data returns the same version, so a socket tells "nothing changed" in one comparison."""
+    """Data as read, and its rendering (a page's fragment, or the snapshot a fingerprint
+    stands for). Compared by identity: a read that finds the same data returns the same
+    version, so a socket tells "nothing changed" in one comparison."""
 
     data: Any
-    html: str
+    rendered: Any
 
 
 @dataclass(eq=False)
@@ -81,7 +84,7 @@ class Shared:
                 del _entries[self._key]
 
     async def read(
-        self, read: Callable[[], Awaitable[Any]], render: Callable[[Any], Awaitable[str]]
+        self, read: Callable[[], Awaitable[Any]], render: Callable[[Any], Awaitable[Any]]
     ) -> Version:
         """The view's version read within the interval, or the one being read, or a new
         read (``read``, then ``render`` if the data differs from the last version's). A
@@ -95,15 +98,17 @@ class Shared:
             entry.flight.add_done_callback(_retrieved)
         return await asyncio.shield(entry.flight)
 
-    def wait(self) -> float:
+    def wait(self, interval: float | None = None) -> float:
         """Seconds until the view's next read is due (the last one's end plus the
-        interval, also after a failed one), at least :data:`MIN_WAIT`."""
-        due = self._entry.read_at + self._interval
+        interval, also after a failed one), at least :data:`MIN_WAIT`. A socket that polls
+        more slowly for now (``interval``, longer than the view's) still wakes with the
+        other sockets of its view that do, when a read is due."""
+        due = self._entry.read_at + (self._interval if interval is None else interval)
         return max(MIN_WAIT, due - self._loop.time())
 
 
 async def _read(
-    entry: _Entry, read: Callable[[], Awaitable[Any]], render: Callable[[Any], Awaitable[str]]
+    entry: _Entry, read: Callable[[], Awaitable[Any]], render: Callable[[Any], Awaitable[Any]]
 ) -> Version:
     try:
         data = await read()

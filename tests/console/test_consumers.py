@@ -23,9 +23,13 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import Client
 
 from headgate_django import durable, testing
+from headgate_django.console import consumers
 from headgate_django.console.consumers import LiveConsumer
+from headgate_django.console.groups import workflow_group
+from headgate_django.console.publish import publish
 from headgate_django.console.routing import websocket_urlpatterns
 from headgate_django.models import Job
+from headgate_django.workflows import SignalEmission, emit_signal_with
 from tests.console.conftest import signal_workflow
 
 #: How long a change may take to reach an open page (the acceptance point).
@@ -38,6 +42,30 @@ def communicator(path: str, user: Any, app: Any = None, **kwargs: Any) -> Websoc
     if user is not None:
         comm.scope["user"] = user
     return comm
+
+
+def counting_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of each call the consumers make to their module's ``name`` (a read of
+    the store), counted around the real function."""
+    calls: list[tuple[Any, ...]] = []
+    real = getattr(consumers, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append((*args, *kwargs.values()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(consumers, name, counted)
+    return calls
+
+
+async def open_pages(path: str, users: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """A socket of ``path`` per user, opened all at once; each with its first snapshot."""
+    comms = [communicator(path, user) for user in users]
+    opened = await asyncio.gather(*(comm.connect(timeout=10) for comm in comms))
+    assert all(connected for connected, _ in opened), opened
+    firsts = [await comm.receive_json_from(timeout=10) for comm in comms]
+    assert all(first["type"] == "snapshot" for first in firsts), firsts
+    return [(comm, first["snapshot"]) for comm, first in zip(comms, firsts, strict=True)]
 
 
 def nodes_in(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -225,14 +253,8 @@ def _redis_reachable() -> bool:
         return False
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not _redis_reachable(), reason="needs channels-redis and a Redis server (REDIS_URL)"
-)
-@pytest.mark.django_db(transaction=True)
-def test_with_redis_the_worker_publishes_the_change(
-    viewer: Any, start_worker: Callable[..., Any], settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def use_redis_layer(settings: Any) -> str:
+    """Make the test's channel layer Redis, under a prefix of its own (returned)."""
     prefix = f"hgtest{uuid.uuid4().hex[:8]}"
     settings.CHANNEL_LAYERS = {
         "default": {
@@ -243,6 +265,18 @@ def test_with_redis_the_worker_publishes_the_change(
             },
         }
     }
+    return prefix
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not _redis_reachable(), reason="needs channels-redis and a Redis server (REDIS_URL)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_with_redis_the_worker_publishes_the_change(
+    viewer: Any, start_worker: Callable[..., Any], settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = use_redis_layer(settings)
     # Without a publish the consumer would look only every minute: a fast update proves
     # the worker's message arrived.
     monkeypatch.setattr(LiveConsumer, "idle_interval", 60.0)
@@ -519,3 +553,185 @@ def test_a_user_past_the_socket_cap_is_closed_with_4429_and_others_are_not(
         await third.disconnect()
 
     async_to_sync(scenario)()
+
+
+async def received(comm: WebsocketCommunicator) -> list[dict[str, Any]]:
+    """The messages a socket was sent and has not read yet."""
+    messages = []
+    while not await comm.receive_nothing(timeout=0.01):
+        messages.append(await comm.receive_json_from())
+    return messages
+
+
+@pytest.mark.django_db(transaction=True)
+def test_open_graph_pages_share_one_fingerprint_read_per_poll(
+    viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each open graph page read its workflow's fingerprint every 0.5 s, and built its own
+    snapshot when it moved, on the process's one thread for ORM calls: twenty screens on
+    one large workflow kept that thread busy and a new socket's handshake timed out. The
+    sockets of one view share the reads and the snapshot; each is still sent the change."""
+    reads = counting_calls(monkeypatch, "workflow_fingerprint")
+    builds = counting_calls(monkeypatch, "workflow_snapshot")
+    signal_workflow("shared-wf")
+    polls = 4  # of 0.5 s each
+
+    async def scenario() -> tuple[int, int, int]:
+        comms = [
+            comm for comm, _ in await open_pages("/ws/headgate/workflows/shared-wf/", [viewer] * 8)
+        ]
+        at_connect = len(builds)
+        reads.clear()
+        await asyncio.sleep(polls * LiveConsumer.poll_interval)
+        during = len(reads)
+        builds.clear()
+        await database_sync_to_async(testing.run_jobs)(include_scheduled=True)
+        for comm in comms:
+            await wait_for_node(comm, "extract", "completed", timeout=10)
+        await asyncio.sleep(2 * LiveConsumer.poll_interval)  # the coordinator's follow-up
+        for comm in comms:
+            await received(comm)
+            await comm.disconnect()
+        return at_connect, during, len(builds)
+
+    at_connect, during, changed = async_to_sync(scenario)()
+    assert during <= polls + 2, f"{during} fingerprint reads in {polls} polls of 8 sockets"
+    assert at_connect <= 2, f"{at_connect} snapshots built for 8 sockets opened together"
+    assert changed <= 4, f"{changed} snapshots built for a change seen by 8 sockets"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_graph_pages_of_two_workflows_each_show_their_own(viewer: Any) -> None:
+    signal_workflow("own-a")
+    signal_workflow("own-b")
+
+    async def scenario() -> None:
+        opened = [
+            *await open_pages("/ws/headgate/workflows/own-a/", [viewer, viewer]),
+            *await open_pages("/ws/headgate/workflows/own-b/", [viewer, viewer]),
+        ]
+        await database_sync_to_async(testing.run_jobs)(include_scheduled=True)
+        for (comm, first), workflow_id in zip(opened, ["own-a"] * 2 + ["own-b"] * 2, strict=True):
+            assert first["workflow_id"] == workflow_id
+            await wait_for_node(comm, "extract", "completed", timeout=10)
+            shown = [first, *await received(comm)]
+            assert {n["job_id"].split(":")[0] for m in shown for n in nodes_in(m)} == {workflow_id}
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_graph_pages_share_nothing_between_users_who_see_payloads_and_who_do_not(
+    viewer: Any, reader: Any
+) -> None:
+    """A snapshot built for a user with ``view_job_payload`` holds signal payloads: the
+    sockets of a user without it never share it."""
+    signal_workflow("reveal-shared-wf")
+    testing.run_jobs(include_scheduled=True)  # extract completes; approved waits
+
+    async def scenario() -> None:
+        users = [reader, viewer, reader, viewer]
+        opened = await open_pages("/ws/headgate/workflows/reveal-shared-wf/", users)
+        emission = SignalEmission("approved", "ops-1", {"secret": "s3"}, {"by": "ops"})
+        await database_sync_to_async(emit_signal_with)("reveal-shared-wf", emission)
+        for (comm, first), user in zip(opened, users, strict=True):
+            assert first["signals_revealed"] is (user is reader)
+            deadline = asyncio.get_running_loop().time() + 10
+            shown = [first]
+            while not any(m.get("signals") for m in shown):
+                assert asyncio.get_running_loop().time() < deadline, shown
+                shown.append(await comm.receive_json_from(timeout=10))
+            shown += await received(comm)
+            (signal,) = next(m["signals"] for m in shown if m.get("signals"))
+            assert ("payload" in signal) is (user is reader), (user.username, signal)
+            assert ("s3" in json.dumps(shown)) is (user is reader)
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_graph_page_of_a_deleted_workflow_is_told_it_is_gone(viewer: Any) -> None:
+    from headgate_django.models import WorkflowCheckpoint
+    from headgate_django.store.workflows import coordinator_job_id
+
+    signal_workflow("deleted-wf")
+
+    def delete() -> None:
+        Job.objects.filter(workflow_id="deleted-wf").delete()
+        Job.objects.filter(pk=coordinator_job_id("deleted-wf")).delete()
+        WorkflowCheckpoint.objects.filter(pk="deleted-wf").delete()
+
+    async def scenario() -> None:
+        opened = await open_pages("/ws/headgate/workflows/deleted-wf/", [viewer] * 4)
+        await database_sync_to_async(delete)()
+        for comm, _ in opened:
+            messages = []
+            while (output := await comm.receive_output(timeout=10))["type"] != "websocket.close":
+                messages.append(json.loads(output["text"]))
+            assert messages[-1:] == [{"type": "gone"}] and output["code"] == 4404
+        later = communicator("/ws/headgate/workflows/deleted-wf/", viewer)
+        assert (await later.connect(timeout=5))[0]
+        assert await later.receive_json_from(timeout=5) == {"type": "gone"}
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.skipif(
+    not _redis_reachable(), reason="needs channels-redis and a Redis server (REDIS_URL)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_with_redis_a_wake_served_the_views_last_read_looks_again_within_a_poll(
+    viewer: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sockets that wake on ``headgate.changed`` share the view's read: one woken right
+    after a read is sent that read, made before the change it was woken for, and must look
+    again within ``poll_interval`` (it polls fast for a while after a wake) rather than
+    wait for its next idle check."""
+    use_redis_layer(settings)
+    monkeypatch.setattr(LiveConsumer, "idle_interval", 60.0)
+    signal_workflow("wake-wf")
+    testing.run_jobs(include_scheduled=True)  # extract completes; approved waits
+    emission = SignalEmission("approved", "ops-1", {"ok": True}, {"by": "ops"})
+
+    async def scenario() -> None:
+        opened = await open_pages("/ws/headgate/workflows/wake-wf/", [viewer] * 4)
+        await asyncio.sleep(LiveConsumer.poll_interval)  # past the connect's read
+        publish([workflow_group("wake-wf")])  # a wake with nothing new: the view reads
+        await asyncio.sleep(0.05)
+        await database_sync_to_async(emit_signal_with)("wake-wf", emission)
+        publish([workflow_group("wake-wf")])
+        woken = asyncio.get_running_loop().time()
+        for comm, _ in opened:
+            while "signals" not in (message := await comm.receive_json_from(timeout=5)):
+                pass
+            assert message["signals"][0]["signal"] == "approved"
+            await comm.disconnect()
+        took = asyncio.get_running_loop().time() - woken
+        assert took < LIVE_WITHIN, f"seen {took:.2f} s after the wake, not at the next poll"
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_job_lists_share_reads_only_with_the_same_query_every_value_counted(
+    viewer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job list filters by the last value of a repeated argument: two lists whose queries
+    differ only past the first value are two views, each read with its own filter."""
+    reads = counting_calls(monkeypatch, "job_page_fingerprint")
+    paths = [
+        "/ws/headgate/jobs/?state__exact=available&state__exact=running",
+        "/ws/headgate/jobs/?state__exact=available&state__exact=completed",
+    ]
+
+    async def scenario() -> None:
+        opened = [opened for path in paths for opened in await open_pages(path, [viewer] * 2)]
+        await asyncio.sleep(2 * consumers.JobListConsumer.poll_interval)
+        for comm, _ in opened:
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+    assert {args[0] for args in reads} == {"running", "completed"}
+    assert len(reads) <= 2 * (2 + 2), f"{len(reads)} job list reads in 2 polls of 2 views"

@@ -20,7 +20,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from headgate_django.console import consumers, dashboard
+from headgate_django.console import dashboard
 from headgate_django.console.chart import minute_chart
 from headgate_django.console.consumers import LiveConsumer
 from headgate_django.store.operator import queue_set_paused
@@ -28,7 +28,7 @@ from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartb
 from tests.conformance.helpers import enqueue_job
 from tests.console.conftest import make_user
 from tests.console.test_admin import mutation_controls
-from tests.console.test_consumers import communicator
+from tests.console.test_consumers import communicator, counting_calls, open_pages
 
 OVERVIEW = "admin:headgate_django_overview"
 WORKERS = "admin:headgate_django_workers"
@@ -317,28 +317,10 @@ def test_the_overview_flags_a_queue_with_available_jobs_that_no_live_worker_serv
     assert flagged(type(viewer).objects.get(pk=viewer.pk)) == set()
 
 
-def counting_overview_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Each overview read the sockets make (``show_workers`` of each), counted around the
-    real read."""
-    reads: list[bool] = []
-    real = consumers.overview_data
-
-    def counted(**kwargs: Any) -> dict[str, Any]:
-        reads.append(kwargs["show_workers"])
-        return real(**kwargs)
-
-    monkeypatch.setattr(consumers, "overview_data", counted)
-    return reads
-
-
 async def open_overviews(users: list[Any]) -> list[tuple[Any, str]]:
     """An overview socket per user, opened all at once; each with its first fragment."""
-    comms = [communicator("/ws/headgate/overview/?site=admin", user) for user in users]
-    opened = await asyncio.gather(*(comm.connect(timeout=10) for comm in comms))
-    assert all(connected for connected, _ in opened), opened
-    firsts = [await comm.receive_json_from(timeout=10) for comm in comms]
-    assert all(first["type"] == "snapshot" for first in firsts)
-    return [(comm, first["snapshot"]["html"]) for comm, first in zip(comms, firsts, strict=True)]
+    opened = await open_pages("/ws/headgate/overview/?site=admin", users)
+    return [(comm, first["html"]) for comm, first in opened]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -348,7 +330,7 @@ def test_open_overviews_share_one_read_per_poll_however_many_there_are(
     """Each open overview socket read the whole overview every second on the process's one
     thread for ORM calls: with 15-20 open, a new socket's handshake (whose session reads
     wait for that thread) timed out. The sockets of one view share a read per poll."""
-    reads = counting_overview_reads(monkeypatch)
+    reads = counting_calls(monkeypatch, "overview_data")
     enqueue_job(queue="shared-q")  # the oldest available job ages: a new page every poll
     polls = 2  # of a second each
 

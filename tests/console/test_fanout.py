@@ -3,17 +3,20 @@ small fan-outs are drawn one by one; the layout bundles the edges of busy nodes.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 
-from headgate_django import enqueue
+from headgate_django import enqueue, testing
+from headgate_django.console.consumers import LiveConsumer
 from headgate_django.console.fanout import GROUP_MIN, collapse, group_id
 from headgate_django.console.layout import BUNDLE_MIN, _compute
 from headgate_django.workflows import Workflow
 from tests.app import tasks
-from tests.console.test_consumers import communicator
+from tests.console.test_consumers import communicator, nodes_in, open_pages, received
 
 
 def node(name: str, deps: list[str], job_kind: str = "etl.load") -> dict[str, Any]:
@@ -49,13 +52,18 @@ def test_edges_of_a_busy_node_leave_and_arrive_as_one_trunk() -> None:
     assert len(firsts) == 1 and len(lasts) == 1  # shared split and merge points
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_page_expands_and_collapses_a_group_over_its_socket(viewer: Any) -> None:
-    wf = Workflow("fan-wf").add("root", tasks.noop.envelope(), [])
+def fan_workflow(workflow_id: str) -> str:
+    """A root and a fan-out of :data:`GROUP_MIN` alike tasks after it; the group's id."""
+    wf = Workflow(workflow_id).add("root", tasks.noop.envelope(), [])
     for i in range(GROUP_MIN):
         wf.add(f"t{i}", tasks.noop.envelope(), ["root"])
     enqueue(wf.prepare())
-    gid = group_id("t0")
+    return group_id("t0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_page_expands_and_collapses_a_group_over_its_socket(viewer: Any) -> None:
+    gid = fan_workflow("fan-wf")
 
     async def scenario() -> None:
         comm = communicator("/ws/headgate/workflows/fan-wf/", viewer)
@@ -73,5 +81,37 @@ def test_the_page_expands_and_collapses_a_group_over_its_socket(viewer: Any) -> 
         closed = (await comm.receive_json_from(timeout=10))["drawing"]
         assert closed["drawn"] == ["root", gid]
         await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pages_that_share_a_workflows_reads_keep_the_groups_each_expanded(viewer: Any) -> None:
+    """The sockets of one graph page share its snapshot; which groups are drawn expanded
+    is each page's own: a change redraws neither page with the other's groups."""
+    gid = fan_workflow("fan-shared-wf")
+    path = "/ws/headgate/workflows/fan-shared-wf/"
+    expanded_drawing = ["root", *(f"t{i}" for i in range(GROUP_MIN))]
+
+    async def scenario() -> None:
+        (opening, first), (staying, _) = await open_pages(path, [viewer, viewer])
+        assert first["drawn"] == ["root", gid]
+        await opening.send_json_to({"type": "expand", "groups": [gid]})
+        assert (await opening.receive_json_from(timeout=10))["drawing"]["drawn"] == (
+            expanded_drawing
+        )
+        ((later, later_first),) = await open_pages(f"{path}?expand={gid}", [viewer])
+        assert later_first["drawn"] == expanded_drawing
+        await database_sync_to_async(testing.run_jobs)()
+        for comm, drawn in ((opening, expanded_drawing), (staying, ["root", gid])):
+            sent = []
+            while not any(n["name"] == "t0" and n["done"] for m in sent for n in nodes_in(m)):
+                sent.append(await comm.receive_json_from(timeout=10))
+            await asyncio.sleep(2 * LiveConsumer.poll_interval)
+            sent += await received(comm)
+            # A patch keeps the page's drawing; a whole snapshot would redraw it.
+            assert [m.get("snapshot", {}).get("drawn", drawn) for m in sent] == [drawn] * len(sent)
+        for comm in (opening, staying, later):
+            await comm.disconnect()
 
     async_to_sync(scenario)()

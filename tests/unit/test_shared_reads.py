@@ -51,7 +51,7 @@ def test_sockets_of_one_view_wait_for_the_one_read_in_flight() -> None:
         versions = await asyncio.gather(*(source.version(h) for h in holds))
         assert (source.reads, source.renders) == (1, 1)
         assert {id(v) for v in versions} == {id(versions[0])}
-        assert versions[0].html == "<p>v1</p>"
+        assert versions[0].rendered == "<p>v1</p>"
         for hold in holds:
             hold.release()
 
@@ -71,8 +71,24 @@ def test_a_version_serves_for_one_interval_and_the_same_data_is_not_rendered_aga
         source.value = "v2"
         await asyncio.sleep(hold.wait())
         second = await source.version(hold)
-        assert second is not first and second.html == "<p>v2</p>"
+        assert second is not first and second.rendered == "<p>v2</p>"
         assert (source.reads, source.renders) == (3, 2)
+        hold.release()
+
+    asyncio.run(scenario())
+
+
+def test_a_socket_that_polls_slowly_wakes_when_its_slower_read_is_due() -> None:
+    """A socket between bursts (on a cross-process layer) polls every few seconds: it
+    counts from its view's last read, whoever made it, so the view's slow sockets wake
+    together and share one read."""
+
+    async def scenario() -> None:
+        source = Source()
+        hold = shared.Shared("workflow", 0.1)
+        await source.version(hold)
+        assert 0.9 < hold.wait(1.0) <= 1.0
+        assert 0.05 < hold.wait() <= 0.1
         hold.release()
 
     asyncio.run(scenario())
