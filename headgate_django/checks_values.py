@@ -54,6 +54,7 @@ COUNTS = (
     "MAX_RESULT_BYTES",
     "API_MAX_BODY_BYTES",
     "CONSOLE_MAX_SOCKETS_PER_USER",
+    "METRICS_MAX_QUEUES",
 )
 #: The counts with a ceiling: MySQL/MariaDB delete an eviction batch by its ids, one bound
 #: value each, and a statement takes at most 65,535 (every pass past it failed); a batch

@@ -123,6 +123,9 @@ DEFAULTS: dict[str, Any] = {
     # Console: live sockets one user may hold open in one ASGI process (each polls the
     # database); more are closed with code 4429.
     "CONSOLE_MAX_SOCKETS_PER_USER": 20,
+    # Prometheus (headgate_django.metrics): the queues a scrape reports per queue, the
+    # first ones by name; headgate_queues_omitted counts the rest.
+    "METRICS_MAX_QUEUES": 100,
     # HTTP control API (headgate_django.api).
     # Answer every mutation 403 "read_only" (reads keep working).
     "API_READ_ONLY": False,

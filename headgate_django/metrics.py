@@ -134,7 +134,7 @@ class _AttemptTally:
     def _families() -> tuple[Any, Any]:
         outcomes = CounterMetricFamily(
             "headgate_jobs_outcomes",
-            "Attempt outcomes (completed, retried, archived, snoozed, skipped, undecodable, lost)",
+            "Attempt outcomes (succeeded, failed, snoozed, skipped, revoked, undecodable, lost)",
             labels=[*_LABELS, "outcome"],
         )
         durations = HistogramMetricFamily(
@@ -147,7 +147,15 @@ class _AttemptTally:
 
 class _StoreCollector:
     """Queue depth by state, oldest available age and the eviction backlog, read from the
-    store at scrape."""
+    store at scrape.
+
+    The per-queue families cover the first ``METRICS_MAX_QUEUES`` queues by name, and
+    ``headgate_queues_omitted`` says how many more there are. What a queue costs is read
+    one queue at a time (a crowded state's estimate, the oldest available job), so with
+    every queue a project with thousands of queue names paid thousands of queries per
+    scrape, and Prometheus a series per queue and state. By name, not the busiest: which
+    queues are busiest is what costs a query each to find out, and a set that follows
+    the load would start and end series from one scrape to the next."""
 
     def describe(self) -> Iterator[Any]:
         """The families without samples. Registration asks for the names this way; without
@@ -158,30 +166,33 @@ class _StoreCollector:
     def collect(self) -> Iterator[Any]:
         from django.db import DatabaseError, connection
 
+        from headgate_django.conf import headgate_settings
         from headgate_django.store.maintenance import job_eviction_backlog
-        from headgate_django.store.stats import queue_overview
+        from headgate_django.store.stats import queue_overview_page
 
-        depth, oldest, backlog = self._families()
+        depth, oldest, omitted, backlog = self._families()
         try:
-            queues = queue_overview()
+            page = queue_overview_page(limit=headgate_settings.METRICS_MAX_QUEUES)
             expired = job_eviction_backlog()
         except DatabaseError as exc:
             # The scrape still serves this process's counters; the next one reconnects.
             log.warning("metrics: could not read queue depths (%s)", exc)
             connection.close()
             return
-        for queue in queues:
+        for queue in page.queues:
             for state, count in queue.counts.items():
                 depth.add_metric([queue.name, state], count)
             if queue.oldest_available_age_s is not None:
                 oldest.add_metric([queue.name], queue.oldest_available_age_s)
+        omitted.add_metric([], page.more)
         backlog.add_metric([], expired.n)
         yield depth
         yield oldest
+        yield omitted
         yield backlog
 
     @staticmethod
-    def _families() -> tuple[Any, Any, Any]:
+    def _families() -> tuple[Any, Any, Any, Any]:
         depth = GaugeMetricFamily(
             "headgate_queue_jobs", "Jobs by queue and state", labels=["queue", "state"]
         )
@@ -190,11 +201,15 @@ class _StoreCollector:
             "Age of the oldest available job",
             labels=["queue"],
         )
+        omitted = GaugeMetricFamily(
+            "headgate_queues_omitted",
+            "Queues past METRICS_MAX_QUEUES (by name) left out of the per-queue families",
+        )
         backlog = GaugeMetricFamily(
             "headgate_eviction_backlog",
             "Jobs past their retention not yet evicted (estimated above 1,000)",
         )
-        return depth, oldest, backlog
+        return depth, oldest, omitted, backlog
 
 
 _instance: _Metrics | None = None

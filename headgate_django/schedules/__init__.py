@@ -77,7 +77,8 @@ def _view(row: ScheduleRow) -> ScheduleView:
     """A read never fails on what is stored: a schedule that cannot be planned is shown
     with why, and without a next run."""
     why = row.unplannable
-    fields = {k: v for k, v in row.__dict__.items() if k != "revision"} | {"plan_error": why}
+    kept = {k: v for k, v in row.__dict__.items() if k not in ("pk", "revision")}
+    fields = kept | {"plan_error": why}
     if why is not None:
         fields["next_run_at"] = None
     return ScheduleView(**fields)

@@ -165,6 +165,7 @@ def fire_batch(
 
     advances = [
         Advance(
+            p.row.pk,
             p.row.name,
             expected=p.row.next_run_at,  # type: ignore[arg-type]  # due rows have one
             next_run_at=p.plan.next_run_at,
@@ -185,6 +186,9 @@ def fire_batch(
         for f in p.firings
     ]
     schedule_events_record(lost, using=using)
+    for name, why in why_lost.items():
+        if why != LOST_MOVED:  # an overlapping pass is routine; an edit mid-pass is news
+            log.info("schedule %s: this pass's ticks for it did not fire: %s", name, why)
     for event in events:
         if event.outcome == "enqueued":
             # A tick written ahead is on time: its job is claimable from its instant.

@@ -56,6 +56,7 @@ MAX_PLAN_ERROR = 255
 
 @dataclass(frozen=True)
 class ScheduleRow:
+    pk: int
     name: str
     spec: str
     timezone: str
@@ -99,6 +100,7 @@ class DueSchedule(NamedTuple):
     """What a scheduler pass reads of a due schedule: only what planning and firing use
     (a pass reads thousands; each instant column read costs a parse)."""
 
+    pk: int
     name: str
     spec: str
     timezone: str
@@ -421,9 +423,10 @@ class Advance:
     when the move fires ticks (so ``last_enqueued_at`` is stamped). ``definition`` is
     the ``(spec, timezone, target)`` the ticks were planned from. ``parked``, when not
     empty, is why its ticks could not be planned: the move parks it (``next_run_at``
-    None, out of the due scan) with that reason as its ``plan_error``. ``revision`` is
-    the schedule's edit count as the pass read it."""
+    None, out of the due scan) with that reason as its ``plan_error``. ``pk`` and
+    ``revision`` are the schedule's row and edit count as the pass read them."""
 
+    pk: int
     name: str
     expected: datetime
     next_run_at: datetime | None
@@ -435,6 +438,7 @@ class Advance:
 
 #: Why a schedule of a batch did not move (the event of each of its ticks says so).
 LOST_DELETED = "schedule deleted before it fired"
+LOST_RECREATED = "schedule deleted and re-created before it fired"
 LOST_PAUSED = "schedule paused before it fired"
 LOST_CHANGED = "schedule changed before it fired"
 LOST_RESTORED = "schedule paused or changed, then restored, before it fired"
@@ -464,8 +468,8 @@ def schedule_advance_many(
     store-clock instant the pass planned at: the events' (so which ticks were on time and
     which missed can be read back from them), ``updated_at`` and, when the move
     ``starts`` ticks, ``last_enqueued_at``. Returns the schedules that lost, each with
-    why (``LOST_…``): deleted, paused, changed, edited and restored, or moved by another
-    pass.
+    why (``LOST_…``): deleted (and maybe re-created under its name), paused, changed,
+    edited and restored, or moved by another pass.
     """
     if not advances:
         return {}
@@ -485,9 +489,9 @@ def schedule_advance_many(
 
 
 class _Locked(NamedTuple):
-    """A batch's schedule as its lock read it (``pk`` None on PostgreSQL)."""
+    """A batch's schedule as its lock read it."""
 
-    pk: Any
+    pk: int
     paused: bool
     next_run_at: datetime | None
     definition: tuple[str, str, dict[str, Any]]
@@ -501,9 +505,19 @@ def _lost(advance: Advance, locked: _Locked | None) -> str:
     first tick after it, so a schedule edited and restored since the read has moved as if
     another pass had fired it: only its edit count (:func:`_save_edit`) tells the two
     apart. When the re-anchored run lands on the very tick the pass read, the pass fires
-    it, as it would have had the edit come first."""
+    it, as it would have had the edit come first.
+
+    A schedule deleted and re-created under its name since the read is another row: the
+    edit count starts again, and the new row's next run is the first tick after its
+    creation, so by name alone it read as an edit restored, as another pass's firing or,
+    re-created on the very tick the pass read, as the schedule itself, which then fired
+    the old one's planned ticks as its own. The primary key tells them apart: it is never
+    given again (a sequence on PostgreSQL, ``AUTOINCREMENT`` on SQLite, InnoDB's counter
+    kept across restarts since MySQL 8 and MariaDB 10.2)."""
     if locked is None:
         return LOST_DELETED
+    if locked.pk != advance.pk:
+        return LOST_RECREATED
     if locked.paused:
         return LOST_PAUSED
     if locked.definition != advance.definition:
@@ -520,7 +534,7 @@ def _lost(advance: Advance, locked: _Locked | None) -> str:
 # one by one in Python, cost more than the statements themselves. Schedule names cannot
 # hold the separator (``kernel.schedule_spec.validate_name``).
 _PG_LOCK = (
-    f"SELECT name, paused, next_run_at, spec, timezone, target, revision "
+    f"SELECT id, name, paused, next_run_at, spec, timezone, target, revision "
     f"FROM {Schedule._meta.db_table} "
     f"WHERE name = ANY({pg_list('varchar')}) ORDER BY name FOR UPDATE"
 )
@@ -540,13 +554,13 @@ def _lock_batch(conn: BaseDatabaseWrapper, names: list[str], using: str) -> dict
             cursor.execute(_PG_LOCK, [pg_list_param(names)])
             return {  # Django has psycopg hand jsonb over as text
                 name: _Locked(
-                    None,
+                    pk,
                     paused,
                     at,
                     (spec, tz, json.loads(target) if isinstance(target, str) else target),
                     revision,
                 )
-                for name, paused, at, spec, tz, target, revision in cursor.fetchall()
+                for pk, name, paused, at, spec, tz, target, revision in cursor.fetchall()
             }
     # MySQL/MariaDB (and SQLite, where it changes nothing): locked by primary key in its
     # order, after a plain read of the keys. A ``FOR UPDATE`` by name locks through the

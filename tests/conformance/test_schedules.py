@@ -242,6 +242,13 @@ def test_a_batch_fires_the_schedules_it_won_and_dedups_the_one_another_pass_move
 
 #: Why a pass's tick was lost to an operator's edit undone before its commit.
 RESTORED = "schedule paused or changed, then restored, before it fired"
+#: Why a pass's tick was lost to a delete and a new schedule under the same name.
+RECREATED = "schedule deleted and re-created before it fired"
+
+
+def deleted_and_recreated() -> None:
+    schedules.delete("hourly")
+    hourly()
 
 
 def no_longer_declared_and_resumed() -> None:
@@ -277,6 +284,14 @@ def no_longer_declared_and_resumed() -> None:
             ),
             RESTORED,
         ),
+        (deleted_and_recreated, RECREATED),
+        (  # with another target: the new schedule's, not a change of the old one
+            lambda: (
+                schedules.delete("hourly"),
+                schedules.upsert("hourly", "@every 1h", tasks.periodic.envelope(label="new")),
+            ),
+            RECREATED,
+        ),
         (lambda: None, "fired by another pass"),
         (hourly, "fired by another pass"),  # upserted as it is: not an edit
         (
@@ -299,6 +314,43 @@ def test_a_tick_a_pass_lost_says_why(change, reason):
     (event,) = [e for e in schedules.events("hourly") if e.outcome == outcome]
     assert (event.tick_at, event.reason) == (current, reason)
     assert len(tick_jobs("hourly")) == (outcome == "deduplicated")
+
+
+@LONG_GRACE
+def test_a_schedule_recreated_after_edits_is_not_said_to_be_restored(caplog):
+    """The new row's edit count starts again: compared with the old row's, it read as an
+    edit undone, and with an equal one as another pass's firing. Only the row's identity
+    tells a schedule re-created under its name from the one the pass read."""
+    caplog.set_level("INFO", logger="headgate_django.schedules")
+    hourly()
+    schedules.pause("hourly")
+    schedules.resume("hourly")
+    current = rewind("hourly", 0)
+    now, due = schedule_due(limit=10)
+    deleted_and_recreated()
+    assert fire_batch(due, now) == {"skipped": 1}
+    (event,) = [e for e in schedules.events("hourly") if e.outcome == "skipped"]
+    assert (event.tick_at, event.reason) == (current, RECREATED)
+    assert tick_jobs("hourly") == []
+    assert f"schedule hourly: this pass's ticks for it did not fire: {RECREATED}" in caplog.messages
+
+
+@override_settings(HEADGATE={"SCHEDULE_LOOKAHEAD": 2 * HOUR})
+def test_a_schedule_recreated_on_the_tick_a_pass_read_fires_it_as_its_own():
+    """Re-created with the same spec before its next tick, the new schedule's next run is
+    the very tick the pass read, with the same definition: nothing but the row's identity
+    says it is not the schedule the pass planned for. The pass's ticks are the old
+    schedule's, lost with it; the new one fires them in its own pass, once."""
+    hourly()
+    now, due = schedule_due(limit=10, lookahead=2 * HOUR)
+    (row,) = due
+    deleted_and_recreated()
+    assert schedule_get("hourly").next_run_at == row.next_run_at
+    assert fire_batch(due, now) == {"skipped": 2}
+    assert tick_jobs("hourly") == []
+    assert {e.reason for e in schedules.events("hourly")} == {RECREATED}
+    assert run_pass() == {"enqueued": 2}
+    assert tick_jobs("hourly") == [tick_id("hourly", row.next_run_at + n * HOUR) for n in (0, 1)]
 
 
 @LONG_GRACE

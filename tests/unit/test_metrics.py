@@ -1,9 +1,17 @@
-import pytest
-from django.test import RequestFactory
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
 
+import pytest
+from django.test import RequestFactory, override_settings
+
+from headgate_django import enqueue
 from headgate_django import metrics as m
+from headgate_django.store.estimates import EXACT_UP_TO
 from tests.app import tasks
 from tests.conftest import fresh_python
+
+HOUR = timedelta(hours=1)
 
 
 @pytest.mark.django_db
@@ -81,6 +89,43 @@ def test_registering_the_store_collector_reads_nothing(django_assert_num_queries
         registry.get_sample_value("headgate_queue_jobs", {"queue": "default", "state": "available"})
         == 1.0
     )
+
+
+@pytest.mark.django_db
+@override_settings(HEADGATE={"METRICS_MAX_QUEUES": 5})
+def test_a_scrape_reads_a_bounded_number_of_queues_and_counts_the_rest():
+    """Each queue a scrape reports costs queries of its own (its oldest available job and,
+    for a state too crowded to group, an estimate): with every queue, thousands of queue
+    names were thousands of queries per scrape. The first ``METRICS_MAX_QUEUES`` by name
+    are reported, and a gauge counts the rest."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def add_queues(names: range) -> None:
+        # One job waiting in each (a state grouped by queue, so every queue is named),
+        # and one available: more than EXACT_UP_TO available jobs make that state too
+        # crowded to group on PostgreSQL and MariaDB, so each queue shown is estimated.
+        waiting = [replace(tasks.noop.envelope(), queue=f"q{i:03}", delay=HOUR) for i in names]
+        ready = [replace(tasks.noop.envelope(), queue=f"q{i:03}") for i in names]
+        enqueue(waiting + ready)
+
+    def scrape() -> tuple[int, dict[str, Any]]:
+        with CaptureQueriesContext(connection) as queries:
+            families = {f.name: f for f in m._StoreCollector().collect()}
+        return len(queries), families
+
+    base, _ = scrape()  # no queue at all: what every scrape reads whatever the queues
+    add_queues(range(20))
+    enqueue([replace(tasks.noop.envelope(), queue="q000")] * EXACT_UP_TO)
+    cost, _ = scrape()
+    assert cost <= base + 2 * 5  # an estimate and an oldest job per queue shown
+    add_queues(range(20, 60))
+    cost_after, families = scrape()
+    assert cost_after == cost  # forty more queues, not one query more
+    shown = {s.labels["queue"] for s in families["headgate_queue_jobs"].samples}
+    assert shown == {"q000", "q001", "q002", "q003", "q004"}
+    (omitted,) = families["headgate_queues_omitted"].samples
+    assert omitted.value == 55
 
 
 def test_attempt_durations_are_a_cumulative_histogram():
