@@ -11,6 +11,7 @@ import pytest
 from django.db.models.functions import Now
 
 from headgate_django import durable
+from headgate_django.kernel.names import writing_ticks
 from headgate_django.models import Execution, Job
 from tests.durable.helpers import (
     REFUSED,
@@ -262,6 +263,11 @@ def test_a_key_names_the_child_and_a_taken_key_fails_the_start() -> None:
             {"workflow": "kid-double", "version": "1", "input": "none", "key": "shipment/7"},
             "DefinitionError: a child workflow id may not contain '/': 'shipment/7'",
         ),
+        (
+            # a schedule would take its tick as fired, and the child would pose as one
+            {"workflow": "kid-double", "version": "1", "input": "none", "key": "sched:dur:0"},
+            "ReservedIdError: child key 'sched:dur:0' starts with 'sched:', which is reserved",
+        ),
     ],
 )
 def test_a_bad_child_start_raises_at_start_child_and_starts_nothing(
@@ -275,6 +281,16 @@ def test_a_bad_child_start_raises_at_start_child_and_starts_nothing(
     assert str(view(wf).result).startswith(error)
     assert "ChildStarted" not in types(wf)
     assert counts()[0] == before[0]  # no execution was added
+
+
+def test_a_parent_a_schedule_started_still_starts_children_under_its_id() -> None:
+    """Only a ``key`` is the caller's choice: the derived ids of a tick's execution keep its
+    ``sched:`` id, as the ids of a tick's workflow nodes do."""
+    with writing_ticks(["sched:nightly:0"]):  # as the scheduler starts a durable tick
+        wf = start("kid-parent", [1], workflow_id="sched:nightly:0")
+    drive()
+    assert (view(wf).state, view(wf).result) == ("succeeded", [2])
+    assert [k.id for k in children(wf)] == ["sched:nightly:0:child:1"]
 
 
 def test_a_changed_child_workflow_on_replay_is_nondeterminism(swap_code: Any) -> None:
