@@ -472,6 +472,66 @@ def test_a_parent_whose_children_cannot_be_closed_does_not_hold_up_the_others(
     assert reconcile()["closed"] == 0
 
 
+def _closes_failing(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The children whose close was logged as failed."""
+    return [
+        r.child_id  # type: ignore[attr-defined]
+        for r in caplog.records
+        if "could not close its child" in r.getMessage()
+    ]
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
+def test_a_child_that_cannot_be_closed_holds_up_none_of_its_siblings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The end of the parent's run closes each child on its own: the second child's close
+    failing kept the third from its close, until the task's retry reached it."""
+    wf = start("kid-holder", ["terminate"] * 3)
+    drive()
+    first, second, third = (f"{wf}:child:{n}" for n in (1, 2, 3))
+    with refusing_changes(second), caplog.at_level("ERROR"):
+        durable.Client().signal(wf, "done")
+        drive()
+        assert view(wf).state == "succeeded"
+        assert [view(k).state for k in (first, second, third)] == [
+            "cancelled",
+            "running",
+            "cancelled",
+        ]
+        assert task_job(wf).state == "retryable"  # the close is not done: tried again
+        assert REFUSED in task_job(wf).errors[-1]["error"]
+    assert _closes_failing(caplog) == [second]
+    Job.objects.filter(pk=task_job(wf).pk).update(state="available", scheduled_at=Now())
+    drive()
+    assert view(second).state == "cancelled"
+    assert view(second).failure_reason == f"terminated: its parent {wf} is succeeded"
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
+def test_the_reconcile_duty_closes_the_siblings_of_a_child_it_cannot_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from headgate_django.durable.duties import reconcile
+    from headgate_django.store import durable as store
+
+    wf = start("kid-holder", ["terminate"] * 3)
+    drive()
+    store.execution_cancel(wf, reason="the worker died before closing its children")
+    first, second, third = (f"{wf}:child:{n}" for n in (1, 2, 3))
+    with refusing_changes(second), caplog.at_level("ERROR"):
+        assert reconcile()["closed"] == 0  # the parent is not done: the next run tries again
+        assert [view(k).state for k in (first, second, third)] == [
+            "cancelled",
+            "running",
+            "cancelled",
+        ]
+    assert _closes_failing(caplog) == [second]
+    assert reconcile()["closed"] == 1
+    assert view(second).state == "cancelled"
+    assert reconcile()["closed"] == 0
+
+
 @pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
 def test_parents_that_keep_failing_do_not_keep_the_duty_from_the_parents_after_them(
     monkeypatch: pytest.MonkeyPatch,
