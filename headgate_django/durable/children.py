@@ -110,9 +110,7 @@ def _close_one(
         log.info("execution %s %s", child_id, reason, extra={"execution_id": child_id})
 
 
-def close_orphans(
-    *, after: str = "", limit: int = 100, using: str = "default"
-) -> tuple[list[str], str]:
+def close_orphans(*, after: str = "", limit: int, using: str = "default") -> tuple[list[str], str]:
     """Close the children of up to ``limit`` finished parents (by id, after ``after``) whose
     close was cut short; return the parents closed and where the next call starts.
 

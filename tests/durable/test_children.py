@@ -540,7 +540,7 @@ def test_parents_that_keep_failing_do_not_keep_the_duty_from_the_parents_after_t
     read the same first slice again would let a slice of failing parents block the rest."""
     from headgate_django.durable import duties
 
-    monkeypatch.setattr(duties, "ORPHAN_BATCH", 1)
+    monkeypatch.setattr(duties, "BATCH", 1)
     monkeypatch.setitem(duties._orphans, "after", "")
     stuck, other = _two_orphaning_parents()
     with refusing_changes(f"{stuck}:child:1"):
