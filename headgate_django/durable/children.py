@@ -17,7 +17,7 @@ import logging
 
 from headgate_django.durable.registry import check_execution_id, require_workflow
 from headgate_django.envelope import check_payload
-from headgate_django.exceptions import InvalidTransitionError, NotFoundError
+from headgate_django.exceptions import InvalidTransitionError, NotFoundError, exception_reason
 from headgate_django.kernel.replay import MAX_EXECUTION_ID
 from headgate_django.kernel.replay_events import CANCEL_REQUESTED, StartChild
 from headgate_django.store import durable as store
@@ -50,7 +50,8 @@ def close_children(parent_id: str, parent_state: str, *, using: str = "default")
     """Apply each live child's close policy now that ``parent_id`` is ``parent_state``.
 
     Each child is closed in its own transaction (its header, then the parent's, as every
-    child writer locks them), and closing one that ended meanwhile is not an error.
+    child writer locks them), and closing one that ended meanwhile is not an error. A
+    child that cannot be closed holds up none of the others (see :func:`_close`).
     """
     children = durable_children.children_to_close(parent_id, using=using)
     _close(parent_id, parent_state, children, using=using)
@@ -67,27 +68,49 @@ def close_children_of_ended_runs(parent_id: str, *, using: str = "default") -> N
 def _close(
     parent_id: str, parent_state: str, children: list[tuple[str, str]], *, using: str = "default"
 ) -> None:
+    """Close each child on its own: one the database refuses to change is logged and must
+    not keep the children after it from their close. The first failure is raised once
+    every child was tried, so the caller retries the close (the workflow task's retry, the
+    reconcile duty's next run), which finds only the children still live."""
+    failed: list[Exception] = []
     for child_id, policy in children:
-        if policy == "request_cancel":
-            payload = {"parent_id": parent_id, "parent_state": parent_state}
-            with contextlib.suppress(NotFoundError):
-                store.signal_deliver(
-                    child_id,
-                    name=CANCEL_REQUESTED,
-                    payload=payload,
-                    message_id=durable_children.close_request_id(parent_id),
-                    using=using,
-                )
-            continue
-        reason = f"terminated: its parent {parent_id} is {parent_state}"
-        with contextlib.suppress(InvalidTransitionError, NotFoundError):
-            cancel_execution(child_id, reason, using=using)
-            log.info("execution %s %s", child_id, reason, extra={"execution_id": child_id})
+        try:
+            _close_one(parent_id, parent_state, child_id, policy, using=using)
+        except Exception as exc:
+            log.error(
+                "execution %s: could not close its child %s (%s), to be tried again: %s",
+                parent_id,
+                child_id,
+                policy,
+                exception_reason(exc),
+                extra={"execution_id": parent_id, "child_id": child_id},
+            )
+            failed.append(exc)
+    if failed:
+        raise failed[0]
 
 
-def close_orphans(
-    *, after: str = "", limit: int = 100, using: str = "default"
-) -> tuple[list[str], str]:
+def _close_one(
+    parent_id: str, parent_state: str, child_id: str, policy: str, *, using: str
+) -> None:
+    if policy == "request_cancel":
+        payload = {"parent_id": parent_id, "parent_state": parent_state}
+        with contextlib.suppress(NotFoundError):
+            store.signal_deliver(
+                child_id,
+                name=CANCEL_REQUESTED,
+                payload=payload,
+                message_id=durable_children.close_request_id(parent_id),
+                using=using,
+            )
+        return
+    reason = f"terminated: its parent {parent_id} is {parent_state}"
+    with contextlib.suppress(InvalidTransitionError, NotFoundError):
+        cancel_execution(child_id, reason, using=using)
+        log.info("execution %s %s", child_id, reason, extra={"execution_id": child_id})
+
+
+def close_orphans(*, after: str = "", limit: int, using: str = "default") -> tuple[list[str], str]:
     """Close the children of up to ``limit`` finished parents (by id, after ``after``) whose
     close was cut short; return the parents closed and where the next call starts.
 

@@ -29,14 +29,17 @@ from headgate_django.worker.duties import Duty
 
 log = logging.getLogger("headgate_django.durable")
 
-VACUUM_BATCH = 100
+#: How much one run of a duty handles, in each of its parts: executions (and ended runs)
+#: vacuumed, stalled executions revived, executions swept for vanished Operations,
+#: cancelled executions' live jobs, orphaning parents. A full slice runs again soon, or
+#: the next run takes the next slice: bounded runs keep a singleton duty's lease short.
+BATCH = 100
 #: Where the next sweep for vanished Operation jobs starts: each run reads one slice of the
 #: idle live executions, by id, and wraps round. Per process; a fresh one starts from "".
 _sweep = {"after": ""}
 #: Finished parents whose children one reconcile run closes; where the next run starts (a
 #: parent's id). Per process, like ``_sweep``: one slice a run, by id, wrapping round, so
 #: parents whose close keeps failing cannot hold the first slice for ever.
-ORPHAN_BATCH = 100
 _orphans = {"after": ""}
 
 
@@ -47,7 +50,7 @@ def vacuum() -> dict[str, Any]:
     from headgate_django.store.durable import execution_vacuum
     from headgate_django.store.durable_runs import runs_prune
 
-    deleted = execution_vacuum(older_than=retention, limit=VACUUM_BATCH)
+    deleted = execution_vacuum(older_than=retention, limit=BATCH)
     if deleted:
         log.info(
             "vacuumed %d durable execution(s) finished more than %s ago",
@@ -55,10 +58,10 @@ def vacuum() -> dict[str, Any]:
             retention,
             extra={"executions": deleted},
         )
-    runs = runs_prune(older_than=retention, limit=VACUUM_BATCH)
+    runs = runs_prune(older_than=retention, limit=BATCH)
     # A full batch runs again on the next tick: a batch a minute could not keep up with
-    # more than 100 executions (or runs) finishing a minute.
-    more = len(deleted) >= VACUUM_BATCH or runs >= VACUUM_BATCH
+    # more than a batch of executions (or runs) finishing a minute.
+    more = len(deleted) >= BATCH or runs >= BATCH
     return {"deleted": len(deleted), "runs": runs, "more": more}
 
 
@@ -70,7 +73,7 @@ def reconcile() -> dict[str, Any]:
     from headgate_django.durable.children import close_orphans
     from headgate_django.store.durable import execution_reconcile
 
-    report = execution_reconcile(stalled_for=headgate_settings.LEASE_TTL * 5)
+    report = execution_reconcile(stalled_for=headgate_settings.LEASE_TTL * 5, limit=BATCH)
     for execution_id in report["revived"]:
         log.warning("execution %s had no live workflow task: revived it", execution_id)
     for execution_id in report["settled"]:
@@ -80,7 +83,7 @@ def reconcile() -> dict[str, Any]:
         )
     report["restored"] = restore_vanished_operations()
     report["cancelled"] = finish_cut_cancels()
-    report["closed"], _orphans["after"] = close_orphans(after=_orphans["after"], limit=ORPHAN_BATCH)
+    report["closed"], _orphans["after"] = close_orphans(after=_orphans["after"], limit=BATCH)
     for execution_id in report["closed"]:
         log.warning("execution %s had finished without closing its children: closed", execution_id)
     return {key: len(ids) for key, ids in report.items()}
@@ -92,7 +95,7 @@ def finish_cut_cancels() -> list[str]:
     from headgate_django.store.durable_jobs import jobs_left_by_cancels
     from headgate_django.store.operator import job_cancel_many
 
-    left = jobs_left_by_cancels()
+    left = jobs_left_by_cancels(limit=BATCH)
     if left and job_cancel_many(left):
         log.warning("cancelled executions had live jobs: cancelled %s", ", ".join(left))
     return left
@@ -106,7 +109,7 @@ def restore_vanished_operations() -> list[str]:
     from headgate_django.store import durable_repair
 
     vanished, _sweep["after"] = durable_repair.operation_find_vanished(
-        idle_for=headgate_settings.LEASE_TTL * 5, after=_sweep["after"]
+        idle_for=headgate_settings.LEASE_TTL * 5, after=_sweep["after"], limit=BATCH
     )
     restored = []
     for op in vanished:

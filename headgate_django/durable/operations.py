@@ -20,6 +20,10 @@ An attempt that outlives its StartToClose timeout is *uncertain*, not retried: i
 had its effect. A watchdog records that when the timeout elapses, even if the handler
 never returns. ``ctx.execution_key`` is the same on every attempt: use it to make the
 effect idempotent (side effects are at-least-once).
+
+The runtime's own code failing around the handler (a re-run check, recording the
+handler's failure or uncertainty) is retried ``DURABLE_TASK_ATTEMPTS`` times, as a failing
+workflow task is, then the Operation is uncertain for an operator (:func:`operation_job`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from django.db import connections
 
 from headgate_django.context import JobContext
 from headgate_django.control import Abort, RetryAfter, Skip, Snooze, Uncertain
+from headgate_django.durable.budget import gives_up
 from headgate_django.durable.missing_code import MISSING_CODE_RETRY, missing_code
 from headgate_django.durable.registry import find_operation
 from headgate_django.envelope import check_result
@@ -45,6 +50,7 @@ from headgate_django.exceptions import (
     ResultTooLargeError,
     exception_reason,
 )
+from headgate_django.kernel.storable import storable_text
 from headgate_django.store.durable_jobs import (
     TERMINAL,
     RerunStatus,
@@ -100,7 +106,65 @@ def operation_job(
     version: str,
     input: Any = None,
 ) -> Any:
-    """The handler of kind ``headgate:durable-op`` (registered by :mod:`.handlers`)."""
+    """The handler of kind ``headgate:durable-op`` (registered by :mod:`.handlers`).
+
+    What the Operation's own code does follows its retry policy (:func:`_attempt` turns
+    each outcome into one of the control-flow exceptions let through below). Anything
+    else is the runtime's code failing around it: the re-run checks before it, recording
+    its failure or its uncertainty after it. That fails every attempt alike, so it counts
+    against the runtime's budget (:mod:`.budget`), as a failing workflow task does, then
+    the Operation is made uncertain (:func:`_runtime_failed`)."""
+    try:
+        return _attempt(ctx, execution_id, command_id, name, version, input)
+    except (Snooze, Skip, LeaseLostError, RetryAfter):
+        raise
+    except BaseException as exc:  # not only Exception: the worker fails the attempt for any
+        _runtime_failed(ctx, execution_id, command_id, exc)
+        raise
+
+
+def _runtime_failed(
+    ctx: JobContext, execution_id: str, command_id: str, exc: BaseException
+) -> None:
+    """Retry with the job's backoff until the budget is spent; then mark the Operation
+    uncertain, which suspends its execution with the reason for an operator to decide
+    (``Manager.resolve_uncertain``: retry, complete or fail). Whether its effect happened
+    cannot be known from here (the failure may follow the handler), and recording a failure
+    instead could fail a workflow whose Operation had its effect, or never ran. Archived
+    at the job's ``MAX_ATTEMPTS`` instead, the Operation would fail after hours of backoff,
+    the execution ``running`` meanwhile with no reason shown. When the mark cannot be
+    written either, the job records the failure itself and is retried."""
+    if not gives_up(ctx, exc):
+        return
+    error = exception_reason(exc)
+    reason = storable_text(
+        f"its job failed {ctx.attempt} times outside the Operation's code: {error}"[:2000]
+    )
+    try:
+        operation_mark_uncertain(
+            ctx.lease,
+            execution_id=execution_id,
+            command_id=command_id,
+            reason=reason,
+            finish_job=False,
+        )
+    except LeaseLostError:
+        raise
+    except Exception:
+        log.exception("Operation job %s: could not mark it uncertain", ctx.job_id)
+        return
+    log.error("Operation job %s is uncertain: %s", ctx.job_id, reason, exc_info=exc)
+    raise Skip(f"uncertain: {reason}") from exc
+
+
+def _attempt(
+    ctx: JobContext,
+    execution_id: str,
+    command_id: str,
+    name: str,
+    version: str,
+    input: Any,
+) -> Any:
     _skip_if_decided(ctx, execution_id)
     definition = find_operation(name, version)
     if definition is None:

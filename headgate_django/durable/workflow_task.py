@@ -39,6 +39,7 @@ from headgate_django import metrics
 from headgate_django.conf import headgate_settings
 from headgate_django.context import JobContext
 from headgate_django.control import Snooze
+from headgate_django.durable.budget import gives_up
 from headgate_django.durable.children import (
     CONTINUED,
     check_child,
@@ -477,7 +478,7 @@ def operation_job(execution_id: str, task_queue: str, command: ScheduleOperation
 
 def _failed(ctx: JobContext, execution_id: str, exc: BaseException) -> None:
     """A failed attempt of the task is retried with the job's backoff. On the last attempt
-    of its budget the execution is suspended with the error (and, but for a replay error,
+    of its budget (:mod:`.budget`) the execution is suspended with the error (and, but for a replay error,
     whose message names the mismatch, its traceback), and the task snoozes until resumed:
     archived at the job's ``MAX_ATTEMPTS``, it would fail the execution (see
     ``handlers._fail_executions_of_dead_tasks``) after hours of backoff, for what is most
@@ -492,22 +493,13 @@ def _failed(ctx: JobContext, execution_id: str, exc: BaseException) -> None:
     is spent only by a store that fails attempt after attempt across the backoff. While it
     cannot be reached, no suspension is written either (see ``_suspend``)."""
     histories.forget(execution_id)
-    if ctx.attempt < _budget(ctx) or execute.runs_again(ctx, exc):
+    if not gives_up(ctx, exc):
         return
     if isinstance(exc, NondeterminismError):
         _suspend(execution_id, f"replay failed after {ctx.attempt} attempts: {exc}", exc, None)
     else:
         reason = f"the workflow task failed {ctx.attempt} times: {exception_reason(exc)}"
         _suspend(execution_id, reason, exc, "".join(traceback.format_exception(exc)))
-
-
-def _budget(ctx: JobContext) -> int:
-    """Attempts of a failing pass before its execution is suspended: a bug in workflow code
-    fails every attempt alike, so an operator sees it within seconds (with the default
-    backoff), not after the job table's MAX_ATTEMPTS. The job's own budget when it is
-    smaller: the task would be archived first, leaving the execution running with no
-    reason shown."""
-    return min(headgate_settings.DURABLE_TASK_ATTEMPTS, ctx.max_attempts)
 
 
 def _suspend(execution_id: str, reason: str, exc: BaseException, trace: str | None) -> None:

@@ -137,6 +137,7 @@ from headgate_django.exceptions import (
     exception_reason,
 )
 from headgate_django.kernel.backoff import MAX_WAIT
+from headgate_django.kernel.names import check_not_reserved
 from headgate_django.kernel.replay_events import (
     CHILD_COMPLETED,
     CHILD_FAILED,
@@ -492,7 +493,9 @@ class Context:
         id, so a re-run never starts a second child. ``parent_close_policy`` says what
         becomes of the child if it is still live when this execution finishes:
         ``terminate`` (cancel it), ``abandon`` (let it run) or ``request_cancel`` (send it
-        the cancel-requested signal and let it finish by itself).
+        the cancel-requested signal and let it finish by itself). A ``key`` starting with
+        ``sched:`` raises ``ReservedIdError``, as every caller-chosen id does; a derived id
+        may (the children of an execution a schedule started).
         """
         p = self._pass
         p.guard()
@@ -509,6 +512,8 @@ class Context:
         recorded = p.match(cid)
         label = f"workflow {workflow}@{version}"
         if recorded is None:
+            if key is not None:  # checked only for a new start: a recorded one replays as it was
+                check_not_reserved("child key", key)
             child_id = child_execution_id(p.run_id, cid, key)
             command = StartChild(cid, workflow, version, input, child_id, parent_close_policy)
             if p.check_child is not None:

@@ -501,9 +501,7 @@ def execution_fail_dead_task(cursor: Any, conn: Any, execution_id: str, reason: 
 # -- maintenance ---------------------------------------------------------------------
 
 
-def execution_vacuum(
-    *, older_than: timedelta, limit: int = 100, using: str = "default"
-) -> list[str]:
+def execution_vacuum(*, older_than: timedelta, limit: int, using: str = "default") -> list[str]:
     """Delete terminal executions finished more than ``older_than`` ago, with their history,
     signals, jobs and the jobs' effect records; return their ids."""
     conn = v.connection_for(using)
@@ -535,7 +533,7 @@ def execution_vacuum(
 
 
 def execution_reconcile(
-    *, stalled_for: timedelta, limit: int = 100, using: str = "default"
+    *, stalled_for: timedelta, limit: int, using: str = "default"
 ) -> dict[str, list[str]]:
     """Defence in depth, for the duty: revive running executions idle for ``stalled_for``
     whose workflow task is gone or finished, and record the outcome of Operation jobs that

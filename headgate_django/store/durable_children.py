@@ -200,7 +200,7 @@ def close_request_id(parent_id: str) -> str:
 
 
 def orphans_to_close(
-    *, after: str = "", limit: int = 100, using: str = "default"
+    *, after: str = "", limit: int, using: str = "default"
 ) -> tuple[list[str], str]:
     """Up to ``limit`` finished parents, by id after ``after``, that still have children to
     close (the close that follows a parent's end was cut short): for the reconcile duty;

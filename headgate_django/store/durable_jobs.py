@@ -299,7 +299,7 @@ def live_job_ids(execution_id: str, *, using: str = "default") -> list[str]:
     return sorted(qs.values_list("id", flat=True))
 
 
-def jobs_left_by_cancels(*, limit: int = 100, using: str = "default") -> list[str]:
+def jobs_left_by_cancels(*, limit: int, using: str = "default") -> list[str]:
     """Live jobs of cancelled executions, at most ``limit``: for the reconcile duty.
 
     A cancel commits the execution's end, then cancels its jobs in a second transaction

@@ -65,7 +65,7 @@ class VanishedOperation:
 
 
 def operation_find_vanished(
-    *, idle_for: timedelta, after: str = "", limit: int = 100, using: str = "default"
+    *, idle_for: timedelta, after: str = "", limit: int, using: str = "default"
 ) -> tuple[list[VanishedOperation], str]:
     """The vanished Operations of up to ``limit`` live executions idle for ``idle_for``,
     taken by id after ``after``; and where the next sweep starts ("" once it wrapped).

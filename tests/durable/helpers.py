@@ -70,7 +70,7 @@ _REFUSE = {
 _ALLOW = {
     "sqlite": ["DROP TRIGGER headgate_test_refuse"],
     "postgresql": [
-        "DROP TRIGGER headgate_test_refuse ON headgate_durable_execution",
+        "DROP TRIGGER headgate_test_refuse ON {table}",
         "DROP FUNCTION headgate_test_refuse()",
     ],
     "mysql": ["DROP TRIGGER headgate_test_refuse"],
@@ -82,15 +82,52 @@ def refusing_changes(execution_id: str) -> Iterator[None]:
     """The database refuses every change to ``execution_id``'s header (with ``REFUSED``),
     as a persistent store failure would. DDL: MariaDB commits at once, so a test using it
     runs with ``django_db(transaction=True)``."""
+    with _trigger(_REFUSE, execution_id):
+        yield
+
+
+#: The same trigger on the job table, for the checkpoint note that fails an Operation.
+_REFUSE_FAILED_MARK = {
+    "sqlite": [
+        "CREATE TRIGGER headgate_test_refuse BEFORE UPDATE ON headgate_job "
+        "WHEN OLD.id = '{id}' AND NEW.checkpoint LIKE '%\"failed\"%' "
+        "BEGIN SELECT RAISE(ABORT, '{msg}'); END"
+    ],
+    "postgresql": [
+        _REFUSE["postgresql"][0],
+        "CREATE TRIGGER headgate_test_refuse BEFORE UPDATE ON headgate_job FOR EACH ROW "
+        "WHEN (OLD.id = '{id}' AND NEW.checkpoint::text LIKE '%\"failed\"%') "
+        "EXECUTE FUNCTION headgate_test_refuse()",
+    ],
+    "mysql": [
+        "CREATE TRIGGER headgate_test_refuse BEFORE UPDATE ON headgate_job FOR EACH ROW "
+        "BEGIN IF OLD.id = '{id}' AND NEW.checkpoint LIKE '%\"failed\"%' THEN "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{msg}'; END IF; END"
+    ],
+}
+
+
+@contextlib.contextmanager
+def refusing_operation_failure(job_id: str) -> Iterator[None]:
+    """The database refuses to note the Operation of ``job_id`` failed (with ``REFUSED``):
+    the runtime's write after a handler that failed for good. Its other writes land."""
+    with _trigger(_REFUSE_FAILED_MARK, job_id, table="headgate_job"):
+        yield
+
+
+@contextlib.contextmanager
+def _trigger(
+    create: dict[str, list[str]], row_id: str, table: str = "headgate_durable_execution"
+) -> Iterator[None]:
     with connection.cursor() as cursor:
-        for sql in _REFUSE[connection.vendor]:
-            cursor.execute(sql.format(id=execution_id, msg=REFUSED))
+        for sql in create[connection.vendor]:
+            cursor.execute(sql.format(id=row_id, msg=REFUSED))
     try:
         yield
     finally:
         with connection.cursor() as cursor:
             for sql in _ALLOW[connection.vendor]:
-                cursor.execute(sql)
+                cursor.execute(sql.format(table=table))
 
 
 def history(workflow_id: str) -> list[tuple[str, dict[str, Any]]]:

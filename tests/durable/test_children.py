@@ -11,6 +11,7 @@ import pytest
 from django.db.models.functions import Now
 
 from headgate_django import durable
+from headgate_django.kernel.names import writing_ticks
 from headgate_django.models import Execution, Job
 from tests.durable.helpers import (
     REFUSED,
@@ -262,6 +263,11 @@ def test_a_key_names_the_child_and_a_taken_key_fails_the_start() -> None:
             {"workflow": "kid-double", "version": "1", "input": "none", "key": "shipment/7"},
             "DefinitionError: a child workflow id may not contain '/': 'shipment/7'",
         ),
+        (
+            # a schedule would take its tick as fired, and the child would pose as one
+            {"workflow": "kid-double", "version": "1", "input": "none", "key": "sched:dur:0"},
+            "ReservedIdError: child key 'sched:dur:0' starts with 'sched:', which is reserved",
+        ),
     ],
 )
 def test_a_bad_child_start_raises_at_start_child_and_starts_nothing(
@@ -275,6 +281,16 @@ def test_a_bad_child_start_raises_at_start_child_and_starts_nothing(
     assert str(view(wf).result).startswith(error)
     assert "ChildStarted" not in types(wf)
     assert counts()[0] == before[0]  # no execution was added
+
+
+def test_a_parent_a_schedule_started_still_starts_children_under_its_id() -> None:
+    """Only a ``key`` is the caller's choice: the derived ids of a tick's execution keep its
+    ``sched:`` id, as the ids of a tick's workflow nodes do."""
+    with writing_ticks(["sched:nightly:0"]):  # as the scheduler starts a durable tick
+        wf = start("kid-parent", [1], workflow_id="sched:nightly:0")
+    drive()
+    assert (view(wf).state, view(wf).result) == ("succeeded", [2])
+    assert [k.id for k in children(wf)] == ["sched:nightly:0:child:1"]
 
 
 def test_a_changed_child_workflow_on_replay_is_nondeterminism(swap_code: Any) -> None:
@@ -456,6 +472,66 @@ def test_a_parent_whose_children_cannot_be_closed_does_not_hold_up_the_others(
     assert reconcile()["closed"] == 0
 
 
+def _closes_failing(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The children whose close was logged as failed."""
+    return [
+        r.child_id  # type: ignore[attr-defined]
+        for r in caplog.records
+        if "could not close its child" in r.getMessage()
+    ]
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
+def test_a_child_that_cannot_be_closed_holds_up_none_of_its_siblings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The end of the parent's run closes each child on its own: the second child's close
+    failing kept the third from its close, until the task's retry reached it."""
+    wf = start("kid-holder", ["terminate"] * 3)
+    drive()
+    first, second, third = (f"{wf}:child:{n}" for n in (1, 2, 3))
+    with refusing_changes(second), caplog.at_level("ERROR"):
+        durable.Client().signal(wf, "done")
+        drive()
+        assert view(wf).state == "succeeded"
+        assert [view(k).state for k in (first, second, third)] == [
+            "cancelled",
+            "running",
+            "cancelled",
+        ]
+        assert task_job(wf).state == "retryable"  # the close is not done: tried again
+        assert REFUSED in task_job(wf).errors[-1]["error"]
+    assert _closes_failing(caplog) == [second]
+    Job.objects.filter(pk=task_job(wf).pk).update(state="available", scheduled_at=Now())
+    drive()
+    assert view(second).state == "cancelled"
+    assert view(second).failure_reason == f"terminated: its parent {wf} is succeeded"
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
+def test_the_reconcile_duty_closes_the_siblings_of_a_child_it_cannot_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from headgate_django.durable.duties import reconcile
+    from headgate_django.store import durable as store
+
+    wf = start("kid-holder", ["terminate"] * 3)
+    drive()
+    store.execution_cancel(wf, reason="the worker died before closing its children")
+    first, second, third = (f"{wf}:child:{n}" for n in (1, 2, 3))
+    with refusing_changes(second), caplog.at_level("ERROR"):
+        assert reconcile()["closed"] == 0  # the parent is not done: the next run tries again
+        assert [view(k).state for k in (first, second, third)] == [
+            "cancelled",
+            "running",
+            "cancelled",
+        ]
+    assert _closes_failing(caplog) == [second]
+    assert reconcile()["closed"] == 1
+    assert view(second).state == "cancelled"
+    assert reconcile()["closed"] == 0
+
+
 @pytest.mark.django_db(transaction=True)  # refusing_changes: DDL commits on MariaDB
 def test_parents_that_keep_failing_do_not_keep_the_duty_from_the_parents_after_them(
     monkeypatch: pytest.MonkeyPatch,
@@ -464,7 +540,7 @@ def test_parents_that_keep_failing_do_not_keep_the_duty_from_the_parents_after_t
     read the same first slice again would let a slice of failing parents block the rest."""
     from headgate_django.durable import duties
 
-    monkeypatch.setattr(duties, "ORPHAN_BATCH", 1)
+    monkeypatch.setattr(duties, "BATCH", 1)
     monkeypatch.setitem(duties._orphans, "after", "")
     stuck, other = _two_orphaning_parents()
     with refusing_changes(f"{stuck}:child:1"):

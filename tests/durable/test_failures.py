@@ -19,10 +19,13 @@ from headgate_django.models import HistoryEvent, Job
 from headgate_django.store.durable_history import NewEvent, history_append
 from headgate_django.store.durable_jobs import TASK_KIND
 from tests.durable.helpers import (
+    REFUSED,
     drive,
     history,
     live_jobs,
+    op_job,
     op_jobs,
+    refusing_operation_failure,
     replay_until_suspended,
     start,
     task_job,
@@ -540,3 +543,56 @@ def test_a_history_event_the_task_cannot_decode_suspends_the_execution(
     durable.Client().signal(wf, "go")
     drive(tasks_due=True)
     assert view(wf).state == "succeeded"
+
+
+@durable.operation("fail-aborts", version="1", max_attempts=10)
+def aborts(ctx: Any, _: Any) -> Any:
+    runs.append(ctx.attempt)
+    raise durable.Abort("card declined")
+
+
+@durable.workflow("fail-aborts", version="1")
+def calls_aborts(ctx: durable.Context, _: Any) -> Any:
+    return ctx.execute_operation("fail-aborts", "1", None).result()
+
+
+runs: list[int] = []
+
+
+@pytest.mark.django_db(transaction=True)  # refusing_operation_failure: DDL commits on MariaDB
+def test_an_operation_whose_outcome_cannot_be_recorded_is_made_uncertain(
+    settings: Any,
+) -> None:
+    """The runtime's write after the handler (here: noting an ``Abort``) failing on every
+    attempt was retried on the job table's MAX_ATTEMPTS (25, about 13 hours of backoff),
+    the execution running with no reason shown, then the Operation failed with the
+    store's error. It now gets the budget of a failing workflow task, then an operator's
+    decision."""
+    settings.HEADGATE = {
+        "DURABLE_TASK_ATTEMPTS": 3,
+        "BACKOFF_BASE": timedelta(milliseconds=1),
+        "BACKOFF_CAP": timedelta(milliseconds=5),
+    }
+    runs.clear()
+    wf = start("fail-aborts")
+    job_id = f"{wf}:op:1"
+    with refusing_operation_failure(job_id):
+        drive()
+    assert runs == [1, 2, 3]  # the runtime failed after the handler: each attempt reran it
+    row = view(wf)
+    assert row.state == "suspended"
+    assert row.suspended_reason.startswith(
+        f"Operation job {job_id} is uncertain: its job failed 3 times outside the "
+        "Operation's code: "
+    )
+    assert REFUSED in row.suspended_reason
+    job = op_job(wf)
+    assert job.state == "archived"
+    assert [e["error"].split(":")[0] for e in job.errors][2:] == ["uncertain"]  # skipped
+    assert len(job.errors) == 3 and all(REFUSED in e["error"] for e in job.errors)
+    assert types(wf)[-1] == "OperationUncertain"
+
+    durable.Manager().resolve_uncertain(job_id, "retry")  # the store takes the note again
+    drive(tasks_due=True)
+    assert runs == [1, 2, 3, 1]
+    assert view(wf).failure_reason == "OperationFailedError: card declined"

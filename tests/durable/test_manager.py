@@ -126,9 +126,12 @@ def test_case_33_the_reconciler_revives_an_execution_with_no_task() -> None:
     wf = start("mgr-one", "x")
     healthy = start("mgr-one", "y")
     Job.objects.filter(pk=task_job(wf).pk).delete()  # its only task is lost
-    assert execution_reconcile(stalled_for=timedelta(minutes=5)) == {"revived": [], "settled": []}
+    assert execution_reconcile(stalled_for=timedelta(minutes=5), limit=100) == {
+        "revived": [],
+        "settled": [],
+    }
     time.sleep(0.05)
-    report = execution_reconcile(stalled_for=timedelta(milliseconds=20))
+    report = execution_reconcile(stalled_for=timedelta(milliseconds=20), limit=100)
     assert report == {"revived": [wf], "settled": []}  # the healthy one has its task
     assert task_job(wf).state == "available"
     drive()
@@ -146,7 +149,7 @@ def test_the_reconciler_leaves_an_execution_whose_workflow_task_is_quarantined()
     time.sleep(0.05)
     report = execution_reconcile(stalled_for=timedelta(milliseconds=20), limit=1)
     assert report == {"revived": [lost], "settled": []}
-    assert execution_reconcile(stalled_for=timedelta(milliseconds=20)) == {
+    assert execution_reconcile(stalled_for=timedelta(milliseconds=20), limit=100) == {
         "revived": [],
         "settled": [],
     }
@@ -157,7 +160,7 @@ def test_the_reconciler_records_operations_finished_without_a_hook() -> None:
     wf = start("mgr-one", "x")
     testing.run_one()
     Job.objects.filter(pk=op_job(wf).pk).update(state="quarantined")  # by the reclaim duty
-    report = execution_reconcile(stalled_for=timedelta(minutes=5))
+    report = execution_reconcile(stalled_for=timedelta(minutes=5), limit=100)
     assert report == {"revived": [], "settled": [wf]}
     drive()
     assert view(wf).state == "failed"
@@ -200,7 +203,30 @@ def test_case_34_vacuum_deletes_terminal_executions_after_retention(settings: An
     assert not SignalInbox.objects.filter(workflow_id=old).exists()
     assert not Job.objects.filter(workflow_id=f"durable:{old}").exists()
     assert view(recent).state == "succeeded" and view(running).state == "running"
-    assert execution_vacuum(older_than=timedelta(0)) == [recent]
+    assert execution_vacuum(older_than=timedelta(0), limit=100) == [recent]
+
+
+def test_one_batch_bounds_every_part_of_the_durable_duties(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The duties' batch was written in several places (two constants and the defaults of
+    the store functions they call), so changing one left the other parts as they were."""
+    monkeypatch.setattr(duties, "BATCH", 1)
+    settings.HEADGATE = {"DURABLE_RETENTION": timedelta(days=30)}
+    finished = [start("mgr-one", n) for n in (1, 2)]
+    stalled = [start("mgr-wait") for _ in range(2)]
+    cut = [start("mgr-wait") for _ in range(2)]
+    drive()
+    long_ago = store.db_now() - timedelta(days=31)
+    Execution.objects.filter(pk__in=finished).update(finished_at=long_ago)
+    Execution.objects.filter(pk__in=stalled).update(updated_at=long_ago)
+    Job.objects.filter(pk__in=[task_job(wf).pk for wf in stalled]).delete()
+    for wf in cut:
+        execution_cancel(wf, reason="a cancel cut short: its jobs are left live")
+
+    assert [duties.vacuum()["deleted"] for _ in range(3)] == [1, 1, 0]
+    assert [len(duties.finish_cut_cancels()) for _ in range(3)] == [1, 1, 0]
+    assert [duties.reconcile()["revived"] for _ in range(3)] == [1, 1, 0]
 
 
 def test_case_34_job_eviction_keeps_an_uncertain_operation() -> None:
