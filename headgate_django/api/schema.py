@@ -84,6 +84,8 @@ class HeadgateAutoSchema(AutoSchema):
         for name, field in serializer.fields.items():
             # drf-spectacular states a ListField's bounds but not a nested many=True one's.
             prop = schema["properties"].get(name)
+            if prop is not None:
+                prop.update(getattr(field, "schema_rules", {}))
             if isinstance(field, serializers.ListSerializer) and prop is not None:
                 if field.min_length is not None:
                     prop["minItems"] = field.min_length

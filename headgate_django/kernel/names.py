@@ -117,6 +117,19 @@ _QUEUE = re.compile(NAME_PATTERN)
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
 
+#: The whitespace ``str.strip`` removes beyond the control characters: a durable name
+#: (``durable.registry.check_name``) may neither start nor end with one.
+OUTER_SPACE = " \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def trimmed_name_pattern(also_refused: str = "") -> str:
+    """What ``check_name`` takes, as a regex the API schema can state: non-empty, no
+    control characters (nor ``also_refused``), no whitespace at either end."""
+    inner = f"[^{also_refused}\\x00-\\x1f]"
+    edge = f"[^{OUTER_SPACE}{also_refused}\\x00-\\x1f]"
+    return f"{edge}(?:{inner}*{edge})?\\Z"
+
+
 def has_control_characters(text: str) -> bool:
     return _CONTROL.search(text) is not None
 

@@ -11,7 +11,8 @@ infers. What it does, in order:
 2. Daphne on a loopback socket this process binds to port 0 and hands over (``--fd``),
    so the port is free by construction, not by a guess;
 3. ``schemathesis run`` with a fixed seed and a per-operation case budget that fits in
-   about two minutes on two cores;
+   about two minutes on two cores, and the hooks of ``hooks.py`` (a fresh
+   ``Idempotency-Key`` per distinct request, the project's registered names as examples);
 4. the server is stopped by its PID, the temporary directory removed.
 
 It prints the number of test cases and exits non-zero on any failure, on any server
@@ -39,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CONFIG = Path(__file__).with_name("schemathesis.toml")
+HOOKS = Path(__file__).with_name("hooks.py")
 SEED = os.environ.get("SCHEMATHESIS_SEED", "20251")
 MAX_EXAMPLES = os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "20")
 #: A safety net only: the case budget ends the run (schemathesis's own ``--max-time``
@@ -142,7 +144,7 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
             server.wait()
 
 
-def _schemathesis(base: str, token: str, report: Path, workdir: Path) -> int:
+def _schemathesis(base: str, token: str, report: Path, workdir: Path, env: dict[str, str]) -> int:
     command = [
         str(BIN / "schemathesis"),
         "--config-file",
@@ -174,7 +176,11 @@ def _schemathesis(base: str, token: str, report: Path, workdir: Path) -> int:
         str(report),
     ]
     try:
-        return subprocess.run(command, cwd=workdir, check=False, timeout=TIMEOUT_S).returncode
+        # The hooks read the sample project's registries: its settings, importable.
+        hooks_env = {**env, "SCHEMATHESIS_HOOKS": str(HOOKS), "PYTHONPATH": str(ROOT)}
+        return subprocess.run(
+            command, cwd=workdir, env=hooks_env, check=False, timeout=TIMEOUT_S
+        ).returncode
     except subprocess.TimeoutExpired:
         print(f"schemathesis did not finish within {TIMEOUT_S} s", file=sys.stderr)
         return 1
@@ -205,7 +211,7 @@ def main() -> int:
         sock.close()  # the server holds its own copy
         _wait_up(base, token, server)
         report = Path(os.environ.get("SCHEMATHESIS_REPORT", tmp / "events.ndjson"))
-        code = _schemathesis(base, token, report, tmp)
+        code = _schemathesis(base, token, report, tmp, env)
         print(f"schemathesis: {_case_count(report)} test cases, exit code {code}")
         logged = log.read_text(encoding="utf-8", errors="replace")
         if os.environ.get("SCHEMATHESIS_SERVER_LOG"):

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from headgate_django.api.serializers.common import (
     MAX_DELAY_MS,
     InstantField,
+    KindField,
     NameField,
     RequestSerializer,
     not_together,
@@ -30,7 +31,7 @@ class BulkFilterSerializer(RequestSerializer):
     schema_rules: ClassVar[dict[str, Any]] = {"minProperties": 1}
 
     queue = NameField(required=False, max_length=128)
-    kind = NameField(required=False, max_length=128)
+    kind = KindField(required=False)
     states = serializers.ListField(
         child=serializers.ChoiceField(choices=_STATES), required=False, max_length=len(_STATES)
     )
@@ -49,9 +50,29 @@ class BulkFilterSerializer(RequestSerializer):
 class BulkActionSerializer(RequestSerializer):
     """``scheduled_at`` or ``delay_ms`` only with ``reschedule``, which needs one of them."""
 
-    # The rest of the rule (which actions take an instant) is the 422 of ``validate``: a
-    # ``oneOf`` over the action stated it too, but ReDoc then renders nothing.
-    schema_rules = not_together("scheduled_at", "delay_ms")
+    # Stated with ``not`` (as the enqueue body's rules are): a ``oneOf`` over the action
+    # would say the same, but ReDoc then renders nothing.
+    schema_rules = {
+        "allOf": [
+            not_together("scheduled_at", "delay_ms"),
+            # reschedule without an instant
+            {
+                "not": {
+                    "required": ["action"],
+                    "properties": {"action": {"enum": ["reschedule"]}},
+                    "not": {"anyOf": [{"required": ["scheduled_at"]}, {"required": ["delay_ms"]}]},
+                }
+            },
+            # an instant with another action
+            {
+                "not": {
+                    "required": ["action"],
+                    "properties": {"action": {"not": {"enum": ["reschedule"]}}},
+                    "anyOf": [{"required": ["scheduled_at"]}, {"required": ["delay_ms"]}],
+                }
+            },
+        ]
+    }
 
     action = serializers.ChoiceField(choices=list(ACTIONS))
     filter = BulkFilterSerializer()

@@ -15,7 +15,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from headgate_django.kernel.names import NAME_PATTERN
+from headgate_django.kernel.names import (
+    INTERNAL_PREFIX,
+    MAX_KIND_BYTES,
+    MAX_QUEUE_BYTES,
+    NAME_PATTERN,
+    trimmed_name_pattern,
+)
 from headgate_django.visibility import may_see_payloads
 
 INT32_MAX = 2**31 - 1
@@ -120,6 +126,46 @@ class RouteIdField(NameField):
         super().__init__(**kwargs)
 
 
+class QueueField(NameField):
+    """A queue name. The envelope refuses one outside the grammar of every queue
+    (``validate_queue``: 422 ``invalid_definition``); the schema states that grammar as
+    the field's ``pattern`` (see ``schema_rules``), so it allows no name that is refused."""
+
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "pattern": "^" + NAME_PATTERN.removesuffix(r"\Z") + "$"
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_QUEUE_BYTES)  # the grammar is ASCII: bytes
+        super().__init__(**kwargs)
+
+
+class KindField(NameField):
+    """A job kind a caller names; never an internal one (422 ``internal_kind``), which the
+    schema states as ``not: {pattern}`` (see ``schema_rules``)."""
+
+    #: JSON Schema keywords the API schema adds to this field's own.
+    schema_rules: ClassVar[dict[str, Any]] = {"not": {"pattern": f"^{INTERNAL_PREFIX}"}}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_KIND_BYTES)
+        super().__init__(**kwargs)
+
+
+class DurableNameField(NameField):
+    """A durable workflow's name or version, a signal, a key or an id of the durable
+    runtime, which refuses whitespace at either end (``check_name``): refused here, and
+    stated as the field's ``pattern``, so a request the schema allows is not a 422."""
+
+    def __init__(self, *, also_refused: str = "", **kwargs: Any) -> None:
+        pattern = trimmed_name_pattern(also_refused)
+        message = "no control characters and no whitespace at either end"
+        if also_refused:
+            message += f", and no {also_refused}"
+        kwargs.setdefault("validators", [RegexValidator(f"^{pattern}", message)])
+        super().__init__(**kwargs)
+
+
 class RequestSerializer(serializers.Serializer):
     """A request body, as strict as its schema says.
 
@@ -138,7 +184,39 @@ class RequestSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+            mistyped = {
+                name: [error]
+                for name, field in self.fields.items()
+                if name in data and (error := _json_type_error(field, data[name]))
+            }
+            if mistyped:  # with the other fields' errors, as DRF reports them together
+                try:
+                    super().to_internal_value(data)
+                except serializers.ValidationError as exc:
+                    if isinstance(exc.detail, dict):
+                        mistyped = {**exc.detail, **mistyped}
+                raise serializers.ValidationError(mistyped)
         return super().to_internal_value(data)
+
+
+def _json_type_error(field: serializers.Field, value: Any) -> str | None:
+    """Why ``value`` lacks the JSON type the schema gives ``field``, or None. DRF alone would
+    take ``1`` for a string, ``"1"`` for an integer and ``0`` for ``false``; the schema does
+    not, so a request body does not either (null is the field's own ``allow_null``)."""
+    if value is None:
+        return None
+    if isinstance(field, serializers.ListField) and isinstance(value, list):
+        errors = (_json_type_error(field.child, item) for item in value)
+        return next((error for error in errors if error), None)
+    if isinstance(field, serializers.BooleanField):
+        fits = isinstance(value, bool)
+    elif isinstance(field, serializers.IntegerField):
+        fits = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(field, serializers.CharField):
+        fits = isinstance(value, str)
+    else:
+        return None
+    return None if fits else str(field.error_messages["invalid"])
 
 
 def exactly_one(*names: str) -> dict[str, Any]:

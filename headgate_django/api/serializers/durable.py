@@ -9,10 +9,11 @@ from rest_framework import serializers
 
 from headgate_django.api.serializers.common import (
     AnyJSONField,
+    DurableNameField,
     NameField,
+    QueueField,
     RedactingSerializer,
     RequestSerializer,
-    RouteIdField,
     exactly_one,
 )
 from headgate_django.durable.manager import MAX_REASON_CHARS
@@ -91,12 +92,14 @@ class ExecutionListSerializer(serializers.Serializer):
 
 
 class StartSerializer(RequestSerializer):
-    name = NameField(max_length=128)
-    version = NameField(max_length=64)
+    name = DurableNameField(max_length=128)
+    version = DurableNameField(max_length=64)
     input = AnyJSONField(required=False, allow_null=True, default=None)
-    business_idempotency_key = NameField(required=False, allow_null=True, default=None)
-    workflow_id = RouteIdField(max_length=200, required=False, allow_null=True, default=None)
-    task_queue = NameField(max_length=128, required=False, default="default")
+    business_idempotency_key = DurableNameField(required=False, allow_null=True, default=None)
+    workflow_id = DurableNameField(
+        also_refused="/", max_length=200, required=False, allow_null=True, default=None
+    )
+    task_queue = QueueField(required=False, default="default")
     meta = serializers.DictField(child=AnyJSONField(allow_null=True), required=False)
 
 
@@ -111,15 +114,15 @@ class SignalWithStartSerializer(RequestSerializer):
     """Start ``name@version`` with ``input`` unless a live execution of ``name`` holds
     ``business_idempotency_key``, then deliver ``signal`` to it, in one transaction."""
 
-    name = NameField(max_length=128)
-    version = NameField(max_length=64)
+    name = DurableNameField(max_length=128)
+    version = DurableNameField(max_length=64)
     input = AnyJSONField(required=False, allow_null=True, default=None)
-    business_idempotency_key = NameField()
-    task_queue = NameField(max_length=128, required=False, default="default")
+    business_idempotency_key = DurableNameField()
+    task_queue = QueueField(required=False, default="default")
     meta = serializers.DictField(child=AnyJSONField(allow_null=True), required=False)
-    signal = NameField(max_length=128, help_text="The signal's name.")
+    signal = DurableNameField(max_length=128, help_text="The signal's name.")
     payload = AnyJSONField(required=False, allow_null=True, default=None)
-    message_id = NameField(
+    message_id = DurableNameField(
         required=False,
         help_text="Deduplicates deliveries of this signal name; defaults to the Idempotency-Key.",
     )
@@ -136,9 +139,9 @@ class SignalWithStartResultSerializer(serializers.Serializer):
 
 
 class DurableSignalSerializer(RequestSerializer):
-    name = NameField(max_length=128)
+    name = DurableNameField(max_length=128)
     payload = AnyJSONField(required=False, allow_null=True, default=None)
-    message_id = NameField(
+    message_id = DurableNameField(
         required=False,
         help_text="Deduplicates deliveries of this signal name; defaults to the Idempotency-Key.",
     )
@@ -196,7 +199,7 @@ class QueryResultSerializer(RedactingSerializer):
 
 class UpdateRequestSerializer(RequestSerializer):
     payload = AnyJSONField(required=False, allow_null=True, default=None)
-    update_id = NameField(
+    update_id = DurableNameField(
         max_length=200,
         required=False,
         help_text="Makes the update exactly-once: a known id returns that update without "

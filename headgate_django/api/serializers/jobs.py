@@ -16,7 +16,9 @@ from headgate_django.api.serializers.common import (
     AnyJSONField,
     Base64Field,
     InstantField,
+    KindField,
     NameField,
+    QueueField,
     RequestSerializer,
     RouteIdField,
     exactly_one,
@@ -142,13 +144,13 @@ class JobCreateSerializer(RequestSerializer):
     task's own defaults.
     """
 
-    kind = NameField(max_length=128)
+    kind = KindField()
     args = serializers.ListField(child=AnyJSONField(), required=False)
     kwargs = serializers.DictField(child=AnyJSONField(), required=False)
     payload = Base64Field(required=False)
     schema_version = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
     id = RouteIdField(required=False)
-    queue = NameField(max_length=128, required=False)
+    queue = QueueField(required=False)
     priority = serializers.IntegerField(min_value=-INT32_MAX, max_value=INT32_MAX, required=False)
     max_attempts = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
     scheduled_at = InstantField(required=False)

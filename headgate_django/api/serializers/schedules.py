@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from headgate_django.api.serializers.common import AnyJSONField, NameField, RequestSerializer
+from headgate_django.api.serializers.common import (
+    AnyJSONField,
+    NameField,
+    RequestSerializer,
+    exactly_one,
+)
 from headgate_django.models import ON_MISSED_CHOICES, SCHEDULE_OUTCOMES
 
 
@@ -50,7 +55,10 @@ class DurableTargetSerializer(RequestSerializer):
 
 
 class UpsertSerializer(RequestSerializer):
-    """A schedule as ``HEADGATE['SCHEDULES']`` declares one: a spec and one target."""
+    """A schedule as ``HEADGATE['SCHEDULES']`` declares one: a spec and exactly one target
+    (``task``, ``workflow`` or ``durable``; 422 otherwise, which ``schema_rules`` state)."""
+
+    schema_rules = exactly_one("task", "workflow", "durable")
 
     spec = NameField()
     tz = NameField(max_length=64, required=False, allow_null=True, default=None)

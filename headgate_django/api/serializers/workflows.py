@@ -10,7 +10,9 @@ from headgate_django.api.serializers.common import (
     INT32_MAX,
     AnyJSONField,
     Base64Field,
+    KindField,
     NameField,
+    QueueField,
     RedactingSerializer,
     RequestSerializer,
     not_together,
@@ -126,12 +128,12 @@ class SignalReceiptSerializer(serializers.Serializer):
 class GraftTaskSerializer(RequestSerializer):
     name = NameField()
     deps = serializers.ListField(child=NameField(), required=False, default=list)
-    kind = NameField(max_length=128)
+    kind = KindField()
     payload = Base64Field(required=False)
     args = serializers.ListField(child=AnyJSONField(), required=False)
     kwargs = serializers.DictField(child=AnyJSONField(), required=False)
     id = NameField(required=False)
-    queue = NameField(max_length=128, required=False)
+    queue = QueueField(required=False)
     schema_version = serializers.IntegerField(min_value=1, max_value=INT32_MAX, required=False)
 
     schema_rules = not_together("payload", "args", "kwargs")
@@ -144,7 +146,7 @@ class GraftTaskSerializer(RequestSerializer):
 
 class GraftSerializer(RequestSerializer):
     expected_revision = serializers.IntegerField(min_value=1, max_value=INT32_MAX)
-    queue = NameField(max_length=128, required=False)
+    queue = QueueField(required=False)
     tasks = GraftTaskSerializer(many=True, min_length=1, max_length=MAX_GRAFT_TASKS)
 
 
