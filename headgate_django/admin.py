@@ -36,8 +36,9 @@ from headgate_django.console.attempts import attempts_timeline
 from headgate_django.console.filters import KindFilter, QueueFilter
 from headgate_django.console.jobpage import logs_html, progress_live
 from headgate_django.console.readonly import (
-    IndexedSortChangeList,
+    WHOLE_VAR,
     ReadOnlyAdmin,
+    WindowedChangeList,
     job_link,
     pretty_bytes,
     pretty_json,
@@ -64,7 +65,7 @@ from headgate_django.models import (
 INDEX_TEMPLATE = "headgate_django/admin/index.html"
 
 
-class JobChangeList(IndexedSortChangeList):
+class JobChangeList(WindowedChangeList):
     """The job list, read through the state or kind index when it shows one state or one
     kind (see :mod:`headgate_django.store.index_hints`: MariaDB's own choice can read
     every row)."""
@@ -158,6 +159,13 @@ class JobAdmin(ReadOnlyAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
 
+    def indexed(self, filters: dict[str, list[str]], search: str) -> bool:
+        """No index leads with the queue or the worker, and none is added for them: each
+        one costs every enqueue, claim and ack (``store.index_hints.job_filters_indexed``)."""
+        from headgate_django.store.index_hints import job_filters_indexed
+
+        return job_filters_indexed(filters, searched=bool(search))
+
     def get_search_results(
         self, request: HttpRequest, queryset: Any, search_term: str
     ) -> tuple[Any, bool]:
@@ -170,11 +178,12 @@ class JobAdmin(ReadOnlyAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """The list, live on its first page in the default order (see JobListConsumer):
-        a later page or another order would shift under the reader."""
+        a later page or another order would shift under the reader. Not a list read
+        without its window: its socket would read the whole table every second."""
         context = dict(extra_context or {})
         params = request.GET
         first_page = params.get(PAGE_VAR, "1") in ("", "1") and not params.get(ORDER_VAR)
-        if first_page:
+        if first_page and WHOLE_VAR not in params:
             kept = {k: params[k] for k in (*joblist.JOB_LIST_FILTERS, SEARCH_VAR) if params.get(k)}
             query = urlencode(kept)
             context["hg_live_ws"] = joblist.LIVE_PATH + (f"?{query}" if query else "")

@@ -44,6 +44,8 @@ MAX_SHOWN_DEPTH = 100
 #: The most rows an admin list counts (see :class:`CappedPaginator`).
 COUNT_CAP = 10_000
 HIDDEN = "hidden — needs the “Can view job payloads” permission"
+#: The query parameter that lifts a list's window (:class:`WindowedChangeList`).
+WHOLE_VAR = "whole"
 #: The parameters of a ``date_hierarchy`` drill-down.
 DATE_PARTS = ("year", "month", "day")
 READ_METHODS = ("GET", "HEAD")
@@ -89,6 +91,49 @@ class IndexedSortChangeList(ChangeList):
         return super().get_ordering_field(field_name)
 
 
+class WindowedChangeList(IndexedSortChangeList):
+    """A changelist that reads only the newest rows (``store.windows``) when its admin says
+    no index serves its filters (:meth:`ReadOnlyAdmin.indexed`), and says so above the list
+    with a link that lifts the window (``?whole=1``) for an operator who will wait for a
+    read of the whole table.
+
+    The window follows the list's default order (newest first on every list that has
+    one), so a page of it is the page the whole list would show while matches are
+    common; only rare matches beyond it are left out, and the notice says where."""
+
+    #: Set when the list shows a window: the notice, with its link to the whole list.
+    window_notice: SafeString | None = None
+
+    def get_filters_params(self, params: Any = None) -> Any:
+        lookup_params = super().get_filters_params(params)
+        lookup_params.pop(WHOLE_VAR, None)
+        return lookup_params
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        from headgate_django.store.windows import WINDOW, newest_window
+
+        queryset = super().get_queryset(request, exclude_parameters)
+        filters: dict[str, list[str]] = {}
+        for param, values in self.get_filters_params().items():
+            filters.setdefault(param.split(LOOKUP_SEP)[0], []).extend(values)
+        model_admin: Any = self.model_admin
+        if WHOLE_VAR in self.filter_params or model_admin.indexed(filters, self.query.strip()):
+            return queryset
+        [order, *_] = model_admin.get_ordering(request) or self.lookup_opts.ordering or ["-pk"]
+        windowed = newest_window(queryset, order=str(order))
+        if windowed is None:  # the table is no larger than the window
+            return queryset
+        self.window_notice = format_html(
+            "Showing matches among the newest {} {} only: no index serves these filters "
+            'over the whole table. <a href="{}">Search all {}</a> (reads every row).',
+            f"{WINDOW:,}",
+            self.opts.verbose_name_plural,
+            self.get_query_string({WHOLE_VAR: "1"}),
+            self.opts.verbose_name_plural,
+        )
+        return windowed
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     paginator = CappedPaginator
     actions = None
@@ -96,6 +141,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
+    change_list_template = "headgate_django/admin/change_list.html"
     #: Computed displays that show user data: without the reveal permission they are
     #: replaced by the ``hidden`` notice (the model's private columns never show raw).
     private: tuple[str, ...] = ()
@@ -108,7 +154,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         css = {"all": ["headgate_django/console/console.css"]}
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
-        return IndexedSortChangeList
+        return WindowedChangeList
+
+    def indexed(self, filters: dict[str, list[str]], search: str) -> bool:
+        """Whether an index serves this list, in its default order, filtered by ``filters``
+        (``{column: values}``) and searched for ``search``: then it reads the whole table,
+        else a window of its newest rows (:class:`WindowedChangeList`). Every filter an
+        admin offers is served unless it says otherwise here."""
+        return True
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

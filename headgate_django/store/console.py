@@ -25,8 +25,9 @@ from headgate_django.models import (
     SignalEmission,
     WorkflowCheckpoint,
 )
-from headgate_django.store.index_hints import filtered_list, prefix_search
+from headgate_django.store.index_hints import filtered_list, job_filters_indexed, prefix_search
 from headgate_django.store.index_hints import prefix as index_prefix
+from headgate_django.store.windows import newest_window
 from headgate_django.store.workflows import COORDINATOR_KIND, GRAFT_KIND, RETRY_KIND
 
 _CHUNK = 500
@@ -219,7 +220,8 @@ def job_page_fingerprint(
 ) -> tuple[Any, ...]:
     """What the first page of the job list shows, newest first: changes when a job joins
     the page or one of its jobs moves. The same filters, search and order as the admin
-    list (``-id``; :mod:`.index_hints`), so the same indexes serve it."""
+    list (``-id``; :mod:`.index_hints`), so the same indexes serve it, and the same window
+    of the newest jobs (:mod:`.windows`) bounds it when none does."""
     qs = Job.objects.using(using).all()
     if state:
         qs = qs.filter(state=state)
@@ -230,6 +232,10 @@ def job_page_fingerprint(
     if search:
         qs = prefix_search(qs, search)
     qs = filtered_list(qs, states=[state] if state else [], kinds=[kind] if kind else [])
+    given = (("state", state), ("queue", queue), ("kind", kind))
+    if not job_filters_indexed({k: [v] for k, v in given if v}, searched=bool(search)):
+        windowed = newest_window(qs, order="-id")
+        qs = qs if windowed is None else windowed
     rows = qs.order_by("-id").values_list(
         "id", "state", "attempt", "crash_attempt", "scheduled_at", "finalized_at"
     )[:limit]

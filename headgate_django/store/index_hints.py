@@ -30,7 +30,7 @@ kind, and walks the primary key when that is many.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any, cast
 
 from django.db.models import Q, QuerySet
@@ -39,10 +39,15 @@ from django.db.models.lookups import Exact
 from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
 
+from headgate_django.kernel.states import State
 from headgate_django.store import vendor as v
 
 _STATE_INDEX = "headgate_job_state_my"
 _KIND_INDEX = "headgate_job_kind"
+#: The states whose jobs in one queue an index gives exactly: ``headgate_job_claim`` the
+#: available ones, ``headgate_job_lease`` the running ones (a worker's few), and
+#: ``headgate_job_state_rare`` every other but ``completed``, most of a queue.
+_QUEUE_INDEXED_STATES = frozenset(s.value for s in State if s is not State.COMPLETED)
 #: Up to this many jobs of the searched kinds are found through the kind index and
 #: sorted; more are found by walking the primary key, newest first.
 FEW = 1000
@@ -155,3 +160,27 @@ def filtered_list(
     if len(set(kinds)) == 1 and not states:
         return jobs_of_one_kind(queryset)
     return queryset
+
+
+def job_filters_indexed(filters: Mapping[str, Collection[str]], *, searched: bool) -> bool:
+    """Whether an index gives the jobs a list filtered by ``filters`` (``{column: values}``)
+    and maybe ``searched`` shows, newest first, without testing rows it finds and drops by
+    the thousand.
+
+    A search (:func:`prefix_search`), one kind (``headgate_job_kind``), one workflow
+    (``headgate_job_workflow``) or one state (:func:`filtered_list`, the state indexes)
+    is served whatever else is filtered. A queue or a worker is led by no index of its own,
+    and the job table gets no more: every enqueue, claim and ack writes each index. So a
+    queue is served only with one of :data:`_QUEUE_INDEXED_STATES`, a worker only with
+    ``running`` (the lease index), and a queue alone or its completed jobs are not: the
+    console reads such lists in a window (:mod:`.windows`). MySQL/MariaDB's plain
+    ``(state, queue)`` index would serve completed jobs too; one rule for every database
+    keeps the page the same on all."""
+    if searched or filters.get("kind") or filters.get("workflow_id"):
+        return True
+    states = set(filters.get("state") or ())
+    if filters.get("claimed_by") and states != {State.RUNNING.value}:
+        return False
+    if filters.get("queue"):
+        return len(states) == 1 and states <= _QUEUE_INDEXED_STATES
+    return True

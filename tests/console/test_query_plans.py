@@ -27,6 +27,7 @@ from benchmarks.fill import analyze, fill
 from headgate_django import store
 from headgate_django.console.readonly import COUNT_CAP
 from headgate_django.store.console import job_page_fingerprint
+from headgate_django.store.windows import WINDOW
 from headgate_django.store.workers import Beat, queue_minutes_add, worker_heartbeat
 from tests.conformance.helpers import enqueue_job
 
@@ -48,6 +49,8 @@ CAPPED_COUNT_SCAN = 20
 DUTY_RETAINED, DUTY_DUE = 100_000, 50_000
 #: A kind few jobs have: its lists must not walk the table to find them.
 RARE_KIND = "bench.rare"
+#: A queue few jobs are in: no index leads with the queue, so its lists read a window.
+RARE_QUEUE = "rare-q"
 
 
 def _admin(name: str, **query: str) -> str:
@@ -72,6 +75,11 @@ PAGES = [
     _admin("job_changelist", queue__exact="q1", state__exact="completed"),
     _admin("job_changelist", queue__exact="q1", state__exact="retryable"),
     _admin("job_changelist", queue__exact="q1", state__exact="running", claimed_by__exact="plans"),
+    _admin("job_changelist", queue__exact=RARE_QUEUE),
+    _admin("job_changelist", queue=RARE_QUEUE),
+    _admin("job_changelist", queue__exact=RARE_QUEUE, state__exact="completed"),
+    _admin("job_changelist", queue__exact=RARE_QUEUE, state__exact="archived"),
+    _admin("job_changelist", claimed_by__exact="plans"),
     _admin("workflows"),
     _admin("workflows", state="running"),
     *(
@@ -116,6 +124,8 @@ LIVE_LIST_FILTERS: list[dict[str, str]] = [
     {"state": "archived"},
     {"state": "scheduled"},
     {"queue": "q1"},
+    {"queue": RARE_QUEUE},
+    {"queue": RARE_QUEUE, "state": "completed"},
     {"kind": RARE_KIND},
     {"search": RARE_KIND},
     {"search": "bench.k1"},
@@ -129,6 +139,9 @@ def large_table(django_db_blocker: Any) -> Iterator[None]:
     for _ in range(3):
         enqueue_job(queue="q1")
         enqueue_job(kind=RARE_KIND)
+    # Older than every filled job (ids sort before them): beyond the newest jobs' window.
+    for n in range(3):
+        enqueue_job(queue=RARE_QUEUE, id=f"0000-rare-{n}")
     store.job_claim(worker_id="plans", limit=1, lease_ttl=store_lease(), queues=["q1"])
     worker_heartbeat(
         Beat(
@@ -168,6 +181,10 @@ def _rows_read(node: dict[str, Any]) -> int:
 
 
 def _read_limit(sql: str) -> int:
+    """A list no index serves reads a window of the newest jobs (a range of the primary
+    key from the edge found first, ``store.windows``): up to that many rows."""
+    if '"headgate_job"."id" >= ' in sql or f"LIMIT 1 OFFSET {WINDOW - 1}" in sql:
+        return WINDOW
     capped = f"LIMIT {COUNT_CAP + 1}" in sql and "COUNT(*)" in sql
     return (COUNT_CAP + 1) * CAPPED_COUNT_SCAN if capped else MAX_READ
 
@@ -632,3 +649,36 @@ def test_the_console_lists_sort_only_as_an_index_serves(superuser: Any, unprepar
                     if table in sql and sql.lstrip().upper().startswith("SELECT"):
                         bad.setdefault(url, []).extend(sorted_table_problems(sql, table))
     assert not any(bad.values()), json.dumps({k: v for k, v in bad.items() if v}, indent=2)
+
+
+def test_the_failed_workflows_are_listed_through_an_index(superuser: Any, unprepared: None) -> None:
+    """A few failed workflows among many: the list filtered to them, in workflow-id order,
+    read every checkpoint to find them until their flag had an index."""
+    table = "headgate_workflow_checkpoint"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (workflow_id, coordinator_job_id, revision, generation, "
+            "completed, failed, started, outcome, history, next_sequence, grafts, updated_at) "
+            "SELECT 'wf-' || lpad(n::text, 7, '0'), 'c-' || n, 1, 1, '{}', n %% 20000 = 0, "
+            "true, 'waiting', '[]', 1, '[]', now() FROM generate_series(1, %s) AS n",
+            [OTHER_ROWS],
+        )
+        cursor.execute(f"ANALYZE {table}")
+    client = Client()
+    client.force_login(superuser)
+    url = _admin("workflowcheckpoint_changelist", failed__exact="1")
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert [c.pk for c in response.context["cl"].result_list] == [
+        "wf-0020000",
+        "wf-0040000",
+        "wf-0060000",
+    ]
+    bad = []
+    for query in captured.captured_queries:
+        sql = query["sql"] or ""
+        if table in sql and sql.lstrip().upper().startswith("SELECT"):
+            for node, _ in _nodes(_explained(sql)):
+                if node.get("Relation Name") == table and _rows_read(node) > 100:
+                    bad.append(f"{node['Node Type']} reading {_rows_read(node)}: {sql[:200]}")
+    assert bad == []
