@@ -22,9 +22,10 @@ On PostgreSQL the same steps run on the server, in one call (``store.governed_cl
 these are the reference for what that call decides, and they still claim the queues whose
 ceiling disposes of jobs there, and every governed queue on MySQL/MariaDB and SQLite.
 The worker's process learns which queues are governed from a cache that a policy change
-in the same process clears and that is otherwise at most :data:`_GOVERNED_TTL` old; until a
-worker learns of a new policy it does not serve that queue (the plain claim skips it), so
-the limit is never exceeded, only served a moment later.
+in the same process clears and that is otherwise at most :data:`_POLICY_TTL` old; until a
+worker learns of a new policy it does not serve that queue (the plain claim skips it), and
+a governed queue's claim reads the buckets whenever a rate class exists, whatever the
+cache says, so the limit is never exceeded, only served a moment later.
 """
 
 from __future__ import annotations
@@ -357,13 +358,17 @@ def _claim_queue(
     policy: Policy,
     claimer: Claimer,
 ) -> list[Any]:
-    """One governed queue's claim, under its switch row's lock (the statement that takes
-    it reads the queue's ceiling too)."""
+    """One governed queue's claim, under its switch row's lock. The statement that takes
+    it also reads the queue's ceiling and whether any rate class exists: the buckets are
+    read when the table has one, not when this process's view of the policies (up to
+    :data:`_POLICY_TTL` old) does, so a class configured a moment ago is charged from its
+    first claim rather than skipped uncharged. It costs no round trip, and none when no
+    class exists."""
     limit = "(SELECT {} FROM headgate_concurrency_limit c WHERE c.queue = q.name)"
     cursor.execute(
         f"SELECT q.admission, q.paused, {limit.format('max_concurrent')}, "
-        f"{limit.format('on_saturated')} FROM headgate_queue_state q "
-        f"WHERE q.name = %s{v.for_update(conn)}",
+        f"{limit.format('on_saturated')}, EXISTS (SELECT 1 FROM headgate_rate_bucket) "
+        f"FROM headgate_queue_state q WHERE q.name = %s{v.for_update(conn)}",
         [queue],
     )
     switch = cursor.fetchone()
@@ -372,7 +377,7 @@ def _claim_queue(
     ceiling = None
     if switch[2] is not None:
         ceiling = _Ceiling(queue, switch[2], switch[3], running_by_partition(cursor, queue))
-    buckets = Buckets(cursor, conn) if policy.classes else None
+    buckets = Buckets(cursor, conn) if switch[4] else None
     admission = _Admission(need, buckets, ceiling)
     if queue not in policy.fair or not claim_fair(cursor, conn, queue, admission, claimer.kinds):
         where, params = _base_where(claimer.kinds)
