@@ -306,6 +306,7 @@ class JobAdmin(ReadOnlyAdmin):
 class QuarantineAdmin(ReadOnlyAdmin):
     list_display = ["fingerprint", "kind", "crash_count", "quarantined_at", "sample_job"]
     search_fields = ["=fingerprint", "^kind"]
+    search_indexed = False
     readonly_fields = ["sample_job", "sample_payload_view"]
     private = ("sample_payload_view",)
 
@@ -326,6 +327,7 @@ class EffectAdmin(ReadOnlyAdmin):
     ordering = ["job_id", "name"]
     sortable_by = ()
     search_fields = ["=job_id", "^name"]
+    search_indexed = False
     readonly_fields = ["result_view"]
     private = ("result_view",)  # as the API's effects route shows it: to payload viewers
 
@@ -343,6 +345,7 @@ class UniqueWindowAdmin(ReadOnlyAdmin):
     list_display = ["unique_key", "job", "expires_at"]
     sortable_by = ["unique_key"]  # the primary key; expires_at ties would sort the table
     search_fields = ["=unique_key", "=job_id"]
+    search_indexed = False
 
     @admin.display(description="job")
     def job(self, obj: UniqueWindow) -> Any:
@@ -462,6 +465,7 @@ class SignalEmissionAdmin(ReadOnlyAdmin):
     list_display = ["id", "graph", "signal", "idempotency_key", "emitted_at"]
     sortable_by = ["id"]  # the primary key: the other columns' sorts have no index
     search_fields = ["^workflow_id", "=idempotency_key"]
+    search_indexed = False
     readonly_fields = ["graph", "payload_view", "source_view"]
     private = ("payload_view", "source_view")
 

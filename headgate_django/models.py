@@ -289,6 +289,10 @@ class Quarantine(models.Model):
         db_table = "headgate_quarantine"
         ordering = ["-quarantined_at"]
         verbose_name_plural = "quarantine"
+        # The console's list, newest first, and its window (store.windows): a crash loop
+        # over many payloads quarantines a fingerprint per payload. Written only when one
+        # reaches the crash limit, so the index costs no claim or ack.
+        indexes = [models.Index(fields=["quarantined_at"], name="headgate_quarantine_at")]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.fingerprint}"

@@ -47,6 +47,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
     list_filter = ["state"]
     sortable_by = ["execution_id"]
     search_fields = ["=id", "^name", "=business_idempotency_key"]
+    search_indexed = False
     readonly_fields = ["timeline", "history_link", "input_view", "result_view", "meta_view"]
     private = ("input_view", "result_view", "meta_view")
 
@@ -54,7 +55,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
         """The state indexes order by update and finish, not creation: newest first, one
         state is found by a walk of the creation index that reads every execution when
         the state is rare, so that list is read in a window."""
-        return "state" not in filters
+        return "state" not in filters and super().indexed(filters, search)
 
     @admin.display(description="execution", ordering="id")
     def execution_id(self, obj: Execution) -> Any:
@@ -132,6 +133,7 @@ class ExecutionRunAdmin(ReadOnlyAdmin):
     list_display = ["execution_page", "number", "run_id", "events", "started_at", "finished_at"]
     sortable_by = ()  # by execution and number, the unique key's index
     search_fields = ["=execution__id", "=run_id"]
+    search_indexed = False
     readonly_fields = ["execution_page", "history_link", "input_view"]
     private = ("input_view",)
 
@@ -175,6 +177,7 @@ class SignalInboxAdmin(ReadOnlyAdmin):
     ordering = ["-id"]
     sortable_by = ()  # newest first by primary key, the only order indexed
     search_fields = ["=workflow__id", "=message_id"]
+    search_indexed = False
     readonly_fields = ["execution_page", "payload_view"]
     private = ("payload_view",)
 
@@ -193,6 +196,7 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
 
     list_display = ["key", "user", "method", "path", "status_code", "created_at", "expires_at"]
     search_fields = ["=key", "=user"]
+    search_indexed = False
     ordering = ["-id"]
     sortable_by = ()  # newest first by primary key, the only order indexed
     readonly_fields = ["response_body_view"]

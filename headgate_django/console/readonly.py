@@ -149,6 +149,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     #: ``date_hierarchy``): with those, the only lookups the changelist takes. Each one
     #: an index serves (see :meth:`lookup_allowed`).
     linked_filters: tuple[str, ...] = ()
+    #: Whether an index serves the list's search. Django's ``^`` and ``=`` search fields
+    #: compare without case (``UPPER(column)``), which no plain index serves, and it asks
+    #: for the fields joined by ``OR``, which one index serves only when every field leads
+    #: one: a search for a rare or absent term then reads the whole table, for the page
+    #: and for the pager's count. ``False`` reads a searched list in a window.
+    search_indexed = True
 
     class Media:
         css = {"all": ["headgate_django/console/console.css"]}
@@ -160,8 +166,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         """Whether an index serves this list, in its default order, filtered by ``filters``
         (``{column: values}``) and searched for ``search``: then it reads the whole table,
         else a window of its newest rows (:class:`WindowedChangeList`). Every filter an
-        admin offers is served unless it says otherwise here."""
-        return True
+        admin offers is served unless it says otherwise here; a search is served unless
+        :attr:`search_indexed` says otherwise."""
+        return self.search_indexed or not search
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -7,7 +7,7 @@ a rare queue then lie beyond it, as they would behind millions of newer jobs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +19,19 @@ from django.urls import reverse
 from django.utils import timezone
 
 from headgate_django.kernel.states import State
-from headgate_django.models import Execution, Job, WorkflowCheckpoint
+from headgate_django.models import (
+    Effect,
+    Execution,
+    ExecutionRun,
+    IdempotencyRecord,
+    Job,
+    Quarantine,
+    QueueMinute,
+    SignalEmission,
+    SignalInbox,
+    UniqueWindow,
+    WorkflowCheckpoint,
+)
 from headgate_django.store import windows
 from headgate_django.store.console import job_page_fingerprint
 from tests.conformance.helpers import enqueue_job, job_in_state
@@ -192,4 +204,87 @@ def test_executions_of_one_state_are_read_in_a_window(client: Client) -> None:
     assert [e.pk for e in whole.context["cl"].result_list] == ["e-0"]
     everything = client.get(url)
     assert len(everything.context["cl"].result_list) == WINDOW + 2
+    assert "Showing matches among" not in everything.content.decode()
+
+
+def _execution(n: int, name: str = "checkout") -> Execution:
+    now = timezone.now()
+    created = now + timedelta(minutes=n)
+    return Execution.objects.create(
+        id=f"e-{n}", name=name, version="1", created_at=created, updated_at=now
+    )
+
+
+#: Each list whose search no index serves: how to make its row ``n`` holding ``key`` where
+#: the search looks, and which row lies beyond the window (the first made in the list's
+#: newest-first order, the last in an ascending one).
+SEARCHED: dict[str, tuple[Callable[[int, str, Any], object], int]] = {
+    "signalemission": (
+        lambda n, key, at: SignalEmission.objects.create(
+            workflow_id=f"wf-{n}", signal="go", idempotency_key=key, emitted_at=at
+        ),
+        0,
+    ),
+    "effect": (
+        lambda n, key, at: Effect.objects.create(job_id=key, name="x", fence=1, created_at=at),
+        -1,
+    ),
+    "uniquewindow": (
+        lambda n, key, at: UniqueWindow.objects.create(unique_key=key, job_id="j", expires_at=at),
+        -1,
+    ),
+    "quarantine": (
+        lambda n, key, at: Quarantine.objects.create(fingerprint=key, kind="k", quarantined_at=at),
+        0,
+    ),
+    "queueminute": (lambda n, key, at: QueueMinute.objects.create(queue=key, minute=n), 0),
+    "idempotencyrecord": (
+        lambda n, key, at: IdempotencyRecord.objects.create(
+            key_digest=f"d-{n}",
+            key=key,
+            user="1",
+            method="POST",
+            path="/",
+            body_hash="",
+            created_at=at,
+            expires_at=at,
+        ),
+        0,
+    ),
+    "executionrun": (
+        lambda n, key, at: ExecutionRun.objects.create(
+            execution=_execution(n),
+            number=1,
+            run_id=key,
+            events=1,
+            started_at=at,
+            finished_at=at,
+        ),
+        -1,
+    ),
+    "signalinbox": (
+        lambda n, key, at: SignalInbox.objects.create(
+            workflow=_execution(n), name="go", message_id=key, seq=1, received_at=at
+        ),
+        0,
+    ),
+    "execution": (lambda n, key, at: _execution(n, name=key), 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHED))
+def test_a_search_no_index_serves_is_read_in_a_window(client: Client, name: str) -> None:
+    make, far = SEARCHED[name]
+    count = WINDOW + 2
+    now = timezone.now()
+    for n in range(count):
+        make(n, "needle" if n == far % count else f"k-{n}", now + timedelta(minutes=n))
+    url = reverse(f"admin:headgate_django_{name}_changelist")
+    windowed = client.get(url, {"q": "needle"})
+    assert list(windowed.context["cl"].result_list) == []
+    assert "Showing matches among the newest 4" in windowed.content.decode()
+    whole = client.get(url, {"q": "needle", "whole": "1"})
+    assert len(whole.context["cl"].result_list) == 1
+    everything = client.get(url)
+    assert len(everything.context["cl"].result_list) == count
     assert "Showing matches among" not in everything.content.decode()

@@ -682,3 +682,126 @@ def test_the_failed_workflows_are_listed_through_an_index(superuser: Any, unprep
                 if node.get("Relation Name") == table and _rows_read(node) > 100:
                     bad.append(f"{node['Node Type']} reading {_rows_read(node)}: {sql[:200]}")
     assert bad == []
+
+
+#: Rows in each table whose list's search no index serves, and the window its search
+#: reads (a small part of a large table, as the real window is of millions of rows).
+SEARCHED_ROWS, SEARCHED_WINDOW = 100_000, 10_000
+_EXECUTIONS = (
+    "INSERT INTO headgate_durable_execution (id, name, version, state, failure_reason, "
+    "suspended_reason, task_queue, meta, parent_command_id, parent_close_policy, last_seq, "
+    "created_at, updated_at, run_id, run_number, history_bytes, history_warning) "
+    "SELECT 'e-' || lpad(n::text, 7, '0'), 'w' || n %% 50, '1', 'succeeded', '', '', 'q', "
+    "'{}', '', '', 2, now() - n * interval '1 second', now(), '', 1, 0, '' "
+    "FROM generate_series(1, %s) AS n"
+)
+#: (changelist, its table): the SQL that fills the table with ``SEARCHED_ROWS`` rows
+#: (and what they refer to).
+SEARCHED_LISTS: dict[str, tuple[str, list[str]]] = {
+    "signalemission": ("headgate_signal_emission", [_WORKFLOW_RECORDS["headgate_signal_emission"]]),
+    "effect": (
+        "headgate_effect",
+        [
+            "INSERT INTO headgate_effect (job_id, name, fence, created_at) "
+            "SELECT 'j' || lpad(n::text, 7, '0'), 'x', 1, now() FROM generate_series(1, %s) n"
+        ],
+    ),
+    "uniquewindow": (
+        "headgate_unique_window",
+        [
+            "INSERT INTO headgate_unique_window (unique_key, job_id, expires_at) "
+            "SELECT 'u-' || n, 'j-' || n, now() + n * interval '1 s' FROM generate_series(1, %s) n"
+        ],
+    ),
+    "executionrun": (
+        "headgate_durable_run",
+        [
+            _EXECUTIONS.replace("%s", "1000").replace("%%", "%"),
+            "INSERT INTO headgate_durable_run (execution_id, number, run_id, input, events, "
+            "history_bytes, started_at, finished_at) SELECT 'e-' || lpad((1 + n %% 1000)::text, "
+            "7, '0'), 1 + n / 1000, 'r-' || n, NULL, 1, 0, now(), now() "
+            "FROM generate_series(0, %s - 1) n",
+        ],
+    ),
+    "signalinbox": (
+        "headgate_durable_signal",
+        [
+            _EXECUTIONS.replace("%s", "1000").replace("%%", "%"),
+            "INSERT INTO headgate_durable_signal (workflow_id, seq, name, message_id, payload, "
+            "received_at) SELECT 'e-' || lpad((1 + n %% 1000)::text, 7, '0'), 1 + n / 1000, "
+            "'go', 'm-' || n, '{}', now() FROM generate_series(0, %s - 1) n",
+        ],
+    ),
+    "idempotencyrecord": (
+        "headgate_idempotency",
+        [
+            'INSERT INTO headgate_idempotency (key_digest, key, "user", method, path, body_hash, '
+            "status_code, response_headers, response_body, created_at, expires_at) SELECT "
+            "md5(g::text) || md5((g + 1)::text), 'k' || g, '1', 'POST', '/api/v1/jobs', "
+            "md5(g::text), 201, '{}', '\\x00', now(), now() + interval '1 day' "
+            "FROM generate_series(1, %s) g"
+        ],
+    ),
+    "execution": ("headgate_durable_execution", [_EXECUTIONS]),
+    "quarantine": (
+        "headgate_quarantine",
+        [
+            "INSERT INTO headgate_quarantine (fingerprint, kind, crash_count, quarantined_at, "
+            "sample_payload, sample_job_id, reason) SELECT md5(n::text), 'k' || n %% 10, 3, "
+            "now() - n * interval '1 s', '', 'j', '' FROM generate_series(1, %s) n"
+        ],
+    ),
+    # A day of minutes (store.workers.MINUTES_KEPT) for 70 queues.
+    "queueminute": (
+        "headgate_queue_minute",
+        [
+            "INSERT INTO headgate_queue_minute (queue, minute, completed, failed, retried) "
+            "SELECT 'q' || q, FLOOR(EXTRACT(EPOCH FROM now()) / 60)::bigint - m, 1, 0, 0 "
+            "FROM generate_series(0, 69) AS q, generate_series(0, %s / 70) AS m"
+        ],
+    ),
+}
+
+
+def searched_table_problems(sql: str, table: str) -> list[str]:
+    """A step that reads more of ``table`` than a window (twice, for the rows that tie
+    with its edge), or sorts more than a page's worth of it: what a search for a rare or
+    absent term must not cost."""
+    found = []
+    for node, _ in _nodes(_explained(sql)):
+        reads = node.get("Relation Name") == table
+        if reads and _rows_read(node) > 2 * SEARCHED_WINDOW:
+            found.append(f"{node['Node Type']} reading {_rows_read(node)} rows of {table}")
+        sort = node["Node Type"] in ("Sort", "Incremental Sort")
+        if sort and node["Plan Rows"] > MAX_SORTED:
+            found.append(f"{node['Node Type']} of {node['Plan Rows']} rows")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHED_LISTS))
+def test_a_search_no_index_serves_reads_a_window(
+    name: str, superuser: Any, unprepared: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """These lists search several columns at once (``OR``), compared without case: no
+    index serves that, and a search for a term no row has read the whole table for the
+    page and again for the pager's count. They read it in a window instead."""
+    from headgate_django.store import windows
+
+    monkeypatch.setattr(windows, "WINDOW", SEARCHED_WINDOW)
+    table, fills = SEARCHED_LISTS[name]
+    with connection.cursor() as cursor:
+        for sql in fills:
+            cursor.execute(sql, [SEARCHED_ROWS] if "%s" in sql else None)
+        cursor.execute(f"ANALYZE {table}")
+    client = Client()
+    client.force_login(superuser)
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(_admin(f"{name}_changelist", q="absent"))
+    assert response.status_code == 200
+    assert list(response.context["cl"].result_list) == []
+    bad = []
+    for query in captured.captured_queries:
+        sql = query["sql"] or ""
+        if f'FROM "{table}"' in sql and sql.lstrip().upper().startswith("SELECT"):
+            bad.extend(f"{p}: {sql}" for p in searched_table_problems(sql, table))
+    assert bad == []
