@@ -97,9 +97,11 @@ class WindowedChangeList(IndexedSortChangeList):
     with a link that lifts the window (``?whole=1``) for an operator who will wait for a
     read of the whole table.
 
-    The window follows the list's default order (newest first on every list that has
-    one), so a page of it is the page the whole list would show while matches are
-    common; only rare matches beyond it are left out, and the notice says where."""
+    The window follows the list's default order, so a page of it is the page the whole
+    list would show while matches are common; only rare matches beyond it are left out,
+    and the notice says where: among the newest rows on a list that shows the newest
+    first, among the first in its order on one that sorts by a key ascending (effects by
+    job, unique windows by expiry)."""
 
     #: Set when the list shows a window: the notice, with its link to the whole list.
     window_notice: SafeString | None = None
@@ -123,8 +125,9 @@ class WindowedChangeList(IndexedSortChangeList):
         windowed = newest_window(queryset, order=str(order))
         if windowed is None:  # the table is no larger than the window
             return queryset
+        where = "the newest {} {}" if str(order).startswith("-") else "the first {} {} in order"
         self.window_notice = format_html(
-            "Showing matches among the newest {} {} only: no index serves these filters "
+            "Showing matches among " + where + " only: no index serves these filters "
             'over the whole table. <a href="{}">Search all {}</a> (reads every row).',
             f"{WINDOW:,}",
             self.opts.verbose_name_plural,
