@@ -395,7 +395,10 @@ class FairnessAdmin(ReadOnlyAdmin):
 @admin.register(PartitionDeficit)
 class PartitionDeficitAdmin(ReadOnlyAdmin):
     list_display = ["queue", "partition_key", "deficit"]
-    search_fields = ["^queue"]
+    # Queue names compare byte by byte (a prefix is a range of the unique key, in the
+    # list's order); without case, a search read every partition.
+    search_fields = ["queue__startswith"]
+    search_help_text = "A queue name or its start, with case."
 
 
 @admin.register(WorkflowCheckpoint)
@@ -413,7 +416,9 @@ class WorkflowCheckpointAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["failed"]
     sortable_by = ["graph"]  # by workflow id, the primary key; nothing else has an index
-    search_fields = ["^workflow_id"]
+    # With case, a range of the primary key; without case, a search read every checkpoint.
+    search_fields = ["workflow_id__startswith"]
+    search_help_text = "A workflow id or its start, with case."
     readonly_fields = ["graph", "coordinator", "history_table", "completed_view", "grafts_view"]
     exclude = ["history", "completed", "grafts"]
 
@@ -489,7 +494,9 @@ class GraftAdmin(ReadOnlyAdmin):
     list_display = ["receipt", "graph", "revision", "status", "decided_at"]
     ordering = ["-id"]
     sortable_by = ()  # newest first by primary key, the only order indexed
-    search_fields = ["^workflow_id", "=receipt_job_id"]
+    # With case, each through its own index; without case, a search read every graft.
+    search_fields = ["workflow_id__startswith", "receipt_job_id__exact"]
+    search_help_text = "A workflow id or its start, or a receipt job id, with case."
     readonly_fields = ["graph", "receipt", "nodes_view"]
     exclude = ["nodes"]
 

@@ -109,7 +109,10 @@ class HistoryEventAdmin(ReadOnlyAdmin):
     list_display = ["execution_page", "seq", "type", "at"]
     # By execution and seq, the order of their unique key's index; no other sort has one.
     sortable_by = ()
-    search_fields = ["=execution__id"]
+    # With case, a range of the (execution, seq) key in the list's order; without case,
+    # a search read every event of every execution.
+    search_fields = ["execution__id__exact"]
+    search_help_text = "An execution id, with case."
     linked_filters = ("execution__id__exact",)  # an execution's "N events", by its key
     readonly_fields = ["execution_page", "payload_view"]
     private = ("payload_view",)
@@ -159,6 +162,9 @@ class RunHistoryEventAdmin(ReadOnlyAdmin):
     sortable_by = ()  # by run and seq, the unique key's index
     list_select_related = ["run"]
     search_fields = ["=run__execution__id", "=run__run_id"]
+    # A run id leads no index of the runs, so the search joins every run to its events;
+    # a run's own events are its "N events" link, a filter by its key.
+    search_indexed = False
     linked_filters = ("run__id__exact",)  # a finished run's "N events", by its key
     readonly_fields = ["payload_view"]
     private = ("payload_view",)

@@ -30,10 +30,11 @@ kind, and walks the primary key when that is many.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
 from django.db.models import Q, QuerySet
+from django.db.models.constants import LOOKUP_SEP
 from django.db.models.functions import Left
 from django.db.models.lookups import Exact
 from django.db.models.sql import Query
@@ -147,6 +148,37 @@ def prefix(field: str, value: str, *, using: str) -> Q:
         # does not, so the leading characters are compared as well.
         return exact & Q(Exact(Left(field, len(value)), value))
     return exact
+
+
+#: The lookups :func:`exact_or_prefix` matches, each through an index of its column.
+INDEXED_LOOKUPS = ("exact", "startswith")
+
+
+def exact_or_prefix(lookups: Sequence[str], value: str, *, using: str) -> Q:
+    """Rows where one of ``lookups`` (``field__exact`` or ``field__startswith``) holds
+    ``value``, compared with case, as conditions an index on each field serves on every
+    database (a prefix through :func:`prefix`)."""
+    found = Q()
+    for lookup in lookups:
+        field, _, kind = lookup.rpartition(LOOKUP_SEP)
+        if kind not in INDEXED_LOOKUPS:
+            raise ValueError(f"{lookup!r} is not one of {INDEXED_LOOKUPS}")
+        found |= (
+            prefix(field, value, using=using)
+            if kind == "startswith"
+            else equal(field, value, using=using)
+        )
+    return found
+
+
+def equal(field: str, value: str, *, using: str) -> Q:
+    """Rows whose ``field`` is ``value`` (case-sensitive), through an index on ``field``.
+    MySQL/MariaDB's usual collations ignore case in ``=``, so the binary prefix of
+    :func:`prefix` is asked there besides."""
+    same = Q(**{field: value})
+    if v.connection_for(using).vendor == "mysql":
+        return same & Q(**{f"{field}__startswith": value})
+    return same
 
 
 def filtered_list(

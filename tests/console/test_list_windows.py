@@ -23,10 +23,15 @@ from headgate_django.models import (
     Effect,
     Execution,
     ExecutionRun,
+    Graft,
+    HistoryEvent,
     IdempotencyRecord,
     Job,
+    PartitionDeficit,
     Quarantine,
     QueueMinute,
+    RunHistoryEvent,
+    ScheduleEvent,
     SignalEmission,
     SignalInbox,
     UniqueWindow,
@@ -269,6 +274,22 @@ SEARCHED: dict[str, tuple[Callable[[int, str, Any], object], int]] = {
         0,
     ),
     "execution": (lambda n, key, at: _execution(n, name=key), 0),
+    "runhistoryevent": (
+        lambda n, key, at: RunHistoryEvent.objects.create(
+            run=ExecutionRun.objects.create(
+                execution=_execution(n),
+                number=1,
+                run_id=key,
+                events=1,
+                started_at=at,
+                finished_at=at,
+            ),
+            seq=1,
+            type="started",
+            at=at,
+        ),
+        -1,
+    ),
 }
 
 
@@ -291,3 +312,46 @@ def test_a_search_no_index_serves_is_read_in_a_window(client: Client, name: str)
     everything = client.get(url)
     assert len(everything.context["cl"].result_list) == count
     assert "Showing matches among" not in everything.content.decode()
+
+
+#: Each list searched with case through an index: how to make its row ``n`` holding
+#: ``key`` where the search looks.
+INDEX_SEARCHED: dict[str, Callable[[int, str, Any], object]] = {
+    "workflowcheckpoint": lambda n, key, at: WorkflowCheckpoint.objects.create(
+        workflow_id=key, coordinator_job_id=f"c-{n}"
+    ),
+    "graft": lambda n, key, at: Graft.objects.create(
+        workflow_id=key, revision=2, receipt_job_id=f"r-{n}", decided_at=at
+    ),
+    "historyevent": lambda n, key, at: HistoryEvent.objects.create(
+        execution=Execution.objects.create(
+            id=key, name="checkout", version="1", created_at=at, updated_at=at
+        ),
+        seq=1,
+        type="started",
+        at=at,
+    ),
+    "partitiondeficit": lambda n, key, at: PartitionDeficit.objects.create(
+        queue=key, partition_key=f"p-{n}", deficit=1
+    ),
+    "scheduleevent": lambda n, key, at: ScheduleEvent.objects.create(
+        schedule_name=key, tick_at=at, outcome="enqueued", recorded_at=at
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_SEARCHED))
+def test_a_search_with_case_is_read_in_full(client: Client, name: str) -> None:
+    """Ids and names are searched as stored, with case, through their index: a match is
+    found wherever it lies in the table, with no window, and the term in another case
+    is another id (compared without case, no index served the search)."""
+    count = WINDOW + 2
+    now = timezone.now()
+    for n in range(count):
+        INDEX_SEARCHED[name](n, "needle" if n == 0 else f"k-{n}", now + timedelta(minutes=n))
+    url = reverse(f"admin:headgate_django_{name}_changelist")
+    found = client.get(url, {"q": "needle"})
+    assert len(found.context["cl"].result_list) == 1
+    assert "Showing matches among" not in found.content.decode()
+    other_case = client.get(url, {"q": "NEEDLE"})
+    assert list(other_case.context["cl"].result_list) == []
