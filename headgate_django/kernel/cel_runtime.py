@@ -5,12 +5,11 @@ import: celpy (with lark and pendulum) takes a tenth of a second or more to impo
 ``cel`` is imported by the workflow builder, the graph validator and the coordinator, so by
 every process that sets up Django, including each worker that never meets a condition.
 The checks and the error messages are ``cel``'s contract; they live here because they
-need celpy's parse tree and types.
+need celpy's parse tree and types (:mod:`.cel_messages` rewords celpy's errors).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -31,7 +30,7 @@ from celpy.evaluation import (
 from lark.exceptions import LarkError
 
 from headgate_django.exceptions import ConditionError, ConditionEvaluationError
-from headgate_django.kernel import cel_cost
+from headgate_django.kernel import cel_cost, cel_messages
 from headgate_django.kernel.cel import (
     MAX_EVALUATION_STEPS,
     MAX_EXPRESSION_DEPTH,
@@ -57,7 +56,8 @@ def program(expression: str) -> celpy.Runner:
         try:
             tree = environment.compile(expression)
         except (CELParseError, LarkError) as exc:
-            raise ConditionError(f"condition {expression!r} is not valid CEL: {exc}") from exc
+            where = cel_messages.syntax_error(expression, exc)
+            raise ConditionError(f"condition {expression!r} is not valid CEL: {where}") from exc
     depth = _tree_depth(tree)
     if depth > MAX_EXPRESSION_DEPTH:
         raise ConditionError(
@@ -110,9 +110,8 @@ def evaluate(
             f"limit of {MAX_VALUE_LENGTH:,} {exc.unit}"
         ) from exc
     except CELEvalError as exc:
-        raise ConditionEvaluationError(
-            f"condition {source!r} failed: {_describe(exc)}{_node_names(exc, states)}"
-        ) from exc
+        reason = cel_messages.describe(exc) + cel_messages.node_names(exc, states)
+        raise ConditionEvaluationError(f"condition {source!r} failed: {reason}") from exc
     except RecursionError as exc:
         raise ConditionEvaluationError(
             f"condition {source!r} is nested too deeply to evaluate here"
@@ -414,53 +413,6 @@ def _shared(strings: dict[str, celtypes.StringType], text: str) -> celtypes.Stri
     if converted is None:
         converted = strings[text] = celtypes.StringType(text)
     return converted
-
-
-#: celpy's grammar rules for the operators, as a user writes them.
-_OPERATORS = {
-    "relation_eq": "==",
-    "relation_ne": "!=",
-    "relation_lt": "<",
-    "relation_le": "<=",
-    "relation_gt": ">",
-    "relation_ge": ">=",
-    "relation_in": "in",
-    "addition_add": "+",
-    "addition_sub": "-",
-    "multiplication_mul": "*",
-    "multiplication_div": "/",
-    "multiplication_mod": "%",
-    "unary_neg": "-",
-    "unary_not": "!",
-}
-_NO_OVERLOAD = re.compile(r"found no matching overload for Token\('RULE', '(\w+)'\) applied to")
-_CEL_TYPE = re.compile(r"<class 'celpy\.celtypes\.(\w+)Type'>")
-
-
-def _describe(exc: CELEvalError) -> str:
-    message = str(exc.args[0] if exc.args else exc)
-    # celpy names an operator applied to the wrong types by its grammar rule and Python
-    # classes (Token('RULE', 'relation_eq'), <class 'celpy.celtypes.StringType'>), which
-    # tells a workflow author nothing; say it in the expression's own terms.
-    if (rule := _NO_OVERLOAD.match(message)) and rule[1] in _OPERATORS:
-        types = " and ".join(name.lower() for name in _CEL_TYPE.findall(message))
-        return f"{_OPERATORS[rule[1]]} cannot be applied to {types}"
-    # An undeclared-reference message embeds the whole activation; keep the useful head.
-    return message.split(" (in activation", 1)[0]
-
-
-#: The most node names a failed lookup lists: the reason is stored in the history.
-_NAMES_SHOWN = 10
-
-
-def _node_names(exc: CELEvalError, states: Mapping[str, str]) -> str:
-    """The workflow's node names after a lookup of one it does not have (most likely a
-    misspelt ``completed.<name>`` or ``states['<name>']``), so the reason shows the fix."""
-    if not str(exc.args[0] if exc.args else "").startswith("no such member in mapping"):
-        return ""
-    names = sorted(states)
-    shown = ", ".join(names[:_NAMES_SHOWN]) + (", …" if len(names) > _NAMES_SHOWN else "")
-    return f" (the workflow's nodes: {shown})" if names else ""
 
 
 def _type_name(value: object) -> str:

@@ -162,6 +162,28 @@ def test_the_node_names_of_a_failed_lookup_are_capped() -> None:
 @pytest.mark.parametrize(
     ("expression", "reason"),
     [
+        ("completed.a &&", "it ends too early"),
+        ("states['a' == 'x'", "it ends too early: ] expected"),
+        (
+            "completed.a and completed.b",
+            "unexpected 'and completed.b' at column 13; CEL writes and as &&",
+        ),
+        ("completed.a = true", "unexpected '= true' at column 13; CEL writes = as =="),
+        (
+            "completed.a ||\n completed.b or x",
+            "unexpected 'or x' at line 2, column 14; CEL writes or as ||",
+        ),
+    ],
+)
+def test_a_syntax_error_says_where_in_one_line(expression: str, reason: str) -> None:
+    """celpy's text repeats the expression with a caret under it: misplaced once prefixed,
+    and spread over lines in a log or a stored reason."""
+    assert refused(expression).message == f"condition {expression!r} is not valid CEL: {reason}"
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
         ("states.a == completed", "== cannot be applied to string and map"),
         ("states.a < 3", "< cannot be applied to string and int"),
         ("-states.a == 'x'", "- cannot be applied to string"),
