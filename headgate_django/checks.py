@@ -1,6 +1,7 @@
 """System checks for rules that span settings (ids ``headgate.E00x`` / ``headgate.W00x``),
 for the demo's credential-less operator port in a production-looking project (E007), and
-for the API's docs pages in a project that lacks the app of their templates (W005).
+for the API's docs pages in a project that lacks the app of their templates (W005), and
+for a misspelt name of the ``HEADGATE`` setting itself (W006).
 
 Every independent rule is checked and reported together; only the comparisons between
 durations wait until the durations themselves are valid.
@@ -8,6 +9,7 @@ durations wait until the durations themselves are valid.
 
 from __future__ import annotations
 
+import difflib
 from datetime import timedelta
 from typing import Any
 
@@ -49,7 +51,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         + _evict_busy_share(headgate_settings)
         + _read_replica(headgate_settings)
         + _environment()
+        + _misspelt_setting()
     )
+
+
+def _misspelt_setting() -> list[Any]:
+    """Unknown keys inside ``HEADGATE`` are an error (E001), but Django reads any name a
+    settings module defines: ``HEADGATES = {...}`` would be ignored without a word, and
+    every value in it silently replaced by its default."""
+    names = [name for name in dir(settings) if name.isupper() and name != "HEADGATE"]
+    return [
+        Warning(
+            f"the setting {name} is not read by headgate-django; did you mean HEADGATE?",
+            hint=f"Rename {name} to HEADGATE: until then every HEADGATE key has its default.",
+            id="headgate.W006",
+        )
+        for name in difflib.get_close_matches("HEADGATE", names, n=3, cutoff=0.8)
+    ]
 
 
 def _death_handler() -> list[Any]:

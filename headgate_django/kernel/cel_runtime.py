@@ -5,7 +5,7 @@ import: celpy (with lark and pendulum) takes a tenth of a second or more to impo
 ``cel`` is imported by the workflow builder, the graph validator and the coordinator, so by
 every process that sets up Django, including each worker that never meets a condition.
 The checks and the error messages are ``cel``'s contract; they live here because they
-need celpy's parse tree and types.
+need celpy's parse tree and types (:mod:`.cel_messages` rewords celpy's errors).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from celpy.evaluation import (
 from lark.exceptions import LarkError
 
 from headgate_django.exceptions import ConditionError, ConditionEvaluationError
-from headgate_django.kernel import cel_cost
+from headgate_django.kernel import cel_cost, cel_messages
 from headgate_django.kernel.cel import (
     MAX_EVALUATION_STEPS,
     MAX_EXPRESSION_DEPTH,
@@ -56,7 +56,8 @@ def program(expression: str) -> celpy.Runner:
         try:
             tree = environment.compile(expression)
         except (CELParseError, LarkError) as exc:
-            raise ConditionError(f"condition {expression!r} is not valid CEL: {exc}") from exc
+            where = cel_messages.syntax_error(expression, exc)
+            raise ConditionError(f"condition {expression!r} is not valid CEL: {where}") from exc
     depth = _tree_depth(tree)
     if depth > MAX_EXPRESSION_DEPTH:
         raise ConditionError(
@@ -109,7 +110,8 @@ def evaluate(
             f"limit of {MAX_VALUE_LENGTH:,} {exc.unit}"
         ) from exc
     except CELEvalError as exc:
-        raise ConditionEvaluationError(f"condition {source!r} failed: {_describe(exc)}") from exc
+        reason = cel_messages.describe(exc) + cel_messages.node_names(exc, states)
+        raise ConditionEvaluationError(f"condition {source!r} failed: {reason}") from exc
     except RecursionError as exc:
         raise ConditionEvaluationError(
             f"condition {source!r} is nested too deeply to evaluate here"
@@ -411,12 +413,6 @@ def _shared(strings: dict[str, celtypes.StringType], text: str) -> celtypes.Stri
     if converted is None:
         converted = strings[text] = celtypes.StringType(text)
     return converted
-
-
-def _describe(exc: CELEvalError) -> str:
-    message = exc.args[0] if exc.args else exc
-    # An undeclared-reference message embeds the whole activation; keep the useful head.
-    return str(message).split(" (in activation", 1)[0]
 
 
 def _type_name(value: object) -> str:

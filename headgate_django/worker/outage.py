@@ -4,7 +4,9 @@ A worker's threads (claims, heartbeat, duties, registry, listener) call the data
 several times a second, and each retries on its own. A line per failed call buried the
 one fact an operator needs under ten warnings a second. Instead: one warning when calls
 start failing, a reminder every :data:`REMIND_EVERY` seconds while they still do, and one
-line when a call succeeds again, with how long the outage lasted.
+line when a call succeeds again, with how long the outage lasted. Between those lines the
+periodic status line carries the outage too: its counters alone (``claimed=0 … failed=0``)
+read as an idle, healthy worker.
 """
 
 from __future__ import annotations
@@ -67,3 +69,8 @@ class OutageLog:
         """Seconds since calls started failing; 0 while they go through."""
         since = self._since
         return 0.0 if since is None else self._clock() - since
+
+    def status_field(self) -> str | None:
+        """The status line's ``database_unavailable=…`` field while calls fail, else None."""
+        down = self.down_for()
+        return f"database_unavailable={down:.0f}s" if down else None

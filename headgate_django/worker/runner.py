@@ -761,7 +761,8 @@ class Worker:
                 )
             self._keep_presence(now)
             if now >= next_status:
-                log.info("status %s", status_line(self.stats.line(len(self._held))))
+                line = self.stats.line(len(self._held))
+                log.info("status %s", status_line(line, self._outage.status_field()))
                 next_status = now + status_every
             if now >= next_unknown and self._ran_short and not self._stopping.is_set():
                 self._ran_short = False

@@ -12,6 +12,8 @@ from collections.abc import Callable
 STATUS_FIELDS: list[Callable[[], str | None]] = []
 
 
-def status_line(base: str) -> str:
-    """``base`` (the worker's counters) followed by every field that has something to say."""
-    return " ".join([base, *filter(None, (field() for field in STATUS_FIELDS))])
+def status_line(base: str, *own: str | None) -> str:
+    """``base`` (the worker's counters), the worker's ``own`` fields and every field of
+    :data:`STATUS_FIELDS`, each only when it has something to say."""
+    fields = [*own, *(field() for field in STATUS_FIELDS)]
+    return " ".join([base, *filter(None, fields)])

@@ -223,6 +223,25 @@ def test_a_burst_run_on_an_unreachable_database_says_so_once_then_gives_up() -> 
     assert "CommandError: the database stayed unreachable; nothing was run" in done.stderr
 
 
+def test_the_status_line_says_the_database_is_unavailable() -> None:
+    """Between the outage's first warning and its reminders, the status line alone must not
+    read as an idle, healthy worker (``claimed=0 … failed=0``): it names the outage."""
+    from tests.conftest import free_port, manage
+
+    done = manage(
+        "runworkers",
+        "--burst",
+        "--lease-ttl",
+        "4",  # gives up after 8 s: past the first status line, due at 5 s
+        settings="tests.settings",
+        database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere",
+    )
+    assert done.returncode == 1, done.stderr
+    status = [line for line in done.stderr.splitlines() if " status claimed=" in line]
+    assert status, done.stderr
+    assert all(" database_unavailable=" in line for line in status), done.stderr
+
+
 def test_burst_children_that_give_up_on_the_database_say_why_without_a_traceback() -> None:
     """With --processes each child gives up as a single worker does: the same one line,
     exit status 1 for the parent, and no traceback of the command's own error."""

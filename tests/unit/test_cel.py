@@ -139,6 +139,63 @@ def test_missing_node_fails_evaluation() -> None:
     assert "completed.ghost" in info.value.message
 
 
+def test_a_misspelt_node_name_fails_with_the_names_of_the_nodes() -> None:
+    compiled = cel.compile("completed.prepre")
+    states = {"prepare": "completed", "gate": "pending"}
+    with pytest.raises(ConditionEvaluationError) as info:
+        cel.evaluate(compiled, 1, 1, states, {"prepare": True, "gate": False})
+    assert info.value.message == (
+        "condition 'completed.prepre' failed: no such member in mapping: 'prepre' "
+        "(the workflow's nodes: gate, prepare)"
+    )
+
+
+def test_the_node_names_of_a_failed_lookup_are_capped() -> None:
+    states = {f"n{i:02}": "pending" for i in range(30)}
+    with pytest.raises(ConditionEvaluationError) as info:
+        cel.evaluate(cel.compile("states.ghost == 'x'"), 1, 1, states, {})
+    assert info.value.message.endswith(
+        "(the workflow's nodes: n00, n01, n02, n03, n04, n05, n06, n07, n08, n09, …)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
+        ("completed.a &&", "it ends too early"),
+        ("states['a' == 'x'", "it ends too early: ] expected"),
+        (
+            "completed.a and completed.b",
+            "unexpected 'and completed.b' at column 13; CEL writes and as &&",
+        ),
+        ("completed.a = true", "unexpected '= true' at column 13; CEL writes = as =="),
+        (
+            "completed.a ||\n completed.b or x",
+            "unexpected 'or x' at line 2, column 14; CEL writes or as ||",
+        ),
+    ],
+)
+def test_a_syntax_error_says_where_in_one_line(expression: str, reason: str) -> None:
+    """celpy's text repeats the expression with a caret under it: misplaced once prefixed,
+    and spread over lines in a log or a stored reason."""
+    assert refused(expression).message == f"condition {expression!r} is not valid CEL: {reason}"
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
+        ("states.a == completed", "== cannot be applied to string and map"),
+        ("states.a < 3", "< cannot be applied to string and int"),
+        ("-states.a == 'x'", "- cannot be applied to string"),
+    ],
+)
+def test_an_operator_on_the_wrong_types_is_named_as_written(expression, reason) -> None:
+    """celpy's own words name a grammar rule and Python classes, not the expression's."""
+    with pytest.raises(ConditionEvaluationError) as info:
+        cel.evaluate(cel.compile(expression), 1, 1, {"a": "pending"}, {"a": False})
+    assert info.value.message == f"condition {expression!r} failed: {reason}"
+
+
 def test_non_boolean_result_fails_evaluation() -> None:
     # Boolean whenever every node is pending or every node is completed, so it compiles.
     compiled = cel.compile("states.a == 'running' ? 'busy' : true")

@@ -35,6 +35,21 @@ def test_an_unknown_key_names_the_setting_it_looks_like() -> None:
     assert "XYZZY, " in message  # nothing close: no guess
 
 
+@pytest.mark.parametrize("name", ["HEADGATES", "HEAD_GATE", "HEDGATE"])
+def test_a_misspelt_headgate_setting_is_warned_about(name: str) -> None:
+    """Django keeps any upper-case name of a settings module, so a typo in the dict's own
+    name would leave every key at its default without a word."""
+    with override_settings(**{name: {"LEASE_TTL": timedelta(seconds=5)}}):
+        (warning,) = check_settings()
+    assert warning.id == "headgate.W006"
+    assert f"{name} is not read by headgate-django; did you mean HEADGATE?" in warning.msg
+
+
+def test_settings_named_after_headgate_are_no_typo() -> None:
+    with override_settings(HEADGATE_DEMO_OPERATOR=True, HEADGATE_CONFIG={}):
+        assert check_settings() == []
+
+
 def test_bad_duration_and_bad_count_are_reported_together():
     assert ids(LEASE_TTL=5, CRASH_LIMIT=0) == ["headgate.E002", "headgate.E005"]
 
