@@ -32,8 +32,10 @@ WORKER = textwrap.dedent(
         say("worker: draining")
     signal.signal(signal.SIGTERM, on_term)
     say("worker: up")
-    while True:
+    deadline = time.monotonic() + 150  # never outlive a failed test for long
+    while time.monotonic() < deadline:
         time.sleep(0.05)
+    say("worker: nobody stopped me")
     """
 )
 
@@ -55,6 +57,20 @@ LAUNCHER = textwrap.dedent(
 )
 
 
+def _kill_everything(launcher: subprocess.Popen[str], lines: list[str]) -> None:
+    """Kill the launcher and the stand-in worker it named. The worker runs in a session of
+    its own and holds the launcher's stdout pipe: killing the launcher alone leaves a read
+    of that pipe waiting for ever (a CI run on a loaded machine hung there)."""
+    if launcher.poll() is None:
+        launcher.kill()
+    if any("launcher: worker exit" in line for line in lines):
+        return  # the launcher waited for it: its pid may be another process's by now
+    for line in list(lines):
+        if line.startswith("launcher: worker ") and line.split()[2].isdigit():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[2]), signal.SIGKILL)
+
+
 def test_a_second_ctrl_c_stops_the_draining_worker_at_once_without_a_traceback() -> None:
     lines: list[str] = []
     with subprocess.Popen(
@@ -65,7 +81,9 @@ def test_a_second_ctrl_c_stops_the_draining_worker_at_once_without_a_traceback()
         text=True,
     ) as launcher:
         assert launcher.stdout is not None
-        watchdog = threading.Timer(60, launcher.kill)  # a stuck launcher fails, not hangs
+        # A stuck launcher fails the test, not hangs it; generous, as two interpreters
+        # starting on a loaded two-core machine can take tens of seconds.
+        watchdog = threading.Timer(120, _kill_everything, (launcher, lines))
         watchdog.start()
 
         def read_until(text: str) -> None:
@@ -82,15 +100,11 @@ def test_a_second_ctrl_c_stops_the_draining_worker_at_once_without_a_traceback()
             started = time.monotonic()
             launcher.send_signal(signal.SIGINT)  # the second: at once
             out, _ = launcher.communicate(timeout=30)
+            lines.append(out)
         finally:
             watchdog.cancel()
-            if launcher.poll() is None:
-                launcher.kill()
-            for line in lines:  # never leave the stand-in worker behind, whatever failed
-                if line.startswith("launcher: worker ") and line.split()[2].isdigit():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(line.split()[2]), signal.SIGKILL)
-    text = "".join(lines) + out
+            _kill_everything(launcher, lines)  # never leave the stand-in worker behind
+    text = "".join(lines)
     assert launcher.returncode == 0, text
     assert time.monotonic() - started < 10, text  # not the 40 s drain window
     assert "worker: second signal, exiting" in text and "launcher: cut short" in text
