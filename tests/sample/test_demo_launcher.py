@@ -41,7 +41,10 @@ WORKER = textwrap.dedent(
 
 LAUNCHER = textwrap.dedent(
     """
-    import subprocess, sys, time
+    import signal, subprocess, sys, time
+    # Ctrl-C as a terminal's foreground process gets it: a shell starts a background job
+    # (``&``, as CI starts a leg) with SIGINT ignored, which Python would then keep.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from sampleproject.demo.management.commands import rundemo
     worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True)
     print("launcher: worker", worker.pid, flush=True)
