@@ -220,6 +220,12 @@ def _execution(n: int, name: str = "checkout") -> Execution:
     )
 
 
+def _finished_run(n: int, run_id: str, at: Any) -> ExecutionRun:
+    return ExecutionRun.objects.create(
+        execution=_execution(n), number=1, run_id=run_id, events=1, started_at=at, finished_at=at
+    )
+
+
 #: Each list whose search no index serves: how to make its row ``n`` holding ``key`` where
 #: the search looks, and which row lies beyond the window (the first made in the list's
 #: newest-first order, the last in an ascending one).
@@ -256,17 +262,7 @@ SEARCHED: dict[str, tuple[Callable[[int, str, Any], object], int]] = {
         ),
         0,
     ),
-    "executionrun": (
-        lambda n, key, at: ExecutionRun.objects.create(
-            execution=_execution(n),
-            number=1,
-            run_id=key,
-            events=1,
-            started_at=at,
-            finished_at=at,
-        ),
-        -1,
-    ),
+    "executionrun": (_finished_run, -1),
     "signalinbox": (
         lambda n, key, at: SignalInbox.objects.create(
             workflow=_execution(n), name="go", message_id=key, seq=1, received_at=at
@@ -276,14 +272,7 @@ SEARCHED: dict[str, tuple[Callable[[int, str, Any], object], int]] = {
     "execution": (lambda n, key, at: _execution(n, name=key), 0),
     "runhistoryevent": (
         lambda n, key, at: RunHistoryEvent.objects.create(
-            run=ExecutionRun.objects.create(
-                execution=_execution(n),
-                number=1,
-                run_id=key,
-                events=1,
-                started_at=at,
-                finished_at=at,
-            ),
+            run=_finished_run(n, key, at),
             seq=1,
             type="started",
             at=at,

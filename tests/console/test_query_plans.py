@@ -13,7 +13,7 @@ for its query fails here. SQLite and MariaDB are skipped
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -844,6 +844,23 @@ def searched_table_problems(sql: str, table: str) -> list[str]:
     return found
 
 
+def _searched(
+    name: str, table: str, fills: Sequence[str], term: str, superuser: Any
+) -> tuple[Any, CaptureQueriesContext]:
+    """Fill ``table`` with :data:`SEARCHED_ROWS` rows, then search ``name``'s changelist
+    for ``term``: the response (a 200) and the queries it ran."""
+    with connection.cursor() as cursor:
+        for sql in fills:
+            cursor.execute(sql, [SEARCHED_ROWS] if "%s" in sql else None)
+        cursor.execute(f"ANALYZE {table}")
+    client = Client()
+    client.force_login(superuser)
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(_admin(f"{name}_changelist", q=term))
+    assert response.status_code == 200
+    return response, captured
+
+
 @pytest.mark.parametrize("name", sorted(SEARCHED_LISTS))
 def test_a_search_no_index_serves_reads_a_window(
     name: str, superuser: Any, unprepared: None, monkeypatch: pytest.MonkeyPatch
@@ -855,15 +872,7 @@ def test_a_search_no_index_serves_reads_a_window(
 
     monkeypatch.setattr(windows, "WINDOW", SEARCHED_WINDOW)
     table, fills = SEARCHED_LISTS[name]
-    with connection.cursor() as cursor:
-        for sql in fills:
-            cursor.execute(sql, [SEARCHED_ROWS] if "%s" in sql else None)
-        cursor.execute(f"ANALYZE {table}")
-    client = Client()
-    client.force_login(superuser)
-    with CaptureQueriesContext(connection) as captured:
-        response = client.get(_admin(f"{name}_changelist", q="absent"))
-    assert response.status_code == 200
+    response, captured = _searched(name, table, fills, "absent", superuser)
     assert list(response.context["cl"].result_list) == []
     bad = []
     for query in captured.captured_queries:
@@ -882,15 +891,7 @@ def test_a_search_with_case_reads_through_an_index(
     the rows it finds (the pager's capped count at most), whether the term is common,
     rare or absent. Without case, a search for a term no row has read the whole table."""
     table, fills, term, count = INDEX_SEARCHED_LISTS[name]
-    with connection.cursor() as cursor:
-        for sql in fills:
-            cursor.execute(sql, [SEARCHED_ROWS] if "%s" in sql else None)
-        cursor.execute(f"ANALYZE {table}")
-    client = Client()
-    client.force_login(superuser)
-    with CaptureQueriesContext(connection) as captured:
-        response = client.get(_admin(f"{name}_changelist", q=term if found else "absent"))
-    assert response.status_code == 200
+    response, captured = _searched(name, table, fills, term if found else "absent", superuser)
     assert response.context["cl"].result_count == (count if found else 0)
     bad = []
     for query in captured.captured_queries:
